@@ -1,0 +1,17 @@
+"""autoplan: an automatic parallelization planner for PyTorch.
+
+    plan = autoplan.suggest(model, example_inputs, mesh=(2, 4), axis_names=("dp", "tp"))
+    plan.save("plans_out/model-2x4.json")
+    model = autoplan.apply_plan(model, plan, device_mesh)
+    local_batch = autoplan.shard_batch(global_batch, plan, device_mesh)
+    loss = autoplan.training_loss(model(**local_batch))
+"""
+
+from autoplan.apply import apply_plan, shard_batch
+from autoplan.errors import AutoplanError
+from autoplan.loss import training_loss
+from autoplan.plan import Plan
+from autoplan.profile import load_profile
+from autoplan.suggest import suggest
+
+__all__ = ["AutoplanError", "Plan", "apply_plan", "load_profile", "shard_batch", "suggest", "training_loss"]

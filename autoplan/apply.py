@@ -1,0 +1,194 @@
+"""Stage 6: execute a plan with DTensor on an N-D DeviceMesh.
+
+- Parameters become DTensors with the plan's placements (tied parameters stay tied;
+  FQNs are unchanged). Their gradients are redistributed to the same placements after
+  accumulation: that is the gradient all-reduce / reduce-scatter of data parallelism.
+- Module inputs and outputs are redistributed by forward hooks to the plan's layouts.
+- The root module turns each rank's local batch (from ``shard_batch``) into DTensors,
+  runs under implicit replication (tensors the model builds itself, such as masks and
+  position ids, are the same on every rank), and returns the loss as a plain tensor
+  holding the global-batch loss.
+
+This module must not import the cost model or the solver: a plan applies on a machine
+that never planned.
+"""
+
+from __future__ import annotations
+
+from contextlib import ExitStack
+
+import torch
+from torch import nn
+from torch.distributed.device_mesh import DeviceMesh
+from torch.distributed.tensor import DTensor, Replicate, distribute_tensor
+from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
+from torch.distributed.tensor.experimental import implicit_replication
+from torch.utils._pytree import keystr, tree_flatten_with_path, tree_unflatten, tree_flatten
+
+from autoplan.errors import PlanError
+from autoplan.placements import Spec, format_spec, to_placements
+from autoplan.plan import Plan
+
+
+def apply_plan(model: nn.Module, plan: Plan, device_mesh: DeviceMesh) -> nn.Module:
+    """Distribute ``model`` in place per ``plan``; returns the same module."""
+    _check_mesh(plan, device_mesh)
+    _check_names(model, plan)
+    _distribute_parameters(model, plan, device_mesh)
+    modules = dict(model.named_modules())
+    for fqn, layout in plan.modules.items():
+        module = modules[fqn]
+        if layout.inputs:
+            module.register_forward_pre_hook(_redistribute_inputs(layout.inputs, device_mesh), with_kwargs=True)
+        if layout.outputs:
+            module.register_forward_hook(_redistribute_outputs(layout.outputs, device_mesh))
+    _wrap_root(model, plan, device_mesh)
+    return model
+
+
+def shard_batch(batch, plan: Plan, device_mesh: DeviceMesh):
+    """This rank's slice of a global batch, in the same form (tuple or dict) as given."""
+    _check_mesh(plan, device_mesh)
+    args, kwargs, rebuild = _split(batch)
+    leaves, spec = tree_flatten_with_path((args, kwargs))
+    out = []
+    for path, leaf in leaves:
+        layout = plan.inputs.get(keystr(path))
+        if isinstance(leaf, torch.Tensor) and layout is not None:
+            leaf = _local_slice(leaf, layout.placements, device_mesh)
+        out.append(leaf)
+    args, kwargs = tree_unflatten(out, tree_flatten((args, kwargs))[1])
+    return rebuild(args, kwargs)
+
+
+def _split(batch):
+    if isinstance(batch, dict):
+        return (), dict(batch), lambda a, k: k
+    if isinstance(batch, (tuple, list)):
+        return tuple(batch), {}, lambda a, k: type(batch)(a)
+    return (batch,), {}, lambda a, k: a[0]
+
+
+def _local_slice(tensor: torch.Tensor, spec: Spec, mesh: DeviceMesh) -> torch.Tensor:
+    shape, offset = compute_local_shape_and_global_offset(tensor.shape, mesh, to_placements(spec))
+    index = tuple(slice(o, o + n) for o, n in zip(offset, shape))
+    return tensor[index].contiguous()
+
+
+def _check_mesh(plan: Plan, mesh: DeviceMesh) -> None:
+    if tuple(mesh.shape) != tuple(plan.mesh_shape):
+        raise PlanError(
+            f"the plan is for a {'x'.join(map(str, plan.mesh_shape))} mesh, got a DeviceMesh of shape {'x'.join(map(str, mesh.shape))}",
+            hint="build the DeviceMesh with the plan's mesh shape, or re-plan for this mesh",
+        )
+
+
+def _check_names(model: nn.Module, plan: Plan) -> None:
+    names = {fqn for fqn, _ in model.named_parameters(remove_duplicate=False)}
+    unknown = sorted(set(plan.parameters) - names)
+    missing = sorted(names - set(plan.parameters))
+    if unknown or missing:
+        what = f"plan parameters not in the model: {unknown[:3]}" if unknown else f"model parameters missing from the plan: {missing[:3]}"
+        raise PlanError(f"the plan does not match the model ({what})", hint="re-plan this model with `autoplan suggest`")
+    modules = {fqn for fqn, _ in model.named_modules()}
+    stray = sorted(set(plan.modules) - modules)
+    if stray:
+        raise PlanError(f"plan modules not in the model: {stray[:3]}", hint="re-plan this model with `autoplan suggest`")
+
+
+def _distribute_parameters(model: nn.Module, plan: Plan, mesh: DeviceMesh) -> None:
+    done: dict[int, nn.Parameter] = {}
+    for module_fqn, module in model.named_modules():
+        for name, param in list(module.named_parameters(recurse=False)):
+            fqn = f"{module_fqn}.{name}" if module_fqn else name
+            if id(param) not in done:
+                placements = to_placements(plan.parameters[fqn])
+                try:
+                    data = distribute_tensor(param.data, mesh, placements)
+                except Exception as err:
+                    raise PlanError(f"cannot place {fqn} (shape {list(param.shape)}) as {format_spec(plan.parameters[fqn])}: {err}", hint="re-plan this model") from err
+                new = nn.Parameter(data, requires_grad=param.requires_grad)
+                if new.requires_grad:
+                    new.register_post_accumulate_grad_hook(_reduce_gradient)
+                done[id(param)] = new
+            module.register_parameter(name, done[id(param)])
+
+
+def _reduce_gradient(param: torch.Tensor) -> None:
+    """Bring the gradient to the parameter's placements (reduces Partial gradients)."""
+    grad = param.grad
+    if isinstance(grad, DTensor) and grad.placements != param.placements:
+        param.grad = grad.redistribute(param.device_mesh, param.placements)
+
+
+def _as_dtensor(value, mesh: DeviceMesh):
+    if isinstance(value, DTensor):
+        return value
+    return DTensor.from_local(value, mesh, [Replicate()] * mesh.ndim, run_check=False)
+
+
+def _redistribute_tree(tree, layouts: dict[str, Spec], mesh: DeviceMesh):
+    leaves, spec = tree_flatten_with_path(tree)
+    changed = False
+    out = []
+    for path, leaf in leaves:
+        target = layouts.get(keystr(path))
+        if target is not None and isinstance(leaf, torch.Tensor) and (leaf.is_floating_point() or isinstance(leaf, DTensor)):
+            leaf = _as_dtensor(leaf, mesh)
+            placements = to_placements(target)
+            if tuple(leaf.placements) != placements:
+                leaf = leaf.redistribute(mesh, placements)
+            changed = True
+        out.append(leaf)
+    return tree_unflatten(out, tree_flatten(tree)[1]) if changed else tree
+
+
+def _redistribute_inputs(layouts: dict[str, Spec], mesh: DeviceMesh):
+    def hook(module, args, kwargs):
+        return _redistribute_tree((args, kwargs), layouts, mesh)
+
+    return hook
+
+
+def _redistribute_outputs(layouts: dict[str, Spec], mesh: DeviceMesh):
+    def hook(module, args, output):
+        # The trace keys a single-tensor output as "" and a structure by its paths.
+        return _redistribute_tree(output, layouts, mesh)
+
+    return hook
+
+
+def _wrap_root(model: nn.Module, plan: Plan, mesh: DeviceMesh) -> None:
+    contexts: list[ExitStack] = []
+
+    def enter(module, args, kwargs):
+        stack = ExitStack()
+        stack.enter_context(implicit_replication())
+        contexts.append(stack)
+        leaves, spec = tree_flatten_with_path((args, kwargs))
+        out = []
+        for path, leaf in leaves:
+            layout = plan.inputs.get(keystr(path))
+            if isinstance(leaf, torch.Tensor) and not isinstance(leaf, DTensor) and layout is not None:
+                leaf = DTensor.from_local(leaf, mesh, to_placements(layout.placements), run_check=False)
+            out.append(leaf)
+        return tree_unflatten(out, tree_flatten((args, kwargs))[1])
+
+    def leave(module, args, output):
+        if contexts:
+            contexts.pop().close()
+        return _plain_loss(output)
+
+    model.register_forward_pre_hook(enter, with_kwargs=True, prepend=True)
+    model.register_forward_hook(leave, always_call=True)
+
+
+def _plain_loss(output):
+    """The loss (``.loss`` or a scalar output) as a plain tensor with the global value."""
+    loss = getattr(output, "loss", None)
+    if isinstance(loss, DTensor):
+        output.loss = loss.full_tensor()
+        return output
+    if isinstance(output, DTensor) and output.dim() == 0:
+        return output.full_tensor()
+    return output

@@ -1,0 +1,68 @@
+"""``autoplan suggest``: plan a model file for a mesh and write the plan as JSON."""
+
+from __future__ import annotations
+
+import argparse
+import math
+
+from autoplan._files import plan_default_path, write_atomic
+from autoplan.errors import AutoplanError
+from autoplan.model_file import load_model_file, parse_axis_names, parse_mesh
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser(
+        "suggest",
+        help="suggest a parallelization plan",
+        description="Trace MODEL on the meta device, solve for the cheapest sharding on the "
+        "mesh and write the plan as JSON.",
+    )
+    parser.add_argument(
+        "model", metavar="MODEL.py[:BUILDER]", help="model file (builder defaults to build_model)"
+    )
+    parser.add_argument("--mesh", required=True, help="mesh shape, sizes joined by x, e.g. 2x4")
+    parser.add_argument("--axis-names", help="comma-separated mesh axis names, e.g. dp,tp")
+    parser.add_argument("--profile", help="cluster profile: a built-in NAME or a JSON FILE")
+    parser.add_argument("--memory-gb", type=_positive_float, help="memory budget per device in GB")
+    parser.add_argument("--time-limit", type=_positive_float, help="solver time limit in seconds")
+    parser.add_argument("--out", help="plan file to write (default: plans_out/MODEL-MESH.json)")
+    return parser
+
+
+def run(args: argparse.Namespace) -> int:
+    mesh = parse_mesh(args.mesh)
+    axis_names = parse_axis_names(args.axis_names, mesh)
+    loaded = load_model_file(args.model)
+    # Imported here so that flag and model-file errors are reported without loading the solver.
+    from autoplan.suggest import suggest_with_report
+
+    plan, report = suggest_with_report(
+        loaded.model,
+        loaded.example_inputs,
+        mesh,
+        axis_names,
+        args.profile,
+        args.memory_gb,
+        args.time_limit,
+    )
+    out = args.out or plan_default_path(loaded.name, mesh)
+    try:
+        write_atomic(out, plan.to_json())
+    except OSError as err:
+        raise AutoplanError(
+            f"could not write the plan to {out}: {err.strerror or err}",
+            "pass a writable --out path",
+        ) from err
+    print(report.summary())
+    print(f"plan written to {out}")
+    return 0
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}")
+    return value

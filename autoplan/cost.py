@@ -1,0 +1,220 @@
+"""Stage 3: cost of every candidate strategy and every edge, for one training step.
+
+Per decision and strategy (arrays indexed like the decision's strategies):
+- ``compute_s``: forward + backward of the op on its local shard, by roofline:
+  ``overhead + max(flops / (peak[dtype] * eff(flops)), bytes / (hbm * eff(bytes)))``.
+  The work is split over every mesh axis on which any operand is not replicated;
+  backward is one matmul per input needing a gradient for matmul-like ops, and twice
+  the forward traffic for the rest. Parameters add the AdamW update (7 passes over
+  the local parameter bytes).
+- ``comm_s``: gradient reductions the strategy causes: an input that is replicated on
+  an axis over which the op splits its work gets a partial gradient there, reduced by
+  one all_reduce per producer (shared between the consumers that cause it).
+- ``memory_bytes``: parameters x4 (weights, gradients, AdamW's two moments) and
+  activations kept for backward (outputs of non-view ops that carry a gradient).
+
+Per edge: ``seconds[row][col]`` for every (distinct producer output spec, distinct
+consumer input spec) pair, from ``comm.redistribute_seconds``; backward included when
+the value carries a gradient.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch.utils._pytree import tree_flatten
+from torch.utils.flop_counter import flop_registry
+
+from autoplan.choices import BUFFER, INPUT, PARAMETER, ChoiceGraph
+from autoplan.comm import collective_seconds, redistribute_seconds
+from autoplan.placements import Spec, shard_factor
+from autoplan.profile import ClusterProfile
+
+aten = torch.ops.aten
+VIEW_OPS = {
+    aten.view.default, aten._unsafe_view.default, aten.reshape.default, aten.t.default,
+    aten.transpose.int, aten.permute.default, aten.expand.default, aten.unsqueeze.default,
+    aten.squeeze.dim, aten.squeeze.dims, aten.squeeze.default, aten.slice.Tensor,
+    aten.select.int, aten.alias.default, aten.detach.default, aten.view.dtype,
+}
+MATMUL_OPS = {
+    aten.mm.default, aten.addmm.default, aten.bmm.default, aten.baddbmm.default,
+    aten.convolution.default, aten.linear.default,
+}
+OPTIMIZER_PASSES = 7  # AdamW reads param, grad, m, v and writes param, m, v
+STATE_COPIES = 4  # param, grad, exp_avg, exp_avg_sq
+
+
+@dataclass(frozen=True, slots=True)
+class NodeCost:
+    compute_s: tuple[float, ...]
+    comm_s: tuple[float, ...]
+    memory_bytes: tuple[float, ...]
+    memory_kind: str
+    """What the memory is: "model_state" (params+grads+optimizer) or "activations"."""
+
+
+@dataclass(frozen=True, slots=True)
+class EdgeCost:
+    rows: tuple[Spec, ...]
+    """Distinct output specs of the producer (at this output index)."""
+    cols: tuple[Spec, ...]
+    """Distinct input specs the consumer requires at this input index."""
+    row_of: tuple[int, ...]
+    """Producer strategy index -> row."""
+    col_of: tuple[int, ...]
+    """Consumer strategy index -> column."""
+    seconds: tuple[tuple[float, ...], ...]
+
+
+@dataclass(frozen=True)
+class CostedGraph:
+    choices: ChoiceGraph
+    profile: ClusterProfile
+    nodes: dict[str, NodeCost]
+    edges: dict[tuple[str, str, int], EdgeCost]
+
+
+def tensor_bytes(value) -> float:
+    return float(value.numel() * value.element_size()) if isinstance(value, torch.Tensor) else 0.0
+
+
+def estimate_costs(choices: ChoiceGraph, profile: ClusterProfile) -> CostedGraph:
+    graph = choices.graph
+    mesh_shape = choices.mesh_shape
+    reducers = _gradient_reducers(choices)
+    nodes = {}
+    for name, data in graph.nodes(data=True):
+        nodes[name] = _node_cost(choices, profile, name, data, reducers)
+    edges = {}
+    for u, v, k, data in graph.edges(keys=True, data=True):
+        edges[(u, v, k)] = _edge_cost(choices, profile, u, v, k, data["out_index"], mesh_shape)
+    return CostedGraph(choices, profile, nodes, edges)
+
+
+def _outputs(data) -> list:
+    return tree_flatten(data["fx_node"].meta.get("val"))[0]
+
+
+def _is_view(data) -> bool:
+    return data["fx_node"].target in VIEW_OPS
+
+
+def _gradient_reducers(choices: ChoiceGraph) -> dict[str, int]:
+    """Per producer: how many work ops consume its value (looked through views).
+
+    Consumers that each leave a partial gradient on the same value share one reduction:
+    autograd sums the partial gradients before anything reduces them.
+    """
+    graph = choices.graph
+    root: dict[str, str] = {}
+    counts: dict[str, int] = {}
+    for name in graph.nodes:  # insertion order is graph order
+        data = graph.nodes[name]
+        preds = list(graph.predecessors(name))
+        if data["kind"] not in (PARAMETER, INPUT, BUFFER) and _is_view(data) and len(preds) == 1:
+            root[name] = root.get(preds[0], preds[0])
+        else:
+            root[name] = name
+            for pred in set(preds):
+                counts[root.get(pred, pred)] = counts.get(root.get(pred, pred), 0) + 1
+    return {name: max(1, counts.get(root[name], 1)) for name in graph.nodes}
+
+
+def _roofline(profile: ClusterProfile, flops: float, nbytes: float, dtype: torch.dtype) -> float:
+    if flops == 0 and nbytes == 0:
+        return 0.0
+    peak = profile.flops_for(str(dtype).removeprefix("torch."))
+    compute = flops / (peak * profile.matmul_efficiency.at(flops)) if flops else 0.0
+    memory = nbytes / (profile.memory_bandwidth_bytes_per_s * profile.memory_efficiency.at(nbytes)) if nbytes else 0.0
+    return profile.kernel_overhead_s + max(compute, memory)
+
+
+def _flops(node) -> float:
+    formula = flop_registry.get(node.target.overloadpacket) if hasattr(node.target, "overloadpacket") else None
+    if formula is None:
+        return 0.0
+    args = [a.meta["val"] if hasattr(a, "meta") else a for a in node.args]
+    kwargs = {k: (a.meta["val"] if hasattr(a, "meta") else a) for k, a in node.kwargs.items()}
+    try:
+        return float(formula(*args, **kwargs, out_val=node.meta.get("val")))
+    except Exception:  # a formula that cannot read these arguments counts no flops
+        return 0.0
+
+
+def _node_cost(choices, profile, name, data, reducers) -> NodeCost:
+    mesh_shape = choices.mesh_shape
+    strategies = data["strategies"]
+    kind = data["kind"]
+    outputs = _outputs(data)
+    if kind in (PARAMETER, INPUT, BUFFER):
+        value = outputs[0]
+        full = tensor_bytes(value)
+        local = [full / shard_factor(s.outputs[0], mesh_shape) for s in strategies]
+        if kind == PARAMETER and data["requires_grad"]:
+            opt = [_roofline(profile, 0.0, OPTIMIZER_PASSES * b, value.dtype) for b in local]
+            return NodeCost(tuple(opt), (0.0,) * len(local), tuple(STATE_COPIES * b for b in local), "model_state")
+        return NodeCost((0.0,) * len(local), (0.0,) * len(local), tuple(local),
+                        "model_state" if kind == PARAMETER else "activations")
+
+    node = data["fx_node"]
+    graph = choices.graph
+    ins = choices.inputs_of(name)
+    in_values = [_outputs(graph.nodes[u])[i] if len(_outputs(graph.nodes[u])) > i else None for u, i, _ in ins]
+    in_bytes = [tensor_bytes(v) for v in in_values]
+    out_bytes = [tensor_bytes(v) for v in outputs]
+    is_view = _is_view(data)
+    flops = 0.0 if is_view else _flops(node)
+    dtype = next((v.dtype for v in outputs if isinstance(v, torch.Tensor)), torch.float32)
+    grad_inputs = [graph.nodes[u]["requires_grad"] for u, _, _ in ins]
+    compute, comm, memory = [], [], []
+    for strategy in strategies:
+        split = 1
+        for axis, size in enumerate(mesh_shape):
+            placements = [s[axis] for s in strategy.inputs] + [s[axis] for s in strategy.outputs if s]
+            if any(p != "R" for p in placements):
+                split *= size
+        local_in = sum(b / shard_factor(s, mesh_shape) for b, s in zip(in_bytes, strategy.inputs))
+        local_out = sum(b / shard_factor(s, mesh_shape) for b, s in zip(out_bytes, strategy.outputs) if s)
+        forward = 0.0 if is_view else _roofline(profile, flops / split, local_in + local_out, dtype)
+        backward = 0.0
+        if data["requires_grad"] and not is_view:
+            factor = max(1, sum(grad_inputs)) if node.target in MATMUL_OPS else 2
+            backward = factor * forward
+        compute.append(forward + backward)
+        reduce = 0.0
+        for (u, _, _), spec, needs, nbytes in zip(ins, strategy.inputs, grad_inputs, in_bytes):
+            if not needs:
+                continue
+            for axis, size in enumerate(mesh_shape):
+                if spec[axis] != "R" or size == 1:
+                    continue
+                splits = any(s[axis] != "R" for s in strategy.inputs) or any(s and s[axis] != "R" for s in strategy.outputs)
+                if splits:
+                    local = nbytes / shard_factor(spec, mesh_shape)
+                    reduce += collective_seconds(profile, "all_reduce", local, mesh_shape, axis) / reducers[u]
+        comm.append(reduce)
+        saved = local_out if data["requires_grad"] and not is_view else 0.0
+        memory.append(saved)
+    return NodeCost(tuple(compute), tuple(comm), tuple(memory), "activations")
+
+
+def _edge_cost(choices, profile, u, v, k, out_index, mesh_shape) -> EdgeCost:
+    graph = choices.graph
+    producer = graph.nodes[u]
+    value = _outputs(producer)[out_index]
+    rows: dict[Spec, int] = {}
+    row_of = []
+    for s in producer["strategies"]:
+        spec = s.outputs[out_index] if out_index < len(s.outputs) else s.outputs[0]
+        row_of.append(rows.setdefault(spec, len(rows)))
+    cols: dict[Spec, int] = {}
+    col_of = [cols.setdefault(s.inputs[k], len(cols)) for s in graph.nodes[v]["strategies"]]
+    nbytes = tensor_bytes(value)
+    backward = producer["requires_grad"] and graph.nodes[v]["requires_grad"]
+    seconds = tuple(
+        tuple(redistribute_seconds(profile, src, dst, nbytes, mesh_shape, backward) for dst in cols)
+        for src in rows
+    )
+    return EdgeCost(tuple(rows), tuple(cols), tuple(row_of), tuple(col_of), seconds)

@@ -1,0 +1,36 @@
+"""User-facing errors. Each names the problem and carries a hint of the fix."""
+
+from __future__ import annotations
+
+
+class AutoplanError(Exception):
+    """Base class: ``str(err)`` is one line with the problem and, after it, the fix."""
+
+    def __init__(self, problem: str, hint: str | None = None):
+        self.problem = problem
+        self.hint = hint
+        super().__init__(problem if not hint else f"{problem}; fix: {hint}")
+
+
+class ModelFileError(AutoplanError):
+    """The model file is missing or does not define what autoplan needs."""
+
+
+class MeshError(AutoplanError):
+    """The mesh shape or axis names are malformed or inconsistent."""
+
+
+class ProfileError(AutoplanError):
+    """A cluster profile is missing, malformed or incomplete."""
+
+
+class InfeasibleError(AutoplanError):
+    """No plan fits the per-device memory budget."""
+
+
+class PlanError(AutoplanError):
+    """A plan file is malformed, or does not match the model or mesh it is applied to."""
+
+
+class TraceError(AutoplanError):
+    """The model could not be traced."""

@@ -1,0 +1,176 @@
+"""Stage 5: the module-level plan, its JSON form, and how it is built from a solution.
+
+The plan is data: per-parameter placements (every parameter FQN, one placement string
+per mesh axis), per-module input/output layouts keyed by the path of each tensor in the
+module's ``(args, kwargs)`` / output, the batch layout, and the prediction it was chosen
+for. Same input, same bytes: keys are sorted, floats rounded, and nothing time-dependent
+is stored.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from autoplan._files import write_atomic
+from autoplan.errors import PlanError
+from autoplan.placements import Spec, to_placement
+
+SCHEMA_VERSION = 1
+
+
+def rounded(value: float) -> float:
+    """Six significant digits: stable across runs, plenty for predictions."""
+    return float(f"{value:.6g}")
+
+
+@dataclass(frozen=True)
+class ModuleLayout:
+    inputs: dict[str, Spec] = field(default_factory=dict)
+    """Key path into the call's ``(args, kwargs)`` -> placement the module receives."""
+    outputs: dict[str, Spec] = field(default_factory=dict)
+    """Key path into the module's output -> placement it returns."""
+
+
+@dataclass(frozen=True)
+class BatchInput:
+    shape: tuple[int, ...]
+    """Global (traced) shape."""
+    placements: Spec
+
+
+@dataclass(frozen=True)
+class Predicted:
+    step_time_s: float
+    compute_s: float
+    comm_s: float
+    peak_memory_bytes: int
+    model_state_bytes: int
+    """Parameters, gradients and AdamW state on one device."""
+    activation_bytes: int
+    """Activations kept for backward on one device."""
+
+
+@dataclass(frozen=True)
+class SolverReport:
+    status: str
+    objective: float
+    bound: float
+    gap: float
+
+
+@dataclass(frozen=True)
+class Plan:
+    mesh_shape: tuple[int, ...]
+    axis_names: tuple[str, ...]
+    parameters: dict[str, Spec]
+    modules: dict[str, ModuleLayout]
+    inputs: dict[str, BatchInput]
+    predicted: Predicted
+    profile: str
+    fingerprint: str
+    solver: SolverReport
+    warnings: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict:
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "mesh": {"shape": list(self.mesh_shape), "axis_names": list(self.axis_names)},
+            "parameters": {fqn: list(spec) for fqn, spec in sorted(self.parameters.items())},
+            "modules": {
+                fqn: {
+                    "inputs": {k: list(v) for k, v in sorted(layout.inputs.items())},
+                    "outputs": {k: list(v) for k, v in sorted(layout.outputs.items())},
+                }
+                for fqn, layout in sorted(self.modules.items())
+            },
+            "inputs": {
+                key: {"shape": list(b.shape), "placements": list(b.placements)}
+                for key, b in sorted(self.inputs.items())
+            },
+            "predicted": asdict(self.predicted),
+            "profile": self.profile,
+            "fingerprint": self.fingerprint,
+            "solver": asdict(self.solver),
+            "warnings": list(self.warnings),
+        }
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n"
+
+    def save(self, path: str | Path) -> Path:
+        """Write the plan atomically: an existing file is replaced whole or not at all."""
+        path = Path(path)
+        write_atomic(path, self.to_json())
+        return path
+
+    @classmethod
+    def load(cls, path: str | Path) -> "Plan":
+        path = Path(path)
+        try:
+            data = json.loads(path.read_text())
+        except FileNotFoundError:
+            raise PlanError(f"no plan file {path}", hint="run `autoplan suggest` to write one") from None
+        except (OSError, json.JSONDecodeError) as err:
+            raise PlanError(f"plan file {path} is not valid JSON ({err})", hint="re-create it with `autoplan suggest`") from err
+        return cls.from_dict(data, source=str(path))
+
+    @classmethod
+    def from_dict(cls, data: dict, source: str = "<dict>") -> "Plan":
+        return _parse(data, source)
+
+
+def _parse(data, source: str) -> Plan:
+    def fail(what: str):
+        raise PlanError(f"plan {source}: {what}", hint="re-create it with `autoplan suggest`")
+
+    def need(mapping, key, where=""):
+        if not isinstance(mapping, dict) or key not in mapping:
+            fail(f"missing {where}{key}")
+        return mapping[key]
+
+    version = need(data, "schema_version")
+    if version != SCHEMA_VERSION:
+        fail(f"schema_version {version!r}, expected {SCHEMA_VERSION}")
+    mesh = need(data, "mesh")
+    shape = tuple(need(mesh, "shape", "mesh."))
+    names = tuple(need(mesh, "axis_names", "mesh."))
+    if not shape or any(not isinstance(n, int) or n < 1 for n in shape) or len(names) != len(shape):
+        fail(f"mesh shape {list(shape)} and axis names {list(names)} do not match")
+
+    def spec(value, where) -> Spec:
+        if not isinstance(value, list) or len(value) != len(shape):
+            fail(f"{where}: expected one placement per mesh axis ({len(shape)}), got {value!r}")
+        for p in value:
+            to_placement(p)  # raises PlanError on unknown strings
+        return tuple(value)
+
+    parameters = {fqn: spec(v, f"parameters.{fqn}") for fqn, v in need(data, "parameters").items()}
+    modules = {}
+    for fqn, layout in need(data, "modules").items():
+        modules[fqn] = ModuleLayout(
+            {k: spec(v, f"modules.{fqn}.inputs.{k}") for k, v in need(layout, "inputs", f"modules.{fqn}.").items()},
+            {k: spec(v, f"modules.{fqn}.outputs.{k}") for k, v in need(layout, "outputs", f"modules.{fqn}.").items()},
+        )
+    inputs = {
+        key: BatchInput(tuple(need(b, "shape", f"inputs.{key}.")), spec(need(b, "placements", f"inputs.{key}."), f"inputs.{key}"))
+        for key, b in need(data, "inputs").items()
+    }
+    predicted = need(data, "predicted")
+    solver = need(data, "solver")
+    try:
+        return Plan(
+            mesh_shape=shape,
+            axis_names=names,
+            parameters=parameters,
+            modules=modules,
+            inputs=inputs,
+            predicted=Predicted(**predicted),
+            profile=str(need(data, "profile")),
+            fingerprint=str(need(data, "fingerprint")),
+            solver=SolverReport(**solver),
+            warnings=tuple(need(data, "warnings")),
+        )
+    except TypeError as err:
+        fail(f"unexpected fields ({err})")

@@ -1,0 +1,119 @@
+"""Stage 5: turn a solution (one strategy per decision) into a module-level ``Plan``."""
+
+from __future__ import annotations
+
+import operator
+
+from autoplan.choices import INPUT
+from autoplan.cost import CostedGraph
+from autoplan.plan import BatchInput, ModuleLayout, Plan, Predicted, SolverReport, rounded
+from autoplan.solve import Solution
+from autoplan.trace import ModuleCall
+
+
+def build_plan(costed: CostedGraph, choice: dict[str, int], solution: Solution, extra_warnings=()) -> Plan:
+    """``choice`` is the full assignment (followers expanded); ``solution`` reports the solve."""
+    choices = costed.choices
+    graph = choices.graph
+    traced = choices.traced
+
+    def output_spec(name: str, out_index: int = 0):
+        outputs = graph.nodes[name]["strategies"][choice[name]].outputs
+        return outputs[out_index] if out_index < len(outputs) else outputs[0]
+
+    parameters = {}
+    for node, fqns in traced.parameters.items():
+        for fqn in fqns:
+            parameters[fqn] = output_spec(node)
+    inputs = {}
+    for node, key in traced.inputs.items():
+        if graph.nodes[node]["kind"] == INPUT:
+            value = graph.nodes[node]["fx_node"].meta["val"]
+            inputs[key] = BatchInput(tuple(value.shape), output_spec(node))
+
+    warnings = list(choices.warnings) + list(extra_warnings)
+    order = {name: i for i, name in enumerate(graph.nodes)}
+    items = {
+        node.name: (node.args[0].name, node.args[1])
+        for node in traced.graph_module.graph.nodes
+        if node.op == "call_function" and node.target is operator.getitem
+    }
+    modules: dict[str, ModuleLayout] = {}
+    conflicting: set[str] = set()
+    for call in traced.module_calls:
+        if call.fqn == "":
+            continue  # the root's inputs are the batch layout; its outputs go back to the user
+        layout = _call_layout(costed, choice, call, output_spec, order, items)
+        if call.fqn in modules and modules[call.fqn] != layout:
+            conflicting.add(call.fqn)
+        modules.setdefault(call.fqn, layout)
+    for fqn in sorted(conflicting):
+        del modules[fqn]
+        warnings.append(f"module {fqn} is called more than once with different layouts: its boundaries are left to DTensor")
+    modules = {fqn: layout for fqn, layout in modules.items() if layout.inputs or layout.outputs}
+
+    return Plan(
+        mesh_shape=choices.mesh_shape,
+        axis_names=choices.axis_names,
+        parameters=parameters,
+        modules=modules,
+        inputs=inputs,
+        predicted=predict(costed, choice),
+        profile=costed.profile.name,
+        fingerprint=traced.fingerprint,
+        solver=SolverReport(solution.status, rounded(solution.objective_s), rounded(solution.bound_s), rounded(solution.gap)),
+        warnings=tuple(warnings),
+    )
+
+
+def predict(costed: CostedGraph, choice: dict[str, int]) -> Predicted:
+    """Step time and memory of one full assignment, from the unsimplified costs."""
+    compute = comm = state = activations = 0.0
+    for name, cost in costed.nodes.items():
+        i = choice[name]
+        compute += cost.compute_s[i]
+        comm += cost.comm_s[i]
+        if cost.memory_kind == "model_state":
+            state += cost.memory_bytes[i]
+        else:
+            activations += cost.memory_bytes[i]
+    for (u, v, _), edge in costed.edges.items():
+        comm += edge.seconds[edge.row_of[choice[u]]][edge.col_of[choice[v]]]
+    return Predicted(
+        step_time_s=rounded(compute + comm),
+        compute_s=rounded(compute),
+        comm_s=rounded(comm),
+        peak_memory_bytes=int(state + activations),
+        model_state_bytes=int(state),
+        activation_bytes=int(activations),
+    )
+
+
+def _call_layout(costed: CostedGraph, choice, call: ModuleCall, output_spec, order, items) -> ModuleLayout:
+    """Inputs: the spec the first op inside the module asks for; outputs: the spec produced."""
+    graph = costed.choices.graph
+    owners = costed.choices.traced.node_modules
+
+    def inside(node: str) -> bool:
+        owner = owners.get(node, "")
+        return owner == call.fqn or owner.startswith(call.fqn + ".")
+
+    inputs = {}
+    for key, node in call.inputs:
+        source, out_index = items.get(node, (node, 0))
+        if source not in graph:
+            continue
+        consumers = sorted(
+            (order[v], v, k)
+            for _, v, k, data in graph.out_edges(source, keys=True, data=True)
+            if data["out_index"] == out_index and inside(v)
+        )
+        if consumers:
+            _, v, k = consumers[0]
+            inputs[key] = graph.nodes[v]["strategies"][choice[v]].inputs[k]
+    outputs = {}
+    for key, node in call.outputs:
+        source, out_index = items.get(node, (node, 0))
+        if source in graph:
+            outputs[key] = output_spec(source, out_index)
+    return ModuleLayout(inputs, outputs)

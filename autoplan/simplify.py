@@ -1,0 +1,91 @@
+"""Shrink the ILP before solving: merge "follower" decisions into the decision they follow.
+
+A decision with a single tensor input (views, casts, unary elementwise ops, norms'
+reductions) is merged into its producer's leader: for each strategy ``i`` of the leader,
+the follower takes the strategy that is cheapest given the spec the leader's strategy
+``i`` hands it (own cost + resharding from that spec; ties to the lowest index). Its
+costs and memory are added to the leader's strategy ``i``; edges leaving it leave the
+leader instead, their rows re-derived per leader strategy. Chains merge transitively.
+
+This fixes each follower's choice to the best response to its producer, the standard
+follower merge: exact whenever a follower's best choice does not depend on its
+consumers, which holds for views and elementwise ops fed by the chosen spec.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from autoplan.cost import CostedGraph, EdgeCost, NodeCost
+
+
+@dataclass(frozen=True)
+class Simplified:
+    costed: CostedGraph
+    """The reduced problem: leaders only."""
+    followers: dict[str, tuple[str, tuple[int, ...]]]
+    """Merged decision -> (leader, its strategy index for each leader strategy)."""
+
+    def expand(self, choice: dict[str, int]) -> dict[str, int]:
+        full = dict(choice)
+        for name, (leader, pick) in self.followers.items():
+            full[name] = pick[choice[leader]]
+        return full
+
+
+def merge_followers(costed: CostedGraph) -> Simplified:
+    graph = costed.choices.graph
+    followers: dict[str, tuple[str, tuple[int, ...]]] = {}
+    totals = {name: [list(c.compute_s), list(c.comm_s), list(c.memory_bytes)] for name, c in costed.nodes.items()}
+
+    def spec_seen(node: str, out_index: int, leader_strategy: int):
+        """Spec ``node`` outputs at ``out_index`` when its leader uses ``leader_strategy``."""
+        own = followers[node][1][leader_strategy] if node in followers else leader_strategy
+        outputs = graph.nodes[node]["strategies"][own].outputs
+        return outputs[out_index] if out_index < len(outputs) else outputs[0]
+
+    for name in graph.nodes:  # graph order: producers first
+        in_edges = list(graph.in_edges(name, keys=True, data=True))
+        if len(in_edges) != 1 or len(graph.nodes[name]["strategies"]) == 1:
+            continue
+        u, _, k, data = in_edges[0]
+        leader = followers[u][0] if u in followers else u
+        if len(graph.nodes[leader]["strategies"]) == 1:
+            continue
+        edge = costed.edges[(u, name, k)]
+        cost = costed.nodes[name]
+        own = [c + m for c, m in zip(cost.compute_s, cost.comm_s)]
+        pick = []
+        for i in range(len(graph.nodes[leader]["strategies"])):
+            row = edge.rows.index(spec_seen(u, data["out_index"], i))
+            best = min(range(len(own)), key=lambda j: (own[j] + edge.seconds[row][edge.col_of[j]], j))
+            pick.append(best)
+            totals[leader][0][i] += cost.compute_s[best]
+            totals[leader][1][i] += cost.comm_s[best] + edge.seconds[row][edge.col_of[best]]
+            totals[leader][2][i] += cost.memory_bytes[best]
+        followers[name] = (leader, tuple(pick))
+
+    nodes = {
+        name: NodeCost(tuple(t[0]), tuple(t[1]), tuple(t[2]), costed.nodes[name].memory_kind)
+        for name, t in totals.items()
+        if name not in followers
+    }
+    edges = {}
+    for (u, v, k), edge in costed.edges.items():
+        if v in followers:
+            continue  # absorbed into the leader's cost above
+        if u not in followers:
+            edges[(u, v, k)] = edge
+            continue
+        leader = followers[u][0]
+        out_index = graph.edges[u, v, k]["out_index"]
+        rows: dict = {}
+        row_of = tuple(
+            rows.setdefault(spec_seen(u, out_index, i), len(rows))
+            for i in range(len(graph.nodes[leader]["strategies"]))
+        )
+        specs = tuple(rows)
+        seconds = tuple(edge.seconds[edge.rows.index(spec)] for spec in specs)
+        edges[(leader, v, k)] = EdgeCost(specs, edge.cols, row_of, edge.col_of, seconds)
+    reduced = CostedGraph(costed.choices, costed.profile, nodes, edges)
+    return Simplified(reduced, followers)

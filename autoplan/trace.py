@@ -1,0 +1,205 @@
+"""Stage 1: trace a model to an ATen-level torch.fx graph on fake tensors.
+
+``make_fx`` traces one training-step forward (model call plus loss) with parameters,
+buffers and inputs as placeholders, so no weight memory is used. Module forward hooks,
+active only while tracing, record which module owns each node and which graph values
+enter and leave each module call; the plan's module-level layouts come from them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+import torch
+from torch import fx, nn
+from torch.fx.experimental.proxy_tensor import get_proxy_mode, get_proxy_slot, make_fx
+from torch.utils._pytree import keystr, tree_flatten_with_path
+
+from autoplan.errors import TraceError
+from autoplan.loss import training_loss
+
+
+@dataclass(frozen=True, slots=True)
+class ModuleCall:
+    """One call of a module during the traced step."""
+
+    fqn: str
+    """Module name as in ``named_modules()`` ("" is the root)."""
+    inputs: tuple[tuple[str, str], ...]
+    """(key path into ``(args, kwargs)``, graph node) for each tensor the call received."""
+    outputs: tuple[tuple[str, str], ...]
+    """(key path into the output, graph node) for each tensor the call returned."""
+
+
+@dataclass(frozen=True)
+class TracedGraph:
+    """The traced training-step forward and what autoplan needs to know about it."""
+
+    graph_module: fx.GraphModule
+    """ATen graph; every tensor node has a FakeTensor in ``meta["val"]``."""
+    parameters: dict[str, tuple[str, ...]]
+    """Placeholder node -> parameter FQNs (more than one when parameters are tied)."""
+    trainable: frozenset[str]
+    """Parameter placeholder nodes that require a gradient."""
+    buffers: dict[str, str]
+    """Placeholder node -> buffer FQN."""
+    inputs: dict[str, str]
+    """Placeholder node -> key path of the batch tensor it stands for."""
+    node_modules: dict[str, str]
+    """Node -> FQN of the innermost module whose call created it."""
+    module_calls: tuple[ModuleCall, ...]
+    """Every module call, in the order the calls finished."""
+    module_types: dict[str, str]
+    """Module FQN -> class name."""
+    batch_is_kwargs: bool
+    """True when the example batch is a dict of keyword arguments."""
+    fingerprint: str
+    """Hash of the graph, parameter shapes and input shapes."""
+
+
+def split_batch(batch) -> tuple[tuple, dict]:
+    """A global batch as ``(args, kwargs)``: a dict is keyword arguments, anything else positional."""
+    if isinstance(batch, dict):
+        return (), dict(batch)
+    if isinstance(batch, (tuple, list)):
+        return tuple(batch), {}
+    return (batch,), {}
+
+
+def trace_model(model: nn.Module, example_inputs) -> TracedGraph:
+    """Trace one training step of ``model`` on ``example_inputs`` (meta or real tensors)."""
+    args, kwargs = split_batch(example_inputs)
+    params = dict(model.named_parameters())
+    buffers = dict(model.named_buffers())
+    aliases = _tied_parameter_names(model)
+    was_training = model.training
+    model.train()
+    recorder = _CallRecorder(model)
+
+    def step(params, buffers, args, kwargs):
+        output = torch.func.functional_call(model, {**params, **buffers}, args, kwargs)
+        return training_loss(output)
+
+    try:
+        with recorder:
+            gm = make_fx(step, tracing_mode="fake")(params, buffers, args, kwargs)
+    except Exception as err:  # tracing errors come from anywhere in user code
+        raise TraceError(
+            f"could not trace the model: {type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}",
+            hint="the model must run on meta tensors with the example inputs; try it with "
+            "model(**example_inputs()) under torch.device('meta') (--debug shows the traceback)",
+        ) from err
+    finally:
+        model.train(was_training)
+
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    n_params, n_buffers = len(params), len(buffers)
+    param_nodes = {
+        node.name: aliases.get(fqn, (fqn,)) for node, fqn in zip(placeholders[:n_params], params)
+    }
+    buffer_nodes = {node.name: fqn for node, fqn in zip(placeholders[n_params:n_params + n_buffers], buffers)}
+    batch_paths = [keystr(path) for path, leaf in tree_flatten_with_path((args, kwargs))[0]]
+    input_nodes = {node.name: path for node, path in zip(placeholders[n_params + n_buffers:], batch_paths)}
+
+    node_modules = recorder.node_owners(gm.graph)
+    return TracedGraph(
+        graph_module=gm,
+        parameters=param_nodes,
+        trainable=frozenset(
+            node.name for node, param in zip(placeholders[:n_params], params.values()) if param.requires_grad
+        ),
+        buffers=buffer_nodes,
+        inputs=input_nodes,
+        node_modules=node_modules,
+        module_calls=tuple(recorder.calls),
+        module_types={fqn: type(m).__name__ for fqn, m in model.named_modules()},
+        batch_is_kwargs=isinstance(example_inputs, dict),
+        fingerprint=_fingerprint(gm.graph, params, buffers),
+    )
+
+
+def _tied_parameter_names(model: nn.Module) -> dict[str, tuple[str, ...]]:
+    """Canonical FQN -> every FQN of the same parameter, for parameters tied under several names."""
+    by_id: dict[int, list[str]] = {}
+    for fqn, param in model.named_parameters(remove_duplicate=False):
+        by_id.setdefault(id(param), []).append(fqn)
+    return {names[0]: tuple(names) for names in by_id.values() if len(names) > 1}
+
+
+class _CallRecorder:
+    """Forward hooks that map module calls to graph nodes while ``make_fx`` traces."""
+
+    def __init__(self, model: nn.Module):
+        self.model = model
+        self.calls: list[ModuleCall] = []
+        self._ranges: list[tuple[str, int, int]] = []
+        self._stack: list[tuple[str, int, tuple]] = []
+        self._handles = []
+
+    def __enter__(self):
+        for fqn, module in self.model.named_modules():
+            self._handles.append(module.register_forward_pre_hook(self._pre(fqn), with_kwargs=True))
+            self._handles.append(module.register_forward_hook(self._post(fqn), always_call=True))
+        return self
+
+    def __exit__(self, *exc):
+        for handle in self._handles:
+            handle.remove()
+        self._handles.clear()
+
+    @staticmethod
+    def _tracer_graph():
+        mode = get_proxy_mode()
+        return (mode.tracer, mode.tracer.graph) if mode is not None else (None, None)
+
+    @staticmethod
+    def _tensor_nodes(tree, tracer) -> tuple[tuple[str, str], ...]:
+        found = []
+        for path, leaf in tree_flatten_with_path(tree)[0]:
+            if isinstance(leaf, torch.Tensor):
+                proxy = get_proxy_slot(leaf, tracer, None)
+                if proxy is not None:
+                    found.append((keystr(path), proxy.proxy.node.name))
+        return tuple(found)
+
+    def _pre(self, fqn):
+        def hook(module, args, kwargs):
+            tracer, graph = self._tracer_graph()
+            if tracer is not None:
+                self._stack.append((fqn, len(graph.nodes), self._tensor_nodes((args, kwargs), tracer)))
+
+        return hook
+
+    def _post(self, fqn):
+        def hook(module, args, output):
+            tracer, graph = self._tracer_graph()
+            if tracer is None or not self._stack or self._stack[-1][0] != fqn:
+                return
+            _, start, inputs = self._stack.pop()
+            self._ranges.append((fqn, start, len(graph.nodes)))
+            self.calls.append(ModuleCall(fqn, inputs, self._tensor_nodes(output, tracer)))
+
+        return hook
+
+    def node_owners(self, graph: fx.Graph) -> dict[str, str]:
+        nodes = list(graph.nodes)
+        owners: dict[str, str] = {}
+        for fqn, start, end in self._ranges:  # inner calls finish first, so they win
+            for node in nodes[start:end]:
+                owners.setdefault(node.name, fqn)
+        for node in nodes:
+            owners.setdefault(node.name, "")
+        return owners
+
+
+def _fingerprint(graph: fx.Graph, params: dict, buffers: dict) -> str:
+    digest = hashlib.sha256()
+    for node in graph.nodes:
+        val = node.meta.get("val")
+        shape = tuple(val.shape) if isinstance(val, torch.Tensor) else None
+        dtype = str(val.dtype) if isinstance(val, torch.Tensor) else None
+        digest.update(f"{node.op}|{node.name}|{node.target}|{node.args}|{shape}|{dtype}\n".encode())
+    for fqn, tensor in list(params.items()) + list(buffers.items()):
+        digest.update(f"{fqn}|{tuple(tensor.shape)}|{tensor.dtype}\n".encode())
+    return "sha256:" + digest.hexdigest()[:32]
