@@ -4,7 +4,7 @@ Per decision and strategy (arrays indexed like the decision's strategies):
 - ``compute_s``: forward + backward of the op on its local shard, by roofline:
   ``overhead + max(flops / (peak[dtype] * eff(flops)), bytes / (hbm * eff(bytes)))``.
   The work is split over every mesh axis on which any operand is not replicated;
-  backward is one matmul per input needing a gradient for matmul-like ops, and twice
+  backward is one matmul per matrix operand needing a gradient for matmul-like ops, and twice
   the forward traffic for the rest. Parameters add the AdamW update (7 passes over
   the local parameter bytes).
 - ``comm_s``: gradient reductions the strategy causes: an input that is replicated on
@@ -168,6 +168,8 @@ def _node_cost(choices, profile, name, data, reducers) -> NodeCost:
     flops = 0.0 if is_view else _flops(node)
     dtype = next((v.dtype for v in outputs if isinstance(v, torch.Tensor)), torch.float32)
     grad_inputs = [graph.nodes[u]["requires_grad"] for u, _, _ in ins]
+    # matmul backward: one matmul per matrix operand needing a gradient (a bias is a reduction)
+    grad_matrices = sum(g and getattr(v, "ndim", 0) >= 2 for g, v in zip(grad_inputs, in_values))
     compute, comm, memory = [], [], []
     for strategy in strategies:
         split = 1
@@ -180,7 +182,7 @@ def _node_cost(choices, profile, name, data, reducers) -> NodeCost:
         forward = 0.0 if is_view else _roofline(profile, flops / split, local_in + local_out, dtype)
         backward = 0.0
         if data["requires_grad"] and not is_view:
-            factor = max(1, sum(grad_inputs)) if node.target in MATMUL_OPS else 2
+            factor = max(1, grad_matrices) if node.target in MATMUL_OPS else 2
             backward = factor * forward
         compute.append(forward + backward)
         reduce = 0.0

@@ -83,8 +83,8 @@ def solve(
             )
         need = minimum_memory_bytes(costed)
         raise InfeasibleError(
-            f"no plan fits {memory_budget_bytes / 2**30:.2f} GiB per device "
-            f"(the smallest possible needs {need / 2**30:.2f} GiB)",
+            f"no plan fits {memory_budget_bytes / 2**30:.3g} GiB per device "
+            f"(the smallest possible needs {need / 2**30:.3g} GiB)",
             hint="raise --memory-gb, use a mesh with more devices, or a smaller batch",
         )
     values = result.variable_values()
