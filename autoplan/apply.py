@@ -23,7 +23,7 @@ from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.tensor import DTensor, Replicate, distribute_tensor
 from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
 from torch.distributed.tensor.experimental import implicit_replication
-from torch.utils._pytree import keystr, tree_flatten_with_path, tree_unflatten, tree_flatten
+from torch.utils._pytree import keystr, tree_flatten_with_path, tree_unflatten
 
 from autoplan.errors import PlanError
 from autoplan.placements import Spec, format_spec, to_placements
@@ -57,7 +57,7 @@ def shard_batch(batch, plan: Plan, device_mesh: DeviceMesh):
         if isinstance(leaf, torch.Tensor) and layout is not None:
             leaf = _local_slice(leaf, layout.placements, device_mesh)
         out.append(leaf)
-    args, kwargs = tree_unflatten(out, tree_flatten((args, kwargs))[1])
+    args, kwargs = tree_unflatten(out, spec)
     return rebuild(args, kwargs)
 
 
@@ -140,7 +140,7 @@ def _redistribute_tree(tree, layouts: dict[str, Spec], mesh: DeviceMesh):
                 leaf = leaf.redistribute(mesh, placements)
             changed = True
         out.append(leaf)
-    return tree_unflatten(out, tree_flatten(tree)[1]) if changed else tree
+    return tree_unflatten(out, spec) if changed else tree
 
 
 def _redistribute_inputs(layouts: dict[str, Spec], mesh: DeviceMesh):
@@ -172,7 +172,7 @@ def _wrap_root(model: nn.Module, plan: Plan, mesh: DeviceMesh) -> None:
             if isinstance(leaf, torch.Tensor) and not isinstance(leaf, DTensor) and layout is not None:
                 leaf = DTensor.from_local(leaf, mesh, to_placements(layout.placements), run_check=False)
             out.append(leaf)
-        return tree_unflatten(out, tree_flatten((args, kwargs))[1])
+        return tree_unflatten(out, spec)
 
     def leave(module, args, output):
         if contexts:
