@@ -49,7 +49,7 @@ class LoadedModel:
 def load_model_file(spec: str) -> LoadedModel:
     """Load ``path/to/model.py`` or ``path/to/model.py:BUILDER`` (default build_model)."""
     path, builder = _split_spec(spec)
-    module = _import_file(path)
+    module = import_model_file(path)
     build = _require_function(module, builder, path, "that returns the nn.Module to plan")
     make_inputs = _require_function(
         module, "example_inputs", path, "that returns one batch as a tuple or dict of tensors"
@@ -115,7 +115,8 @@ def _split_spec(spec: str) -> tuple[Path, str]:
     return path, builder
 
 
-def _import_file(path: Path):
+def import_model_file(path: Path):
+    """Import a model file as a fresh module (not calling its builder); errors name the file."""
     module_name = f"_autoplan_model_{next(_load_counter)}_{path.stem}"
     spec = importlib.util.spec_from_file_location(module_name, path)
     module = importlib.util.module_from_spec(spec)

@@ -7,8 +7,6 @@ own plan must predict a step time no worse. The chosen plan is then applied on a
 process group of 8 and runs forward and backward.
 """
 
-import importlib.util
-
 import pytest
 import torch
 import torch.distributed as dist
@@ -18,14 +16,11 @@ from torch.testing._internal.distributed.fake_pg import FakeStore
 import autoplan
 from autoplan.model_file import load_model_file
 from autoplan.suggest import suggest_with_report
-from conftest import EXAMPLES
+from conftest import EXAMPLES, example_module
 
 def llama_7b_on_cpu():
-    spec = importlib.util.spec_from_file_location("llama_7b_example", EXAMPLES / "llama_7b.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
     torch.manual_seed(0)
-    return module.build_model()
+    return example_module("llama_7b.py").build_model()
 
 
 COLUMN = ("q_proj", "k_proj", "v_proj", "gate_proj", "up_proj")

@@ -7,7 +7,6 @@ and its loss and every parameter gradient must equal the single-device model's
 """
 
 import copy
-import importlib.util
 import json
 import socket
 
@@ -17,18 +16,11 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 import autoplan
-from conftest import EXAMPLES
+from conftest import example_module
 
 WORLD = 8
 TOLERANCE = 1e-5
 BUDGET_GB = 0.0015  # 1.5 MiB: the replicated model state alone needs about 2 MiB
-
-
-def tiny_llama_module():
-    spec = importlib.util.spec_from_file_location("llama_example", EXAMPLES / "llama.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def free_port() -> int:
@@ -43,7 +35,7 @@ def worker(rank: int, plan_json: str, port: int, result_path: str):
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=WORLD)
     try:
         plan = autoplan.Plan.from_dict(json.loads(plan_json))
-        example = tiny_llama_module()
+        example = example_module("llama.py")
         torch.manual_seed(0)
         model = example.build_model()
         reference = copy.deepcopy(model)
@@ -72,7 +64,7 @@ def worker(rank: int, plan_json: str, port: int, result_path: str):
 
 @pytest.mark.gloo
 def test_loss_and_gradients_match_single_device(tmp_path):
-    example = tiny_llama_module()
+    example = example_module("llama.py")
     with torch.device("meta"):
         model = example.build_model()
         batch = example.example_inputs()
