@@ -23,8 +23,10 @@ from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.tensor import DTensor, Replicate, distribute_tensor
 from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
 from torch.distributed.tensor.experimental import implicit_replication
-from torch.utils._pytree import keystr, tree_flatten_with_path, tree_unflatten
+from torch.overrides import TorchFunctionMode
+from torch.utils._pytree import keystr, tree_flatten, tree_flatten_with_path, tree_unflatten
 
+from autoplan.dtensor_rules import op_by_name, register_builtin_rules, register_replicate_fallback
 from autoplan.errors import PlanError
 from autoplan.placements import Spec, format_spec, to_placements
 from autoplan.plan import Plan
@@ -34,8 +36,14 @@ def apply_plan(model: nn.Module, plan: Plan, device_mesh: DeviceMesh) -> nn.Modu
     """Distribute ``model`` in place per ``plan``; returns the same module."""
     _check_mesh(plan, device_mesh)
     _check_names(model, plan)
+    register_builtin_rules()
+    for name in plan.fallback_ops:
+        register_replicate_fallback(op_by_name(name))
     _distribute_parameters(model, plan, device_mesh)
     modules = dict(model.named_modules())
+    _gather_parameters_for_use(modules, plan, device_mesh)
+    for fqn in plan.opaque_modules:
+        _run_replicated(modules[fqn])
     for fqn, layout in plan.modules.items():
         module = modules[fqn]
         if layout.inputs:
@@ -90,8 +98,11 @@ def _check_names(model: nn.Module, plan: Plan) -> None:
     if unknown or missing:
         what = f"plan parameters not in the model: {unknown[:3]}" if unknown else f"model parameters missing from the plan: {missing[:3]}"
         raise PlanError(f"the plan does not match the model ({what})", hint="re-plan this model with `autoplan suggest`")
+    stray_uses = sorted(set(plan.parameter_uses) - names)
+    if stray_uses:
+        raise PlanError(f"plan parameter_uses name parameters not in the model: {stray_uses[:3]}", hint="re-plan this model with `autoplan suggest`")
     modules = {fqn for fqn, _ in model.named_modules()}
-    stray = sorted(set(plan.modules) - modules)
+    stray = sorted((set(plan.modules) | set(plan.opaque_modules)) - modules)
     if stray:
         raise PlanError(f"plan modules not in the model: {stray[:3]}", hint="re-plan this model with `autoplan suggest`")
 
@@ -112,6 +123,78 @@ def _distribute_parameters(model: nn.Module, plan: Plan, mesh: DeviceMesh) -> No
                     new.register_post_accumulate_grad_hook(_reduce_gradient)
                 done[id(param)] = new
             module.register_parameter(name, done[id(param)])
+
+
+def _gather_parameters_for_use(modules: dict[str, nn.Module], plan: Plan, mesh: DeviceMesh) -> None:
+    """Around each module's forward, its parameters take the layout the plan computes with.
+
+    The pre-hook swaps each such parameter for ``param.redistribute(use layout)`` (an
+    all-gather, for a parameter stored sharded and used replicated); autograd carries the
+    gradient back through the redistribute, reducing it to the stored layout (a
+    reduce-scatter where it was partial). The post-hook puts the parameter back, so
+    ``named_parameters()``, the optimizer and checkpoints only ever see the stored one.
+    """
+    by_module: dict[str, dict[str, Spec]] = {}
+    for fqn, spec in plan.parameter_uses.items():
+        owner, _, name = fqn.rpartition(".")
+        if any(owner == region or owner.startswith(region + ".") for region in plan.opaque_modules):
+            continue  # an opaque region gathers all its state itself (_run_replicated)
+        by_module.setdefault(owner, {})[name] = spec
+    for owner, specs in by_module.items():
+        module = modules[owner]
+        stored: dict[str, nn.Parameter] = {}
+
+        def swap_in(module, args, specs=specs, stored=stored):
+            for name, spec in specs.items():
+                param = module._parameters.pop(name)
+                stored[name] = param
+                setattr(module, name, param.redistribute(mesh, to_placements(spec)))
+
+        def swap_out(module, args, output, specs=specs, stored=stored):
+            for name in specs:
+                if name in stored:
+                    delattr(module, name)
+                    module.register_parameter(name, stored.pop(name))
+
+        module.register_forward_pre_hook(swap_in)
+        module.register_forward_hook(swap_out, always_call=True)
+
+
+def _run_replicated(module: nn.Module) -> None:
+    """Run a data-dependent region (see ``opaque.py``) on whole tensors, the same on every rank.
+
+    Its inputs, parameters and buffers are gathered to full plain tensors (differentiably:
+    gradients flow back to the sharded originals), the module's own forward runs on them
+    outside DTensor, and its tensor outputs re-enter as replicated DTensors.
+    """
+    from torch.nn.utils.stateless import _reparametrize_module
+
+    original = module.forward
+
+    def forward(*args, **kwargs):
+        mesh = None
+        leaves, spec = tree_flatten((args, kwargs))
+        for leaf in leaves:
+            if isinstance(leaf, DTensor):
+                mesh = leaf.device_mesh
+        state = {name: p for name, p in module.named_parameters()}
+        state.update({name: b for name, b in module.named_buffers()})
+        for value in state.values():
+            if isinstance(value, DTensor):
+                mesh = value.device_mesh
+        if mesh is None:
+            return original(*args, **kwargs)
+        args, kwargs = tree_unflatten([_whole(x) for x in leaves], spec)
+        with _reparametrize_module(module, {name: _whole(v) for name, v in state.items()}):
+            output = original(*args, **kwargs)
+        out_leaves, out_spec = tree_flatten(output)
+        return tree_unflatten([_as_dtensor(x, mesh) if isinstance(x, torch.Tensor) else x for x in out_leaves], out_spec)
+
+    module.forward = forward
+
+
+def _whole(value):
+    return value.full_tensor() if isinstance(value, DTensor) else value
 
 
 def _reduce_gradient(param: torch.Tensor) -> None:
@@ -164,6 +247,7 @@ def _wrap_root(model: nn.Module, plan: Plan, mesh: DeviceMesh) -> None:
     def enter(module, args, kwargs):
         stack = ExitStack()
         stack.enter_context(implicit_replication())
+        stack.enter_context(_ReplicatePlainOperands(mesh))
         contexts.append(stack)
         leaves, spec = tree_flatten_with_path((args, kwargs))
         out = []
@@ -181,6 +265,47 @@ def _wrap_root(model: nn.Module, plan: Plan, mesh: DeviceMesh) -> None:
 
     model.register_forward_pre_hook(enter, with_kwargs=True, prepend=True)
     model.register_forward_hook(leave, always_call=True)
+
+
+class _ReplicatePlainOperands(TorchFunctionMode):
+    """Plain tensors passed to a torch function together with DTensors become replicated DTensors.
+
+    DTensor's implicit replication does the same at dispatch time, but that is below
+    autograd: autograd would save the plain tensor (position ids, a mask, BatchNorm's
+    running statistics) for the backward, where implicit replication is no longer in
+    force, and a backward op such as ``embedding_dense_backward`` would fail on a plain
+    tensor next to a DTensor gradient. Converting at the torch-function level makes
+    autograd save the DTensor. Calls that involve only plain tensors (code that works
+    on ``to_local()`` shards) are left alone. Such tensors are identical on every rank,
+    so replicating them is exactly what the planner assumed.
+    """
+
+    def __init__(self, mesh: DeviceMesh):
+        super().__init__()
+        self.mesh = mesh
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func in _TO_PYTHON and isinstance(args[0], DTensor):
+            # A Python value read from a tensor steers control flow (``if mask.all():``):
+            # every rank must read the global value, or ranks take different branches and
+            # their collectives no longer match.
+            return func(args[0].full_tensor(), *args[1:], **kwargs)
+        leaves, spec = tree_flatten((args, kwargs))
+        if any(isinstance(x, DTensor) for x in leaves) and any(_is_plain(x) for x in leaves):
+            leaves = [_as_dtensor(x, self.mesh) if _is_plain(x) else x for x in leaves]
+            args, kwargs = tree_unflatten(leaves, spec)
+        return func(*args, **kwargs)
+
+
+_TO_PYTHON = {
+    torch.Tensor.item, torch.Tensor.tolist, torch.Tensor.__bool__, torch.Tensor.__int__,
+    torch.Tensor.__float__, torch.Tensor.__index__,
+}
+
+
+def _is_plain(value) -> bool:
+    return isinstance(value, torch.Tensor) and not isinstance(value, DTensor)
 
 
 def _plain_loss(output):

@@ -23,6 +23,7 @@ from torch.distributed.device_mesh import DeviceMesh
 from torch.utils._pytree import tree_flatten, tree_map
 
 from autoplan import strategies as registry
+from autoplan.opaque import OPAQUE_OP
 from autoplan.placements import candidate_specs, replicated
 from autoplan.strategies import Strategy
 from autoplan.trace import TracedGraph
@@ -46,6 +47,8 @@ class ChoiceGraph:
     mesh_shape: tuple[int, ...]
     axis_names: tuple[str, ...]
     warnings: tuple[str, ...]
+    fallback_ops: tuple[str, ...] = ()
+    """Ops with no DTensor rule, planned replicated (sorted names such as ``aten.renorm.default``)."""
 
     def strategies(self, name: str) -> list[Strategy]:
         return self.graph.nodes[name]["strategies"]
@@ -110,8 +113,13 @@ def build_choices(traced: TracedGraph, mesh_shape: tuple[int, ...], axis_names: 
             requires_grad.add(node.name)
 
         kind, options = OP, None
-        if depends:
+        if node.target is OPAQUE_OP:
+            kind = FALLBACK  # replicated: the planner cannot see inside (see opaque.py)
+        elif depends:
             options = _strategies_for(node, mesh, cache)
+            buffer_inputs = [i for i, (source, _) in enumerate(sources) if source in traced.buffers]
+            if options and buffer_inputs:
+                options = _keep_buffers_in_place(options, buffer_inputs) or None
             if not options:
                 kind = FALLBACK
                 uncovered.setdefault(str(node.target), []).append(node.name)
@@ -129,8 +137,25 @@ def build_choices(traced: TracedGraph, mesh_shape: tuple[int, ...], axis_names: 
     warnings = tuple(
         f"no DTensor sharding rule for {op} ({len(names)} node(s), e.g. {names[0]}): replicated"
         for op, names in sorted(uncovered.items())
+    ) + tuple(
+        f"module {fqn} ({cls}) has data-dependent shapes: run replicated as one opaque region, "
+        "not searched; its compute cost is an upper bound"
+        for fqn, cls in sorted(traced.opaque_modules.items())
     )
-    return ChoiceGraph(graph, traced, tuple(mesh_shape), tuple(axis_names), warnings)
+    return ChoiceGraph(graph, traced, tuple(mesh_shape), tuple(axis_names), warnings, tuple(sorted(uncovered)))
+
+
+def _keep_buffers_in_place(options: list[Strategy], buffer_inputs: list[int]) -> list[Strategy]:
+    """Strategies that read each buffer where it lives (buffers are replicated).
+
+    Ops may update a buffer in place (BatchNorm's running statistics, even though
+    ``native_batch_norm``'s schema does not declare it); fed a redistributed copy, the
+    update would be lost. Buffers are small, so reading them replicated costs little.
+    """
+    return [
+        strategy for strategy in options
+        if all(all(p == "R" for p in strategy.inputs[i]) for i in buffer_inputs)
+    ]
 
 
 def _is_tensor_node(arg) -> bool:

@@ -165,7 +165,7 @@ def _node_cost(choices, profile, name, data, reducers) -> NodeCost:
     in_bytes = [tensor_bytes(v) for v in in_values]
     out_bytes = [tensor_bytes(v) for v in outputs]
     is_view = _is_view(data)
-    flops = 0.0 if is_view else _flops(node)
+    flops = 0.0 if is_view else choices.traced.opaque_flops.get(name) or _flops(node)
     dtype = next((v.dtype for v in outputs if isinstance(v, torch.Tensor)), torch.float32)
     grad_inputs = [graph.nodes[u]["requires_grad"] for u, _, _ in ins]
     # matmul backward: one matmul per matrix operand needing a gradient (a bias is a reduction)

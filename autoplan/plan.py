@@ -72,6 +72,13 @@ class Plan:
     fingerprint: str
     solver: SolverReport
     warnings: tuple[str, ...] = ()
+    fallback_ops: tuple[str, ...] = ()
+    """ATen ops with no DTensor rule, planned replicated; apply_plan lets DTensor run them so."""
+    opaque_modules: tuple[str, ...] = ()
+    """Modules with data-dependent shapes: apply_plan runs each one replicated, on whole tensors."""
+    parameter_uses: dict[str, Spec] = field(default_factory=dict)
+    """FQN -> layout the owning module computes with, where it differs from the stored one
+    (e.g. stored sharded, gathered to replicated just before use, FSDP-style)."""
 
     def to_dict(self) -> dict:
         return {
@@ -94,6 +101,9 @@ class Plan:
             "fingerprint": self.fingerprint,
             "solver": asdict(self.solver),
             "warnings": list(self.warnings),
+            "fallback_ops": list(self.fallback_ops),
+            "opaque_modules": list(self.opaque_modules),
+            "parameter_uses": {fqn: list(spec) for fqn, spec in sorted(self.parameter_uses.items())},
         }
 
     def to_json(self) -> str:
@@ -171,6 +181,11 @@ def _parse(data, source: str) -> Plan:
             fingerprint=str(need(data, "fingerprint")),
             solver=SolverReport(**solver),
             warnings=tuple(need(data, "warnings")),
+            fallback_ops=tuple(str(op) for op in data.get("fallback_ops", [])),
+            opaque_modules=tuple(str(fqn) for fqn in data.get("opaque_modules", [])),
+            parameter_uses={
+                fqn: spec(v, f"parameter_uses.{fqn}") for fqn, v in data.get("parameter_uses", {}).items()
+            },
         )
     except TypeError as err:
         fail(f"unexpected fields ({err})")

@@ -25,6 +25,7 @@ def build_plan(costed: CostedGraph, choice: dict[str, int], solution: Solution, 
     for node, fqns in traced.parameters.items():
         for fqn in fqns:
             parameters[fqn] = output_spec(node)
+    uses = _parameter_uses(choices, choice, parameters)
     inputs = {}
     for node, key in traced.inputs.items():
         if graph.nodes[node]["kind"] == INPUT:
@@ -63,7 +64,36 @@ def build_plan(costed: CostedGraph, choice: dict[str, int], solution: Solution, 
         fingerprint=traced.fingerprint,
         solver=SolverReport(solution.status, rounded(solution.objective_s), rounded(solution.bound_s), rounded(solution.gap)),
         warnings=tuple(warnings),
+        fallback_ops=choices.fallback_ops,
+        opaque_modules=tuple(sorted(traced.opaque_modules)),
+        parameter_uses=uses,
     )
+
+
+def _parameter_uses(choices, choice: dict[str, int], storage: dict) -> dict:
+    """FQN -> the layout its module computes with, where that differs from how it is stored.
+
+    A parameter stored sharded and used replicated (FSDP-style) is gathered by its module
+    just before use; recording the planned use layout lets the apply engine do that
+    gather itself rather than leave it to DTensor's runtime choice, which may differ from
+    the plan (and, for some ops, ignores a sharded weight). A tied parameter used by two
+    modules gets an entry under each module's own FQN.
+    """
+    graph, traced = choices.graph, choices.traced
+    found: dict[str, set] = {}
+    for node, fqns in traced.parameters.items():
+        for _, consumer, key in graph.out_edges(node, keys=True):
+            spec = graph.nodes[consumer]["strategies"][choice[consumer]].inputs[key]
+            owner = traced.node_modules.get(consumer, "")
+            fqn = next((f for f in fqns if f.rpartition(".")[0] == owner), None)
+            if fqn is None:  # used outside its own module: keyed by its first name
+                fqn = fqns[0]
+            found.setdefault(fqn, set()).add(spec)
+    return {
+        fqn: next(iter(specs))
+        for fqn, specs in sorted(found.items())
+        if len(specs) == 1 and next(iter(specs)) != storage[fqn]
+    }
 
 
 def predict(costed: CostedGraph, choice: dict[str, int]) -> Predicted:

@@ -37,6 +37,13 @@ from autoplan.cost import CostedGraph
 from autoplan.errors import InfeasibleError
 
 US = 1e6  # objective unit: microseconds
+TIE_BREAK_US = 1e-3
+"""Charged per sharded or partial output placement, and removed from the reported objective.
+
+Among plans of equal cost (a value nothing differentiates, such as rotary tables that
+are as cheap sliced as whole), the solver then picks the replicated layout: it is what a
+person would write, and DTensor's run-time propagation on N-D meshes gets much slower
+for needlessly mixed layouts."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,8 +101,9 @@ def solve(
             choice[name] = variables
         else:
             choice[name] = max(range(len(variables)), key=lambda i: (values[variables[i]], -i))
-    objective = result.objective_value() / US
-    bound = result.best_objective_bound() / US if reason == mathopt.TerminationReason.FEASIBLE else objective
+    tie_break = sum(_sharded_outputs(costed, name, i) for name, i in choice.items()) * TIE_BREAK_US
+    objective = (result.objective_value() - tie_break) / US
+    bound = (result.best_objective_bound() - tie_break) / US if reason == mathopt.TerminationReason.FEASIBLE else objective
     gap = 0.0 if objective == 0 else max(0.0, (objective - bound) / abs(objective))
     return Solution(
         choice=choice,
@@ -175,10 +183,23 @@ def _add_memory_limit(model, costed, s, budget):
     model.add_linear_constraint(mathopt.fast_sum(terms) <= budget / 2**30 - constant / 2**30)
 
 
+def _sharded_outputs(costed, name: str, index: int) -> int:
+    """Non-replicated output placements of an op's strategy (placeholders are not tie-broken:
+    a batch that is as cheap split as whole should arrive split)."""
+    data = costed.choices.graph.nodes[name]
+    if data["kind"] != "op":
+        return 0
+    outputs = data["strategies"][index].outputs
+    return sum(p != "R" for spec in outputs if spec for p in spec)
+
+
 def _objective(costed, s, e):
     terms, constant = [], 0.0
     for name, cost in costed.nodes.items():
-        per = [(c + m) * US for c, m in zip(cost.compute_s, cost.comm_s)]
+        per = [
+            (c + m) * US + _sharded_outputs(costed, name, i) * TIE_BREAK_US
+            for i, (c, m) in enumerate(zip(cost.compute_s, cost.comm_s))
+        ]
         if isinstance(s[name], int):
             constant += per[s[name]]
         else:

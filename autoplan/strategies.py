@@ -25,9 +25,11 @@ from torch.distributed.tensor._dtensor_spec import DTensorSpec, TensorMeta
 from torch.distributed.tensor._op_schema import OpSchema, OpSpec, OpStrategy, TupleStrategy
 from torch.utils._pytree import tree_flatten, tree_map
 
-from autoplan.placements import Spec, candidate_specs, fits_evenly, spec_from_placements, to_placements
+from autoplan.dtensor_rules import register_builtin_rules
+from autoplan.placements import Spec, candidate_specs, fits_evenly, is_partial, spec_from_placements, to_placements
 
 _PROPAGATOR = DTensor._op_dispatcher.sharding_propagator
+register_builtin_rules()
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,8 +80,32 @@ def enumerate_strategies(op, args, kwargs, out_value, mesh: DeviceMesh) -> list[
             for s, t in zip(strategy.outputs, out_leaves)
         ):
             continue
+        if _passes_partial_through(strategy, leaves, out_leaves):
+            continue
         strategies[strategy] = None
     return list(strategies)
+
+
+def _passes_partial_through(strategy: Strategy, inputs: list, outputs: list) -> bool:
+    """True when a pending reduction (Partial input) is carried, unshrunk, to the output.
+
+    Such a strategy never pays: reducing on the way in moves the same bytes (and a
+    reduce-scatter there is as cheap as anywhere later), while the op itself runs on
+    full-size local tensors either way. Only an op that makes the tensor smaller (a
+    reduction such as the loss's sum) is worth feeding a Partial. Dropping these keeps
+    the candidate count on N-D meshes in check: every elementwise op otherwise doubles
+    its strategies per mesh axis with Partial variants.
+    """
+    out_numel = max((t.numel() for t in outputs if isinstance(t, torch.Tensor)), default=0)
+    for spec, tensor in zip(strategy.inputs, inputs):
+        if tensor.numel() > out_numel or tensor.numel() <= 1:
+            continue  # a reduction, or a scalar (the loss): carrying Partial there is free
+        for axis, placement in enumerate(spec):
+            if is_partial(placement) and any(
+                out is not None and is_partial(out[axis]) for out in strategy.outputs
+            ):
+                return True
+    return False
 
 
 def _schema_info(op, single_dim: bool):

@@ -9,13 +9,14 @@ enter and leave each module call; the plan's module-level layouts come from them
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import fx, nn
 from torch.fx.experimental.proxy_tensor import get_proxy_mode, get_proxy_slot, make_fx
 from torch.utils._pytree import keystr, tree_flatten_with_path
 
+from autoplan import opaque
 from autoplan.errors import TraceError
 from autoplan.loss import training_loss
 
@@ -56,6 +57,10 @@ class TracedGraph:
     """True when the example batch is a dict of keyword arguments."""
     fingerprint: str
     """Hash of the graph, parameter shapes and input shapes."""
+    opaque_modules: dict[str, str] = field(default_factory=dict)
+    """FQN -> class name of each module traced as one opaque region (``opaque.py``)."""
+    opaque_flops: dict[str, float] = field(default_factory=dict)
+    """Opaque-region node -> its forward FLOPs (an upper bound)."""
 
 
 def split_batch(batch) -> tuple[tuple, dict]:
@@ -74,24 +79,34 @@ def trace_model(model: nn.Module, example_inputs) -> TracedGraph:
     buffers = dict(model.named_buffers())
     aliases = _tied_parameter_names(model)
     was_training = model.training
-    model.train()
     recorder = _CallRecorder(model)
 
     def step(params, buffers, args, kwargs):
         output = torch.func.functional_call(model, {**params, **buffers}, args, kwargs)
         return training_loss(output)
 
-    try:
-        with recorder:
-            gm = make_fx(step, tracing_mode="fake")(params, buffers, args, kwargs)
-    except Exception as err:  # tracing errors come from anywhere in user code
-        raise TraceError(
-            f"could not trace the model: {type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}",
-            hint="the model must run on meta tensors with the example inputs; try it with "
-            "model(**example_inputs()) under torch.device('meta') (--debug shows the traceback)",
-        ) from err
-    finally:
-        model.train(was_training)
+    opaque_classes: set[type] = set()
+    while True:
+        model.train()
+        regions = opaque.install(model, opaque_classes)
+        try:
+            with recorder:
+                gm = make_fx(step, tracing_mode="fake")(params, buffers, args, kwargs)
+            break
+        except Exception as err:  # tracing errors come from anywhere in user code
+            culprit = opaque.failing_module(err, model) if opaque.is_data_dependent(err) else None
+            if culprit is not None and type(culprit) not in opaque_classes and culprit is not model:
+                opaque_classes.add(type(culprit))  # trace again with that region opaque
+                recorder.reset()
+                continue
+            raise TraceError(
+                f"could not trace the model: {type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}",
+                hint="the model must run on meta tensors with the example inputs; try it with "
+                "model(**example_inputs()) under torch.device('meta') (--debug shows the traceback)",
+            ) from err
+        finally:
+            opaque.uninstall(regions)
+            model.train(was_training)
 
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     n_params, n_buffers = len(params), len(buffers)
@@ -116,6 +131,11 @@ def trace_model(model: nn.Module, example_inputs) -> TracedGraph:
         module_types={fqn: type(m).__name__ for fqn, m in model.named_modules()},
         batch_is_kwargs=isinstance(example_inputs, dict),
         fingerprint=_fingerprint(gm.graph, params, buffers),
+        opaque_modules={fqn: type(m).__name__ for fqn, m in model.named_modules() if type(m) in opaque_classes},
+        opaque_flops={
+            node.name: opaque.region_flops(node.args[0])
+            for node in gm.graph.nodes if node.target is opaque.OPAQUE_OP
+        },
     )
 
 
@@ -142,6 +162,11 @@ class _CallRecorder:
             self._handles.append(module.register_forward_pre_hook(self._pre(fqn), with_kwargs=True))
             self._handles.append(module.register_forward_hook(self._post(fqn), always_call=True))
         return self
+
+    def reset(self) -> None:
+        self.calls.clear()
+        self._ranges.clear()
+        self._stack.clear()
 
     def __exit__(self, *exc):
         for handle in self._handles:

@@ -1,0 +1,118 @@
+"""Sharding rules autoplan adds to DTensor's registry, for the planner and the apply engine alike.
+
+- CPU fused attention. On a CPU mesh (gloo) PyTorch runs ``scaled_dot_product_attention``
+  as ``_scaled_dot_product_flash_attention_for_cpu``, for which DTensor has no rule; on
+  meta tensors, where autoplan traces, the same call decomposes into matmuls and softmax.
+  The rule below allows what attention allows on each mesh axis: replicate everything,
+  shard the batch dim, or shard the heads dim (of q, k, v, the output and the log-sum-exp
+  alike), so the fused kernel runs where the planner priced the decomposition.
+- Replicate fallback. An op DTensor has no rule for is planned replicated (the plan lists
+  it in ``fallback_ops`` and in its warnings); ``register_replicate_fallback`` lets DTensor
+  run it that way: every input is gathered to Replicate and the op runs on whole tensors,
+  so results are exact, only slower. Its backward op (``<name>_backward``), when it has
+  no rule either, gets the same fallback.
+
+Registration is process-wide and idempotent; rules DTensor already has are never replaced.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch.distributed.tensor import DTensor, Replicate, Shard
+from torch.distributed.tensor._op_schema import OpSchema, OpSpec, OpStrategy, RuntimeSchemaInfo
+
+from autoplan.errors import PlanError
+
+aten = torch.ops.aten
+_PROPAGATOR = DTensor._op_dispatcher.sharding_propagator
+_registered: set = set()
+
+_BATCH_DIM, _HEADS_DIM = 0, 1
+
+
+def _has_rule(op) -> bool:
+    return op in _PROPAGATOR.op_strategy_funcs or op in _PROPAGATOR.op_single_dim_strategy_funcs
+
+
+def _register(op, strategy_func, schema_info: RuntimeSchemaInfo) -> None:
+    if op in _registered or _has_rule(op):
+        return
+    _PROPAGATOR.register_op_strategy(op, strategy_func, schema_info=schema_info)
+    _registered.add(op)
+
+
+def _tensor_args(op_schema: OpSchema) -> list[OpStrategy]:
+    return [arg for arg in op_schema.args_schema if isinstance(arg, OpStrategy)]
+
+
+def _attention_rows(num_outputs: int, num_inputs: int, has_mask: bool) -> list[list]:
+    """Per-axis placements (outputs then inputs): all replicated, batch-sharded, head-sharded."""
+    rows = [[Replicate()] * (num_outputs + num_inputs)]
+    if not has_mask:  # a mask may broadcast over batch or heads: keep it simple and replicate
+        for dim in (_BATCH_DIM, _HEADS_DIM):
+            rows.append([Shard(dim)] * (num_outputs + num_inputs))
+    return rows
+
+
+def _cpu_attention_forward(op_schema: OpSchema) -> OpStrategy:
+    from torch.distributed.tensor._ops.utils import expand_to_full_mesh_op_strategy
+
+    mesh = op_schema.get_mesh_from_args()
+    inputs = _tensor_args(op_schema)
+    has_mask = op_schema.kwargs_schema.get("attn_mask") is not None
+    rows = _attention_rows(2, len(inputs), has_mask)  # outputs: attention output, log-sum-exp
+    return expand_to_full_mesh_op_strategy(mesh, op_schema, rows, input_index=2)
+
+
+def _cpu_attention_backward(op_schema: OpSchema) -> OpStrategy:
+    from torch.distributed.tensor._ops.utils import expand_to_full_mesh_op_strategy
+
+    mesh = op_schema.get_mesh_from_args()
+    inputs = _tensor_args(op_schema)  # grad_out, q, k, v, out, logsumexp
+    has_mask = op_schema.kwargs_schema.get("attn_mask") is not None
+    rows = _attention_rows(3, len(inputs), has_mask)  # outputs: grad q, k, v
+    return expand_to_full_mesh_op_strategy(mesh, op_schema, rows, input_index=3)
+
+
+def register_builtin_rules() -> None:
+    """Rules autoplan always adds (see the module docstring)."""
+    _register(
+        aten._scaled_dot_product_flash_attention_for_cpu.default,
+        _cpu_attention_forward,
+        RuntimeSchemaInfo(3, static_kwargkey=["scale"]),
+    )
+    _register(
+        aten._scaled_dot_product_flash_attention_for_cpu_backward.default,
+        _cpu_attention_backward,
+        RuntimeSchemaInfo(6, static_kwargkey=["scale"]),
+    )
+
+
+def _replicate_everything(op_schema: OpSchema) -> OpStrategy:
+    mesh = op_schema.get_mesh_from_args()
+    replicate = (Replicate(),) * mesh.ndim
+    from torch.distributed.tensor._dtensor_spec import DTensorSpec
+
+    inputs = [DTensorSpec(mesh, replicate, arg.strategies[0].output_spec.tensor_meta) for arg in _tensor_args(op_schema)]
+    out = op_schema.op._schema.returns
+    outputs = tuple(DTensorSpec(mesh, replicate) for _ in out) if len(out) > 1 else DTensorSpec(mesh, replicate)
+    return OpStrategy([OpSpec(output_specs=outputs, input_specs=inputs)])
+
+
+def op_by_name(name: str):
+    """``aten.renorm.default`` (as ``str(op)`` prints it) -> the OpOverload."""
+    try:
+        namespace, packet, overload = name.split(".")
+        return getattr(getattr(getattr(torch.ops, namespace), packet), overload)
+    except (ValueError, AttributeError) as err:
+        raise PlanError(f"the plan names an unknown op {name!r} in fallback_ops", hint="re-plan with this torch version") from err
+
+
+def register_replicate_fallback(op) -> None:
+    """Let DTensor run ``op`` (and its backward op, if it lacks a rule) fully replicated."""
+    static = RuntimeSchemaInfo(needs_pytree=True)
+    _register(op, _replicate_everything, static)
+    backward = getattr(aten, f"{op._schema.name.split('::')[1]}_backward", None)
+    if backward is not None:
+        for overload in backward.overloads():
+            _register(getattr(backward, overload), _replicate_everything, static)
