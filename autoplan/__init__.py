@@ -2,6 +2,7 @@
 
     plan = autoplan.suggest(model, example_inputs, mesh=(2, 4), axis_names=("dp", "tp"))
     plan.save("plans_out/model-2x4.json")
+    autoplan.score(model, example_inputs, plan, profile="cpu-gloo").step_time_s  # any plan
     model = autoplan.apply_plan(model, plan, device_mesh)
     local_batch = autoplan.shard_batch(global_batch, plan, device_mesh)
     loss = autoplan.training_loss(model(**local_batch))
@@ -12,6 +13,10 @@ from autoplan.errors import AutoplanError
 from autoplan.loss import training_loss
 from autoplan.plan import Plan
 from autoplan.profile import load_profile
+from autoplan.score import Score, score
 from autoplan.suggest import suggest
 
-__all__ = ["AutoplanError", "Plan", "apply_plan", "load_profile", "shard_batch", "suggest", "training_loss"]
+__all__ = [
+    "AutoplanError", "Plan", "Score", "apply_plan", "load_profile", "score", "shard_batch", "suggest",
+    "training_loss",
+]

@@ -7,7 +7,9 @@
 all_gather, the full input for reduce_scatter, the buffer for all_reduce and all_to_all.
 
 A mesh is laid out row-major over global ranks, nodes holding consecutive ranks; an axis
-whose groups fit in one node talks over the intra-node link, otherwise inter-node.
+whose groups fit in one node talks over the intra-node link, otherwise inter-node. A
+profile calibrated on the planning mesh's very shape carries a cost per axis (its
+``axes`` table), measured where the plan will run; that table wins over the link table.
 
 Redistribution between two specs is priced the way DTensor performs it, one mesh axis
 at a time. The table below gives the forward collective for each transition on an axis,
@@ -31,7 +33,7 @@ from __future__ import annotations
 import math
 
 from autoplan.placements import Spec, is_partial, is_shard, shard_factor
-from autoplan.profile import ClusterProfile
+from autoplan.profile import ClusterProfile, LinkCost
 
 
 def axis_link(mesh_shape: tuple[int, ...], axis: int, devices_per_node: int) -> str:
@@ -43,9 +45,21 @@ def collective_seconds(profile: ClusterProfile, kind: str, nbytes: float, mesh_s
     n = mesh_shape[axis]
     if n == 1 or nbytes <= 0:
         return 0.0
-    cost = profile.links[axis_link(mesh_shape, axis, profile.devices_per_node)][kind]
-    factor = 2 * (n - 1) / n if kind == "all_reduce" else (n - 1) / n
-    return cost.latency_s + factor * nbytes / cost.bus_bandwidth_bytes_per_s
+    cost = link_cost(profile, kind, mesh_shape, axis)
+    return cost.latency_s + bus_factor(kind, n) * nbytes / cost.bus_bandwidth_bytes_per_s
+
+
+def bus_factor(kind: str, n: int) -> float:
+    """nccl-tests bus factor: the share of the buffer each rank sends over its link."""
+    return 2 * (n - 1) / n if kind == "all_reduce" else (n - 1) / n
+
+
+def link_cost(profile: ClusterProfile, kind: str, mesh_shape: tuple[int, ...], axis: int) -> LinkCost:
+    """The measured cost of ``axis`` if the profile was calibrated on this mesh shape, else its link's."""
+    per_axis = profile.axes.get(tuple(mesh_shape))
+    if per_axis is not None:
+        return per_axis[axis][kind]
+    return profile.links[axis_link(mesh_shape, axis, profile.devices_per_node)][kind]
 
 
 def _transition(src: str, dst: str) -> tuple[str | None, str | None, str]:

@@ -34,3 +34,7 @@ class PlanError(AutoplanError):
 
 class TraceError(AutoplanError):
     """The model could not be traced."""
+
+
+class NotApplicableError(AutoplanError):
+    """A baseline layout does not apply to this model or mesh."""

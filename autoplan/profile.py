@@ -2,12 +2,24 @@
 
 A profile is a JSON file in ``cost_models/`` (or anywhere, given by path), validated on
 load. Its schema is the ``ClusterProfile`` dataclass below; ``h100-sxm`` is the default.
+
+Collective costs come in two tables. ``links`` (required) prices a collective by the link
+its groups use, intra-node or inter-node, and serves any mesh. ``axes`` (optional, written
+by ``autoplan calibrate``) holds what was measured on each axis of one mesh shape, keyed
+by that shape ("2x4"); the cost stage prefers it when planning on that very shape, where it
+also captures what a link class cannot (two intra-node axes of different group sizes or
+strides, an all_to_all that DTensor runs as all_gather on gloo)::
+
+    "axes": {"2x4": [{"name": "dp", "collectives": {"all_reduce": {"latency_s": ..,
+                                                                   "bus_bandwidth_bytes_per_s": ..}, ...}},
+                     {"name": "tp", "collectives": {...}}]}
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from autoplan.errors import ProfileError
@@ -16,6 +28,9 @@ COST_MODELS_DIR = Path(__file__).resolve().parent.parent / "cost_models"
 DEFAULT_PROFILE = "h100-sxm"
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
 LINKS = ("intra_node", "inter_node")
+SCHEMA_VERSION = 1
+_REMAKE = "re-create it with `autoplan calibrate` or restore it from cost_models/"
+_FIX = "re-create it with `autoplan calibrate` or fix the file"
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +68,8 @@ class ClusterProfile:
     links: dict[str, dict[str, LinkCost]]
     """"intra_node" / "inter_node" -> collective -> cost."""
     provenance: dict
+    axes: dict[tuple[int, ...], tuple[dict[str, LinkCost], ...]] = field(default_factory=dict)
+    """Measured per-axis costs: mesh shape -> per axis, collective -> cost (may be empty)."""
 
     def flops_for(self, dtype_name: str) -> float:
         return self.peak_flops.get(dtype_name) or self.peak_flops["float32"]
@@ -71,53 +88,126 @@ def load_profile(name_or_path: str | None = None) -> ClusterProfile:
             hint=f"pass one of: {known}, or the path of a profile JSON file",
         )
     try:
-        data = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as err:
-        raise ProfileError(f"cluster profile {path} is not valid JSON ({err})", hint="re-create it with `autoplan calibrate` or restore it") from err
+        raw = path.read_bytes()
+    except OSError as err:
+        raise ProfileError(f"could not read cluster profile {path}: {err.strerror or err}", hint="check the file's permissions") from err
+    try:
+        data = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise ProfileError(f"cluster profile {path} is not valid JSON ({err})", hint=_REMAKE) from err
     return profile_from_dict(data, source=str(path))
 
 
 def profile_from_dict(data: dict, source: str = "<dict>") -> ClusterProfile:
-    def need(mapping, key, where):
-        if not isinstance(mapping, dict) or key not in mapping:
-            raise ProfileError(f"cluster profile {source} lacks {where}{key}", hint="re-create it with `autoplan calibrate` or fix the file")
-        return mapping[key]
-
-    def positive(value, where):
-        if not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0:
-            raise ProfileError(f"cluster profile {source}: expected a positive number at {where}, got {value!r}", hint="fix the file")
-        return float(value)
-
-    if need(data, "schema_version", "") != 1:
-        raise ProfileError(f"cluster profile {source} has schema_version {data['schema_version']!r}, expected 1", hint="upgrade autoplan or re-create the profile")
-    device = need(data, "device", "")
-    eff = need(data, "efficiency", "")
-    links_data = need(data, "links", "")
-    links = {}
-    for link in LINKS:
-        per_link = need(links_data, link, "links.")
-        links[link] = {
-            kind: LinkCost(
-                positive(need(need(per_link, kind, f"links.{link}."), "latency_s", f"links.{link}.{kind}."), f"links.{link}.{kind}.latency_s"),
-                positive(need(per_link[kind], "bus_bandwidth_bytes_per_s", f"links.{link}.{kind}."), f"links.{link}.{kind}.bus_bandwidth_bytes_per_s"),
-            )
-            for kind in COLLECTIVES
-        }
-    peak = need(device, "peak_flops", "device.")
+    """Validate a profile's JSON data; every problem is a ProfileError naming the key."""
+    if not isinstance(data, dict):
+        raise ProfileError(f"cluster profile {source}: expected a JSON object, got {type(data).__name__}", hint=_REMAKE)
+    read = _Reader(source)
+    version = read.need(data, "schema_version", "")
+    if version != SCHEMA_VERSION:
+        raise ProfileError(
+            f"cluster profile {source} has schema_version {version!r}, expected {SCHEMA_VERSION}",
+            hint="upgrade autoplan or re-create the profile with `autoplan calibrate`",
+        )
+    device = read.need_object(data, "device", "")
+    eff = read.need_object(data, "efficiency", "")
+    links_data = read.need_object(data, "links", "")
+    links = {link: read.link_table(read.need_object(links_data, link, "links."), f"links.{link}.") for link in LINKS}
+    peak = read.need_object(device, "peak_flops", "device.")
     if "float32" not in peak:
         raise ProfileError(f"cluster profile {source} lacks device.peak_flops.float32", hint="add the float32 peak (it is the fallback for other dtypes)")
-    matmul = need(eff, "matmul", "efficiency.")
-    memory = need(eff, "memory", "efficiency.")
+    matmul = read.need_object(eff, "matmul", "efficiency.")
+    memory = read.need_object(eff, "memory", "efficiency.")
     return ClusterProfile(
-        name=str(need(data, "name", "")),
-        device_name=str(need(device, "name", "device.")),
-        memory_bytes=int(positive(need(device, "memory_bytes", "device."), "device.memory_bytes")),
-        memory_bandwidth_bytes_per_s=positive(need(device, "memory_bandwidth_bytes_per_s", "device."), "device.memory_bandwidth_bytes_per_s"),
-        devices_per_node=int(positive(need(device, "devices_per_node", "device."), "device.devices_per_node")),
-        peak_flops={k: positive(v, f"device.peak_flops.{k}") for k, v in sorted(peak.items())},
-        matmul_efficiency=Saturation(positive(need(matmul, "max", "efficiency.matmul."), "efficiency.matmul.max"), positive(need(matmul, "half_at_flops", "efficiency.matmul."), "efficiency.matmul.half_at_flops")),
-        memory_efficiency=Saturation(positive(need(memory, "max", "efficiency.memory."), "efficiency.memory.max"), positive(need(memory, "half_at_bytes", "efficiency.memory."), "efficiency.memory.half_at_bytes")),
-        kernel_overhead_s=float(need(eff, "kernel_overhead_s", "efficiency.")),
+        name=str(read.need(data, "name", "")),
+        device_name=str(read.need(device, "name", "device.")),
+        memory_bytes=int(read.positive(device, "memory_bytes", "device.")),
+        memory_bandwidth_bytes_per_s=read.positive(device, "memory_bandwidth_bytes_per_s", "device."),
+        devices_per_node=int(read.positive(device, "devices_per_node", "device.")),
+        peak_flops={k: read.positive(peak, k, "device.peak_flops.") for k in sorted(peak)},
+        matmul_efficiency=Saturation(read.positive(matmul, "max", "efficiency.matmul."), read.positive(matmul, "half_at_flops", "efficiency.matmul.")),
+        memory_efficiency=Saturation(read.positive(memory, "max", "efficiency.memory."), read.positive(memory, "half_at_bytes", "efficiency.memory.")),
+        kernel_overhead_s=read.non_negative(eff, "kernel_overhead_s", "efficiency."),
         links=links,
-        provenance=dict(data.get("provenance", {})),
+        provenance=dict(read.optional_object(data, "provenance")),
+        axes=read.axes(data.get("axes", {})),
     )
+
+
+
+def mesh_key(mesh_shape: tuple[int, ...]) -> str:
+    """The ``axes`` key of a mesh shape: (2, 4) -> "2x4"."""
+    return "x".join(str(size) for size in mesh_shape)
+
+
+class _Reader:
+    """Reads one profile's JSON, naming the exact key (``links.intra_node.all_reduce.latency_s``)
+    of anything missing or malformed."""
+
+    def __init__(self, source: str):
+        self.source = source
+
+    def need(self, mapping: dict, key: str, where: str):
+        if not isinstance(mapping, dict) or key not in mapping:
+            raise ProfileError(f"cluster profile {self.source} lacks {where}{key}", hint=_FIX)
+        return mapping[key]
+
+    def need_object(self, mapping: dict, key: str, where: str) -> dict:
+        value = self.need(mapping, key, where)
+        if not isinstance(value, dict):
+            raise ProfileError(f"cluster profile {self.source}: expected an object at {where}{key}, got {value!r}", hint=_FIX)
+        return value
+
+    def optional_object(self, mapping: dict, key: str) -> dict:
+        value = mapping.get(key, {})
+        if not isinstance(value, dict):
+            raise ProfileError(f"cluster profile {self.source}: expected an object at {key}, got {value!r}", hint=_FIX)
+        return value
+
+    def positive(self, mapping: dict, key: str, where: str) -> float:
+        value = self._number(mapping, key, where)
+        if value <= 0:
+            raise ProfileError(f"cluster profile {self.source}: expected a positive number at {where}{key}, got {value!r}", hint=_FIX)
+        return value
+
+    def non_negative(self, mapping: dict, key: str, where: str) -> float:
+        value = self._number(mapping, key, where)
+        if value < 0:
+            raise ProfileError(f"cluster profile {self.source}: expected a number >= 0 at {where}{key}, got {value!r}", hint=_FIX)
+        return value
+
+    def link_table(self, per_link: dict, where: str) -> dict[str, LinkCost]:
+        table = {}
+        for kind in COLLECTIVES:
+            cost = self.need_object(per_link, kind, where)
+            table[kind] = LinkCost(
+                self.positive(cost, "latency_s", f"{where}{kind}."),
+                self.positive(cost, "bus_bandwidth_bytes_per_s", f"{where}{kind}."),
+            )
+        return table
+
+    def axes(self, data) -> dict[tuple[int, ...], tuple[dict[str, LinkCost], ...]]:
+        if not isinstance(data, dict):
+            raise ProfileError(f"cluster profile {self.source}: expected an object at axes, got {data!r}", hint=_FIX)
+        tables = {}
+        for key, per_axis in data.items():
+            parts = str(key).split("x")
+            if not all(p.isdigit() and int(p) > 0 for p in parts):
+                raise ProfileError(f"cluster profile {self.source}: expected a mesh shape like 2x4 as a key of axes, got {key!r}", hint=_FIX)
+            shape = tuple(int(p) for p in parts)
+            if not isinstance(per_axis, list) or len(per_axis) != len(shape):
+                raise ProfileError(
+                    f"cluster profile {self.source}: expected a list of {len(shape)} axes at axes.{key}, got {per_axis!r}",
+                    hint=_FIX,
+                )
+            tables[shape] = tuple(
+                self.link_table(self.need_object(entry, "collectives", f"axes.{key}[{axis}]."), f"axes.{key}[{axis}].collectives.")
+                for axis, entry in enumerate(per_axis)
+            )
+        return tables
+
+    def _number(self, mapping: dict, key: str, where: str) -> float:
+        value = self.need(mapping, key, where)
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
+            raise ProfileError(f"cluster profile {self.source}: expected a finite number at {where}{key}, got {value!r}", hint=_FIX)
+        return float(value)

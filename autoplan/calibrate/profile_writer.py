@@ -1,0 +1,248 @@
+"""Turn one run's measurements into a cluster profile (the JSON that ``load_profile`` reads).
+
+What goes where:
+
+- ``axes[mesh]``: per mesh axis and collective, latency and bus bandwidth fitted to that
+  axis's timings alone; used when planning on the calibrated mesh shape.
+- ``links``: per link class (intra-node, inter-node), one fit pooled over the axes whose
+  groups use that link (bus factors put groups of different sizes on one line), so other
+  mesh shapes on the same cluster are priced from measurements too. A class no axis used
+  (a single-host run has no inter-node axis) copies the other class and says so.
+- ``device.peak_flops`` per dtype and ``memory_bandwidth_bytes_per_s``: the best throughput
+  measured in the sweep, not a datasheet figure. A CPU has no meaningful datasheet peak
+  for eight processes sharing two cores, and a measured best keeps a GPU profile honest
+  about what PyTorch reaches; the efficiency curves are relative to these peaks (their
+  ``max`` can exceed 1 slightly, where the fitted asymptote lies beyond the best point).
+- ``efficiency``: the Saturation curves fitted by ``fit.fit_saturation`` and the per-op
+  overhead (a one-element add), which together reproduce the measured times through the
+  cost stage's roofline.
+- ``provenance``: how, when and on what it was measured, the sweep, every fit's relative
+  RMS error and the raw timings (so a profile can be refitted without rerunning).
+"""
+
+from __future__ import annotations
+
+import datetime
+import math
+from dataclasses import dataclass
+
+from autoplan.calibrate.fit import AlphaBetaFit, SaturationFit, fit_alpha_beta, fit_saturation
+from autoplan.calibrate.host import ClusterInfo
+from autoplan.calibrate.sizes import Sweep
+from autoplan.calibrate.sweep import CollectiveSample, Measurements
+from autoplan.comm import axis_link, bus_factor
+from autoplan.profile import COLLECTIVES, LINKS, SCHEMA_VERSION, mesh_key
+
+METHOD = (
+    "autoplan calibrate: collectives through DTensor redistribute on each mesh axis (all groups at once), "
+    "torch.mm and elementwise add/clone on every rank at once; median over repeats of the slowest rank; "
+    "least-squares fits in log time (fit quality reported as relative RMS error)"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class RunInfo:
+    """How the run was set up."""
+
+    name: str
+    """Profile name (the --out file's stem)."""
+    mesh_shape: tuple[int, ...]
+    axis_names: tuple[str, ...]
+    backend: str
+    """"gloo" or "nccl"."""
+    device_type: str
+    """"cpu" or "cuda"."""
+    sweep: Sweep
+    quick: bool
+    threads_per_rank: int
+    """torch's intra-op threads in each rank (CPU timings depend on it)."""
+    wall_time_s: float
+    """From process-group start to the end of the sweep."""
+    versions: dict
+    """torch / CUDA / NCCL / Python versions (``host.versions``)."""
+
+
+@dataclass(frozen=True)
+class Fits:
+    """Every fitted figure of one run."""
+
+    axes: tuple[dict[str, AlphaBetaFit], ...]
+    """Per mesh axis, collective -> fit; empty for one-device axes."""
+    links: dict[str, dict[str, AlphaBetaFit]]
+    """Link class -> collective -> fit."""
+    link_sources: dict[str, str]
+    """Link class -> which axes it was fitted to, or where it was copied from."""
+    peak_flops: dict[str, float]
+    """Best measured FLOP/s per dtype."""
+    matmul: SaturationFit
+    memory_bandwidth: float
+    """Best measured bytes/s of the memory-bound ops."""
+    memory: SaturationFit
+    overhead_s: float
+
+
+def fit_all(measured: Measurements, mesh_shape: tuple[int, ...], axis_names: tuple[str, ...], devices_per_node: int) -> Fits:
+    axes = tuple(
+        {kind: _fit_collective([s for s in measured.collectives if s.axis == axis and s.kind == kind]) for kind in COLLECTIVES}
+        if size > 1 else {}
+        for axis, size in enumerate(mesh_shape)
+    )
+    links, sources = {}, {}
+    for link in LINKS:
+        on_link = [a for a, size in enumerate(mesh_shape) if size > 1 and axis_link(mesh_shape, a, devices_per_node) == link]
+        if on_link:
+            links[link] = {
+                kind: _fit_collective([s for s in measured.collectives if s.axis in on_link and s.kind == kind])
+                for kind in COLLECTIVES
+            }
+            sources[link] = "fitted to axes " + ", ".join(axis_names[a] for a in on_link)
+    if not links:
+        raise ValueError(f"no mesh axis of {mesh_shape} has more than one device: no collective was measured")
+    for link in LINKS:
+        if link not in links:
+            other = next(iter(links))
+            links[link] = links[other]
+            sources[link] = f"not measured (no axis of this mesh uses it): copied from {other}"
+
+    peaks = {}
+    for sample in measured.matmuls:
+        peaks[sample.dtype] = max(peaks.get(sample.dtype, 0.0), sample.flops / sample.seconds)
+    matmul = fit_saturation(
+        [s.flops for s in measured.matmuls],
+        [s.seconds for s in measured.matmuls],
+        [peaks[s.dtype] for s in measured.matmuls],
+        measured.overhead_s,
+    )
+    bandwidth = max(s.nbytes / s.seconds for s in measured.memory_ops)
+    memory = fit_saturation(
+        [s.nbytes for s in measured.memory_ops],
+        [s.seconds for s in measured.memory_ops],
+        [bandwidth] * len(measured.memory_ops),
+        measured.overhead_s,
+    )
+    return Fits(axes, links, sources, peaks, matmul, bandwidth, memory, measured.overhead_s)
+
+
+def build_profile(run: RunInfo, measured: Measurements, cluster: ClusterInfo) -> dict:
+    """The profile's JSON data; ``profile_from_dict`` must accept it."""
+    fits = fit_all(measured, run.mesh_shape, run.axis_names, cluster.devices_per_node)
+    mesh = mesh_key(run.mesh_shape)
+    fallback = fits.links["intra_node"]
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "name": run.name,
+        "description": (
+            f"Calibrated with `autoplan calibrate` on {len(cluster.hosts)} host(s), "
+            f"{cluster.devices_per_node} rank(s) per host: mesh {mesh} ({', '.join(run.axis_names)}), "
+            f"{run.backend}, {cluster.device_name}."
+        ),
+        "device": {
+            "name": cluster.device_name,
+            "memory_bytes": cluster.memory_bytes,
+            "memory_bandwidth_bytes_per_s": _sig(fits.memory_bandwidth),
+            "devices_per_node": cluster.devices_per_node,
+            "peak_flops": {dtype: _sig(flops) for dtype, flops in sorted(fits.peak_flops.items())},
+        },
+        "efficiency": {
+            "matmul": {"max": _sig(fits.matmul.curve.max), "half_at_flops": _sig(fits.matmul.curve.half_at)},
+            "memory": {"max": _sig(fits.memory.curve.max), "half_at_bytes": _sig(fits.memory.curve.half_at)},
+            "kernel_overhead_s": _sig(fits.overhead_s),
+        },
+        "links": {link: _link_table(fits.links[link]) for link in LINKS},
+        "axes": {
+            mesh: [
+                # A one-device axis never communicates (its cost is zero before any table is
+                # read); it carries the intra-node figures only because the schema wants a table.
+                {"name": name, "measured": bool(per_axis), "collectives": _link_table(per_axis or fallback)}
+                for name, per_axis in zip(run.axis_names, fits.axes)
+            ]
+        },
+        "provenance": _provenance(run, measured, cluster, fits),
+    }
+
+
+def _provenance(run: RunInfo, measured: Measurements, cluster: ClusterInfo, fits: Fits) -> dict:
+    notes = [
+        "peak_flops and memory_bandwidth_bytes_per_s are the best throughput measured in the sweep, "
+        "not datasheet figures; the efficiency curves are relative to them",
+    ]
+    if run.device_type == "cpu":
+        notes.append("all_to_all on CPU: DTensor runs it as all_gather + chunk on gloo; measured as it runs")
+        notes.append("device memory: the host's RAM (or cgroup limit) divided by the ranks on the host")
+    if run.quick:
+        notes.append("--quick: a small sweep for tests; do not plan with this profile")
+    return {
+        "measured": True,
+        "method": METHOD,
+        "date": datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0).isoformat(),
+        "hosts_sha256": list(cluster.hosts),
+        "device_name": cluster.device_name,
+        "device_names": list(cluster.device_names),
+        "versions": run.versions,
+        "backend": run.backend,
+        "world_size": math.prod(run.mesh_shape),
+        "mesh": list(run.mesh_shape),
+        "axis_names": list(run.axis_names),
+        "threads_per_rank": run.threads_per_rank,
+        "quick": run.quick,
+        "wall_time_s": round(run.wall_time_s, 1),
+        "sweep": run.sweep.to_dict(),
+        "links": dict(fits.link_sources),
+        "notes": notes,
+        "fits": _fit_report(run, fits),
+        "measurements": _raw(run, measured),
+    }
+
+
+def _fit_report(run: RunInfo, fits: Fits) -> dict:
+    def alpha_beta(fit: AlphaBetaFit) -> dict:
+        return {**fit.to_dict(), "rel_rms": _sig(fit.rel_rms, 3), "samples": fit.samples}
+
+    def saturation(fit: SaturationFit, unit: str) -> dict:
+        return {"max": _sig(fit.curve.max), f"half_at_{unit}": _sig(fit.curve.half_at), "rel_rms": _sig(fit.rel_rms, 3), "samples": fit.samples}
+
+    return {
+        "axes": {
+            name: {kind: alpha_beta(fit) for kind, fit in per_axis.items()}
+            for name, per_axis in zip(run.axis_names, fits.axes)
+            if per_axis
+        },
+        "links": {link: {kind: alpha_beta(fit) for kind, fit in table.items()} for link, table in fits.links.items()},
+        "matmul": saturation(fits.matmul, "flops"),
+        "memory": saturation(fits.memory, "bytes"),
+    }
+
+
+def _raw(run: RunInfo, measured: Measurements) -> dict:
+    collectives: dict[str, dict[str, list]] = {}
+    for sample in measured.collectives:
+        per_kind = collectives.setdefault(run.axis_names[sample.axis], {})
+        per_kind.setdefault(sample.kind, []).append([sample.nbytes, _sig(sample.seconds)])
+    return {
+        "columns": {
+            "collectives": "axis -> kind -> [bytes (nccl-tests convention), seconds]",
+            "matmul": "[dtype, m, k, n, seconds]",
+            "memory": "[op, bytes read and written, seconds]",
+        },
+        "collectives": collectives,
+        "matmul": [[s.dtype, *s.shape, _sig(s.seconds)] for s in measured.matmuls],
+        "memory": [[s.op, s.nbytes, _sig(s.seconds)] for s in measured.memory_ops],
+        "kernel_overhead_s": _sig(measured.overhead_s),
+    }
+
+
+def _fit_collective(samples: list[CollectiveSample]) -> AlphaBetaFit:
+    return fit_alpha_beta(
+        [s.nbytes for s in samples],
+        [bus_factor(s.kind, s.group_size) for s in samples],
+        [s.seconds for s in samples],
+    )
+
+
+def _link_table(fits: dict[str, AlphaBetaFit]) -> dict:
+    return {kind: fits[kind].to_dict() for kind in COLLECTIVES}
+
+
+def _sig(value: float, digits: int = 4) -> float:
+    """Rounded to a few significant digits: more would only record measurement noise."""
+    return float(f"{value:.{digits}g}")

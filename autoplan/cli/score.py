@@ -1,0 +1,43 @@
+"""``autoplan score``: predicted step time, breakdown and peak memory of any plan file."""
+
+from __future__ import annotations
+
+import argparse
+
+from autoplan.cli.suggest import _positive_float
+from autoplan.model_file import load_model_file, parse_mesh
+from autoplan.plan import Plan
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser(
+        "score",
+        help="predict the step time and memory of a plan",
+        description="Trace MODEL, pin the plan's parameter, batch and module boundary layouts, "
+        "and print the predicted step time (compute, communication) and peak memory per device "
+        "of the cheapest execution of that layout.",
+    )
+    parser.add_argument(
+        "model", metavar="MODEL.py[:BUILDER]", help="model file (builder defaults to build_model)"
+    )
+    parser.add_argument("plan", metavar="PLAN.json", help="plan file (from `autoplan suggest` or hand-written)")
+    parser.add_argument("--profile", help="cluster profile: a built-in NAME or a JSON FILE (default: the plan's)")
+    parser.add_argument("--mesh", help="expected mesh shape, e.g. 2x4 (default: the plan's)")
+    parser.add_argument("--memory-gb", type=_positive_float, help="memory budget per device in GB")
+    parser.add_argument("--time-limit", type=_positive_float, help="solver time limit in seconds")
+    return parser
+
+
+def run(args: argparse.Namespace) -> int:
+    mesh = parse_mesh(args.mesh) if args.mesh else None
+    plan = Plan.load(args.plan)
+    loaded = load_model_file(args.model)
+    # Imported here so that flag and file errors are reported without loading the solver.
+    from autoplan.score import score
+
+    result = score(loaded.model, loaded.example_inputs, plan, args.profile, args.memory_gb, args.time_limit, mesh)
+    print(f"plan {args.plan} for {loaded.name}")
+    print(result.summary())
+    own = plan.predicted.step_time_s
+    print(f"the plan file's own prediction: {own * 1e3:.3f} ms (profile {plan.profile})")
+    return 0

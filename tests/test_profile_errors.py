@@ -1,0 +1,167 @@
+"""Must-show 1 (profiles): a corrupted or incomplete profile is refused with a clear message.
+
+Every refusal is a ProfileError whose one line names the file, the exact key or problem,
+and the fix. Also: every shipped preset loads, and the optional per-axis table is used
+exactly when the planning mesh is the calibrated one.
+"""
+
+import copy
+import json
+
+import pytest
+
+from autoplan.comm import collective_seconds
+from autoplan.errors import ProfileError
+from autoplan.profile import COST_MODELS_DIR, load_profile, profile_from_dict
+
+GOOD = json.loads((COST_MODELS_DIR / "h100-sxm.json").read_text())
+
+
+def write(tmp_path, data, name="broken.json"):
+    path = tmp_path / name
+    path.write_text(data if isinstance(data, str) else json.dumps(data))
+    return path
+
+
+def refused(path) -> str:
+    with pytest.raises(ProfileError) as info:
+        load_profile(str(path))
+    message = str(info.value)
+    assert str(path) in message and "; fix: " in message
+    assert "\n" not in message
+    return message
+
+
+def changed(edit):
+    data = copy.deepcopy(GOOD)
+    edit(data)
+    return data
+
+
+@pytest.mark.parametrize("name", sorted(p.stem for p in COST_MODELS_DIR.glob("*.json")))
+def test_every_shipped_preset_loads(name):
+    profile = load_profile(name)
+    assert profile.name == name
+    assert profile.provenance.get("measured") in (True, False)
+
+
+def test_good_copy_loads(tmp_path):
+    assert load_profile(str(write(tmp_path, GOOD))).device_name == GOOD["device"]["name"]
+
+
+@pytest.mark.parametrize("text", ["{not json", "", '{"schema_version": 1,', "\x00\xff\xfe binary"])
+def test_corrupted_file_is_not_json(tmp_path, text):
+    message = refused(write(tmp_path, text))
+    assert "is not valid JSON" in message and "autoplan calibrate" in message
+
+
+def test_top_level_must_be_an_object(tmp_path):
+    message = refused(write(tmp_path, [1, 2, 3]))
+    assert "expected a JSON object, got list" in message
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        ("name",),
+        ("device",),
+        ("device", "memory_bytes"),
+        ("device", "peak_flops"),
+        ("efficiency", "matmul", "half_at_flops"),
+        ("efficiency", "kernel_overhead_s"),
+        ("links", "inter_node"),
+        ("links", "intra_node", "all_to_all"),
+        ("links", "inter_node", "reduce_scatter", "latency_s"),
+    ],
+)
+def test_missing_key_is_named(tmp_path, path):
+    def drop(data):
+        node = data
+        for key in path[:-1]:
+            node = node[key]
+        del node[path[-1]]
+
+    message = refused(write(tmp_path, changed(drop)))
+    assert f"lacks {'.'.join(path)}" in message
+    assert "re-create it with `autoplan calibrate` or fix the file" in message
+
+
+def test_missing_float32_peak(tmp_path):
+    message = refused(write(tmp_path, changed(lambda d: d["device"]["peak_flops"].pop("float32"))))
+    assert "lacks device.peak_flops.float32" in message and "add the float32 peak" in message
+
+
+@pytest.mark.parametrize(
+    "path,value,expected",
+    [
+        (("links", "intra_node", "all_reduce", "bus_bandwidth_bytes_per_s"), -3.7e11, "a positive number"),
+        (("links", "inter_node", "all_gather", "latency_s"), 0, "a positive number"),
+        (("device", "memory_bandwidth_bytes_per_s"), "fast", "a finite number"),
+        (("device", "peak_flops", "bfloat16"), True, "a finite number"),
+        (("device", "memory_bytes"), float("nan"), "a finite number"),
+        (("efficiency", "memory", "max"), float("inf"), "a finite number"),
+        (("efficiency", "kernel_overhead_s"), -1e-6, "a number >= 0"),
+    ],
+)
+def test_bad_number_is_named(tmp_path, path, value, expected):
+    def set_value(data):
+        node = data
+        for key in path[:-1]:
+            node = node[key]
+        node[path[-1]] = value
+
+    message = refused(write(tmp_path, changed(set_value)))
+    assert f"expected {expected} at {'.'.join(path)}, got {value!r}" in message
+
+
+@pytest.mark.parametrize("version", [2, 0, "1", None])
+def test_wrong_schema_version(tmp_path, version):
+    message = refused(write(tmp_path, changed(lambda d: d.update(schema_version=version))))
+    assert f"has schema_version {version!r}, expected 1" in message
+    assert "upgrade autoplan or re-create the profile" in message
+
+
+def test_section_of_the_wrong_type(tmp_path):
+    message = refused(write(tmp_path, changed(lambda d: d.update(links=[1, 2]))))
+    assert "expected an object at links, got [1, 2]" in message
+
+
+def test_missing_profile_name_lists_the_presets():
+    with pytest.raises(ProfileError, match=r"no cluster profile 'nope'.*fix: pass one of: .*h100-sxm"):
+        load_profile("nope")
+
+
+def axes_table(latency, bandwidth):
+    kinds = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
+    return {k: {"latency_s": latency, "bus_bandwidth_bytes_per_s": bandwidth} for k in kinds}
+
+
+def with_axes(axes):
+    return changed(lambda d: d.update(axes=axes))
+
+
+@pytest.mark.parametrize(
+    "axes,expected",
+    [
+        ({"2y4": []}, "expected a mesh shape like 2x4 as a key of axes, got '2y4'"),
+        ({"2x4": [{"collectives": axes_table(1e-5, 1e9)}]}, "expected a list of 2 axes at axes.2x4"),
+        ({"2x4": [{"collectives": axes_table(1e-5, 1e9)}, {"name": "tp"}]}, "lacks axes.2x4[1].collectives"),
+        ({"8": [{"collectives": axes_table(1e-5, -1.0)}]}, "positive number at axes.8[0].collectives.all_reduce.bus_bandwidth_bytes_per_s"),
+    ],
+)
+def test_bad_axes_table(tmp_path, axes, expected):
+    assert expected in refused(write(tmp_path, with_axes(axes)))
+
+
+def test_axes_table_is_used_only_on_its_mesh():
+    profile = profile_from_dict(with_axes({"2x4": [{"name": "dp", "collectives": axes_table(1e-3, 1e9)},
+                                                   {"name": "tp", "collectives": axes_table(2e-3, 2e9)}]}))
+    nbytes = 8e6
+    # On the calibrated 2x4 mesh each axis has its own measured cost ...
+    assert collective_seconds(profile, "all_gather", nbytes, (2, 4), 0) == pytest.approx(1e-3 + 0.5 * nbytes / 1e9)
+    assert collective_seconds(profile, "all_reduce", nbytes, (2, 4), 1) == pytest.approx(2e-3 + 1.5 * nbytes / 2e9)
+    # ... any other mesh falls back to the link table (here intra-node: 8 devices per node).
+    intra = GOOD["links"]["intra_node"]["all_reduce"]
+    expected = intra["latency_s"] + 1.5 * nbytes / intra["bus_bandwidth_bytes_per_s"]
+    assert collective_seconds(profile, "all_reduce", nbytes, (4, 2), 0) == pytest.approx(expected)
+    assert collective_seconds(profile, "all_reduce", nbytes, (1, 4), 0) == 0.0  # one-device axis
