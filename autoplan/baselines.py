@@ -1,8 +1,10 @@
 """Baseline plans, built by autoplan itself: the layouts people write by hand.
 
-Each baseline fixes the parameter and batch placements (and, for the data-parallel
-family, keeps the other mesh axes idle); the solver then finds the cheapest execution
-of that layout, exactly as ``score`` does, and the result is an ordinary ``Plan``. A
+Each baseline fixes the parameter and batch placements, keeps every op's work split on
+the data-parallel axis (left free, the solver would rather gather a small batch than
+all-reduce the gradients, and "data parallel" would run replicated), and for the
+data-parallel family keeps the other mesh axes idle; the solver then finds the cheapest
+execution of that layout, as ``score`` does, and the result is an ordinary ``Plan``. A
 baseline is a subset of what ``suggest`` searches, so autoplan's own plan never predicts
 slower than any of them.
 
@@ -95,6 +97,12 @@ def baseline_for_problem(name: str, problem: Problem, time_limit_s: float | None
     pins = Pins(problem)
     for key, spec in layout.items():
         pins.value(problem.node_of(key), 0, spec, key, strict=True)
+    dp = _dp_axis(problem, name)
+    if dp is not None:
+        whole = pins.split_work(dp)  # data parallel: the batch stays split, never gathered to save a reduction
+        if whole:
+            ops = sorted({str(problem.choices.graph.nodes[n]["fx_node"].target).split(".")[1] for n in whole})
+            notes.append(f"{len(whole)} ops cannot split their work on {problem.choices.axis_names[dp]} ({', '.join(ops[:6])})")
     if idle:
         names = problem.choices.axis_names
         free, stray = pins.replicate_axes(idle)
@@ -113,10 +121,10 @@ def baseline_layout(name: str, problem: Problem) -> tuple[dict[str, Spec], tuple
     """(pinned placements, axes kept idle, notes) of baseline ``name``."""
     mesh = problem.choices.mesh_shape
     names = problem.choices.axis_names
-    dp = names.index("dp") if "dp" in names else 0
     tp = names.index("tp") if "tp" in names else len(mesh) - 1
     uses_tp = name in ("megatron", "megatron_fsdp")
-    uses_dp = not (uses_tp and len(mesh) == 1)  # a 1-D mesh is all tp for megatron
+    dp = _dp_axis(problem, name)
+    uses_dp = dp is not None
     if name == "megatron_fsdp" and len(mesh) < 2:
         raise NotApplicableError(
             "megatron_fsdp needs a 2-D mesh (dp x tp)", hint="use a mesh such as 2x4, or the megatron or fsdp baseline"
@@ -156,12 +164,20 @@ def baseline_layout(name: str, problem: Problem) -> tuple[dict[str, Spec], tuple
             taken = tensor_parallel.get(node)
             dim = next((d for d in range(len(shape)) if d != taken and shape[d] % mesh[dp] == 0), None)
             if dim is None:
-                notes.append(f"{fqns[0]} {list(shape)}: no dim divides {mesh[dp]}, replicated on {names[dp]}")
+                notes.append(f"{fqns[0]} {list(shape)}: no dim (that tp leaves whole) divides {mesh[dp]}, replicated on {names[dp]}")
             else:
                 spec[dp] = shard(dim)
         for fqn in fqns:
             layout[fqn] = tuple(spec)
     return layout, idle, notes
+
+
+def _dp_axis(problem: Problem, name: str) -> int | None:
+    """The axis the baseline splits the batch on, or None (a 1-D mesh is all tp for megatron)."""
+    names = problem.choices.axis_names
+    if name in ("megatron", "megatron_fsdp") and len(names) == 1:
+        return None
+    return names.index("dp") if "dp" in names else 0
 
 
 def _check_name(name: str) -> None:

@@ -3,11 +3,12 @@
 For each job (a model file, its builder and a plan) every rank builds the model with the
 same seed, applies the plan, takes its slice of the same global batch and runs training
 steps: ``loss.backward()``, ``AdamW.step()``, ``zero_grad()``. After a few warm-up steps
-it runs timed steps back to back, with no barrier between them (a barrier would add a
-collective's latency to every step). Every rank stamps the end of each step with the
-host's monotonic clock, which all processes on one host share; step ``i`` ends when the
-slowest rank ends it, and its time is the gap between consecutive ends. The result is
-the median over the timed steps.
+it runs timed steps, each started on every rank together after a barrier, and stamps the
+start and end of each with the host's monotonic clock, which all processes on one host
+share. A step lasts from the first rank's start to the last rank's end: the barrier's own
+latency is not in it, and ranks of a plan with few collectives cannot drift apart (left
+free-running, 8 ranks on 2 cores finish their steps at very different times, and the
+per-step gaps swing by 10x). The result is the median over the timed steps.
 
 The number of timed steps adapts to the plan: after the warm-up every rank knows the
 slowest rank's last warm-up step (one all_reduce), and runs ``min(steps, budget / that)``
@@ -292,13 +293,15 @@ def _timed_steps(step, count: int) -> tuple[list[float], float]:
     """Step times (slowest rank) and the share of host CPU other programs took meanwhile."""
     dist.barrier()
     host_before, own_before = _host_cpu(), _own_cpu()
-    start = time.monotonic()
-    ends = _ends(step, count)
+    spans = _spans(step, count)
     host_after, own_after = _host_cpu(), _own_cpu()
     gathered = [None] * dist.get_world_size()
-    dist.all_gather_object(gathered, ([start, *ends], own_after - own_before, host_before, host_after))
-    slowest_ends = [max(stamps[i] for stamps, *_ in gathered) for i in range(count + 1)]
-    steps = [b - a for a, b in zip(slowest_ends, slowest_ends[1:])]
+    dist.all_gather_object(gathered, (spans, own_after - own_before, host_before, host_after))
+    # Step i runs from the first rank's start to the last rank's end.
+    steps = [
+        max(spans_[i][1] for spans_, *_ in gathered) - min(spans_[i][0] for spans_, *_ in gathered)
+        for i in range(count)
+    ]
     (_, _, (busy0, total0), (busy1, total1)) = gathered[0]  # rank 0's view of the host, the same for all
     own = sum(item[1] for item in gathered)
     foreign = (busy1 - busy0 - own) / (total1 - total0) if total1 > total0 else float("nan")
@@ -334,9 +337,12 @@ def _run(step, count: int) -> list[float]:
     return times
 
 
-def _ends(step, count: int) -> list[float]:
-    ends = []
+def _spans(step, count: int) -> list[tuple[float, float]]:
+    """(start, end) of each step on this rank, every step started together after a barrier."""
+    spans = []
     for _ in range(count):
+        dist.barrier()
+        start = time.monotonic()
         step()
-        ends.append(time.monotonic())
-    return ends
+        spans.append((start, time.monotonic()))
+    return spans

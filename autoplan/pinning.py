@@ -24,7 +24,7 @@ from typing import Callable
 
 from torch import nn
 
-from autoplan.choices import ChoiceGraph, build_choices
+from autoplan.choices import OP, ChoiceGraph, build_choices
 from autoplan.cost import CostedGraph, estimate_costs
 from autoplan.errors import InfeasibleError, MeshError, PlanError
 from autoplan.placements import Spec, format_spec
@@ -182,6 +182,30 @@ class Pins:
             else:
                 free.append(leader)
         return free, stray
+
+    def split_work(self, axis: int) -> list[str]:
+        """Every op decision splits its work on ``axis`` (some operand not replicated there)
+        where its options allow: data stays split on the axis instead of being gathered.
+
+        Returns the op decisions that have no such strategy and were left free.
+        """
+        graph = self.problem.choices.graph
+        free = []
+        for leader in self.problem.simplified.costed.nodes:
+            data = graph.nodes[leader]
+            if data["kind"] != OP or len(data["strategies"]) == 1:
+                continue
+            keep = {
+                i for i, strategy in enumerate(data["strategies"])
+                if any(spec[axis] != "R" for spec in [*strategy.inputs, *(s for s in strategy.outputs if s)])
+            }
+            current = self.allowed.get(leader)
+            merged = keep if current is None else current & keep
+            if merged:
+                self.allowed[leader] = merged
+            else:
+                free.append(leader)
+        return free
 
     def module_boundaries(self, modules: dict) -> tuple[int, int]:
         """Pin the plan's module input/output layouts; (pinned, not expressible) counts."""

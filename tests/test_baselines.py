@@ -37,6 +37,9 @@ def test_data_parallel_replicates_parameters_and_keeps_tp_idle(built):
         for key, spec in [*layout.inputs.items(), *layout.outputs.items()] if spec[1] != "R"
     }
     assert len(plan.modules) > 20
+    # The batch stays split on dp through the model (it is not gathered to save the gradient all-reduces).
+    assert plan.modules["model.layers.0"].inputs["[0][0]"] == ("S(0)", "R")
+    assert plan.modules["lm_head"].inputs["[0][0]"] == ("S(0)", "R")
     # Known exception, noted on the baseline: the rotary cos/sin are merged followers whose
     # cheapest response to a replicated input is a free slice on tp (simplify.py).
     assert all(fqn == "model.rotary_emb" or "position_embeddings" in key for fqn, key in split_on_tp), split_on_tp
