@@ -27,6 +27,9 @@ class ProfileError(AutoplanError):
 class InfeasibleError(AutoplanError):
     """No plan fits the per-device memory budget."""
 
+    smallest_bytes: float | None = None
+    """The least per-device memory any plan needs, where the solver worked it out."""
+
 
 class PlanError(AutoplanError):
     """A plan file is malformed, or does not match the model or mesh it is applied to."""

@@ -89,11 +89,13 @@ def solve(
                 hint="raise --time-limit",
             )
         need = minimum_memory_bytes(costed)
-        raise InfeasibleError(
+        err = InfeasibleError(
             f"no plan fits {memory_budget_bytes / 2**30:.3g} GiB per device "
             f"(the smallest possible needs {need / 2**30:.3g} GiB)",
             hint="raise --memory-gb, use a mesh with more devices, or a smaller batch",
         )
+        err.smallest_bytes = need
+        raise err
     values = result.variable_values()
     choice = {}
     for name, variables in s.items():
