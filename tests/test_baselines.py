@@ -40,10 +40,10 @@ def test_data_parallel_replicates_parameters_and_keeps_tp_idle(built):
     # The batch stays split on dp through the model (it is not gathered to save the gradient all-reduces).
     assert plan.modules["model.layers.0"].inputs["[0][0]"] == ("S(0)", "R")
     assert plan.modules["lm_head"].inputs["[0][0]"] == ("S(0)", "R")
-    # Known exception, noted on the baseline: the rotary cos/sin are merged followers whose
-    # cheapest response to a replicated input is a free slice on tp (simplify.py).
-    assert all(fqn == "model.rotary_emb" or "position_embeddings" in key for fqn, key in split_on_tp), split_on_tp
-    assert any("still split on tp" in note for note in baselines["data_parallel"].notes)
+    # Followers keep the layout they are handed (simplify.py), so nothing is split on tp,
+    # the rotary cos/sin included.
+    assert not split_on_tp, split_on_tp
+    assert not any("still split on tp" in note for note in baselines["data_parallel"].notes)
 
 
 def test_fsdp_shards_parameters_on_dp(built):

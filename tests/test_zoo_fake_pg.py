@@ -16,16 +16,6 @@ from conftest import EXAMPLES
 from zoo import HARD_CASES, MESHES, PUBLIC_ZOO, example_path
 
 CASES = [(name, mesh) for name in PUBLIC_ZOO for mesh in MESHES] + [(name, (2, 4)) for name in HARD_CASES]
-# Known failure, reported in issue 3's note: on 2x2x2 the tiny Llama's plan slices the
-# rotary tables on two axes, and DTensor 2.13's run-time sharding propagation (its
-# graph-based redistribute planner, entered for every candidate strategy) does not finish
-# the first backward in 10 minutes. Not run, so CI stays within its time.
-SLOW_ON_DTENSOR = {("llama", (2, 2, 2))}
-PARAMS = [
-    pytest.param(*case, marks=pytest.mark.xfail(reason="DTensor run-time propagation too slow on 3-D", run=False))
-    if case in SLOW_ON_DTENSOR else case
-    for case in CASES
-]
 
 
 @pytest.fixture(scope="module")
@@ -39,7 +29,7 @@ def _call(model, batch):
     return model(**batch) if isinstance(batch, dict) else model(*batch)
 
 
-@pytest.mark.parametrize("name,mesh", PARAMS, ids=[f"{n}-{'x'.join(map(str, m))}" for n, m in CASES])
+@pytest.mark.parametrize("name,mesh", CASES, ids=[f"{n}-{'x'.join(map(str, m))}" for n, m in CASES])
 def test_plan_applies_and_trains_on_fake_process_group(fake_world, name, mesh):
     axis_names = MESHES[mesh]
     loaded = load_model_file(example_path(name))
