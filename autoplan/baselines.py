@@ -113,7 +113,15 @@ def baseline_for_problem(name: str, problem: Problem, time_limit_s: float | None
                 f"{len(free) + len(stray)} values still split on {idle_names} ({', '.join(ops[:6])}): "
                 "no strategy of theirs keeps that axis idle in the simplified problem"
             )
-    plan, _, fits = solve_pinned(problem, pins, time_limit_s, warnings=[f"baseline {name}", *notes])
+    warnings = [f"baseline {name}", *notes]
+    plan, _, _ = solve_pinned(problem, pins, time_limit_s, warnings=warnings)
+    # What the plan JSON keeps is its parameter, batch and boundary layouts, not the pins
+    # above (work split on dp inside modules): priced as ``score`` prices any plan, the same
+    # layout may run cheaper inside its modules. The baseline is that priced plan, so that
+    # scoring it gives its own prediction back.
+    from autoplan.score import pins_for_plan  # score imports the pipeline; keep this module light
+
+    plan, _, fits = solve_pinned(problem, pins_for_plan(problem, plan)[0], time_limit_s, warnings=warnings)
     return Baseline(name, plan, layout, tuple(notes), fits)
 
 

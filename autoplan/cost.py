@@ -1,12 +1,15 @@
 """Stage 3: cost of every candidate strategy and every edge, for one training step.
 
 Per decision and strategy (arrays indexed like the decision's strategies):
-- ``compute_s``: forward + backward of the op on its local shard, by roofline:
-  ``overhead + max(flops / (peak[dtype] * eff(flops)), bytes / (hbm * eff(bytes)))``.
-  The work is split over every mesh axis on which any operand is not replicated;
-  backward is one matmul per matrix operand needing a gradient for matmul-like ops, and twice
-  the forward traffic for the rest. Parameters add the AdamW update (7 passes over
-  the local parameter bytes).
+- ``compute_s``: forward + backward of the op on its local shard. The kernel's work is a
+  roofline, ``max(flops / (peak[dtype] * eff(flops)), bytes / (hbm * eff(bytes)))``; the
+  work is split over every mesh axis on which any operand is not replicated; backward work
+  is one matmul per matrix operand needing a gradient for matmul-like ops, and twice the
+  forward traffic for the rest. Every op, views included, also pays the profile's fixed
+  eager-DTensor costs (``profile.DispatchCost``): ``forward_op_s``, and ``backward_op_s``
+  when it carries a gradient; ``op_seconds`` adds them to the work (CPU) or overlaps them
+  with it (an asynchronous device). Trainable parameters add ``AdamW.step()``:
+  ``optimizer_param_s + local bytes / optimizer_bytes_per_s``.
 - ``comm_s``: gradient reductions the strategy causes: an input that is replicated on
   an axis over which the op splits its work gets a partial gradient there, reduced by
   one all_reduce per producer (shared between the consumers that cause it).
@@ -26,7 +29,7 @@ import torch
 from torch.utils._pytree import tree_flatten
 from torch.utils.flop_counter import flop_registry
 
-from autoplan.choices import BUFFER, INPUT, PARAMETER, ChoiceGraph
+from autoplan.choices import BUFFER, CONSTANT, INPUT, PARAMETER, ChoiceGraph
 from autoplan.comm import collective_seconds, redistribute_seconds
 from autoplan.placements import Spec, shard_factor
 from autoplan.profile import ClusterProfile
@@ -42,7 +45,6 @@ MATMUL_OPS = {
     aten.mm.default, aten.addmm.default, aten.bmm.default, aten.baddbmm.default,
     aten.convolution.default, aten.linear.default,
 }
-OPTIMIZER_PASSES = 7  # AdamW reads param, grad, m, v and writes param, m, v
 STATE_COPIES = 4  # param, grad, exp_avg, exp_avg_sq
 
 
@@ -122,13 +124,20 @@ def _gradient_reducers(choices: ChoiceGraph) -> dict[str, int]:
     return {name: max(1, counts.get(root[name], 1)) for name in graph.nodes}
 
 
-def _roofline(profile: ClusterProfile, flops: float, nbytes: float, dtype: torch.dtype) -> float:
+def _work(profile: ClusterProfile, flops: float, nbytes: float, dtype: torch.dtype) -> float:
+    """The kernel's own time beyond any fixed cost: the slower of its FLOPs and its traffic."""
     if flops == 0 and nbytes == 0:
         return 0.0
     peak = profile.flops_for(str(dtype).removeprefix("torch."))
     compute = flops / (peak * profile.matmul_efficiency.at(flops)) if flops else 0.0
     memory = nbytes / (profile.memory_bandwidth_bytes_per_s * profile.memory_efficiency.at(nbytes)) if nbytes else 0.0
-    return profile.kernel_overhead_s + max(compute, memory)
+    return max(compute, memory)
+
+
+def optimizer_seconds(profile: ClusterProfile, local_bytes: float) -> float:
+    """``AdamW.step()``'s time on one parameter's local shard."""
+    dispatch = profile.dispatch
+    return dispatch.optimizer_param_s + local_bytes / dispatch.optimizer_bytes_per_s
 
 
 def _flops(node) -> float:
@@ -153,7 +162,7 @@ def _node_cost(choices, profile, name, data, reducers) -> NodeCost:
         full = tensor_bytes(value)
         local = [full / shard_factor(s.outputs[0], mesh_shape) for s in strategies]
         if kind == PARAMETER and data["requires_grad"]:
-            opt = [_roofline(profile, 0.0, OPTIMIZER_PASSES * b, value.dtype) for b in local]
+            opt = [optimizer_seconds(profile, b) for b in local]
             return NodeCost(tuple(opt), (0.0,) * len(local), tuple(STATE_COPIES * b for b in local), "model_state")
         return NodeCost((0.0,) * len(local), (0.0,) * len(local), tuple(local),
                         "model_state" if kind == PARAMETER else "activations")
@@ -170,6 +179,7 @@ def _node_cost(choices, profile, name, data, reducers) -> NodeCost:
     grad_inputs = [graph.nodes[u]["requires_grad"] for u, _, _ in ins]
     # matmul backward: one matmul per matrix operand needing a gradient (a bias is a reduction)
     grad_matrices = sum(g and getattr(v, "ndim", 0) >= 2 for g, v in zip(grad_inputs, in_values))
+    dispatch = profile.dispatch
     compute, comm, memory = [], [], []
     for strategy in strategies:
         split = 1
@@ -179,11 +189,15 @@ def _node_cost(choices, profile, name, data, reducers) -> NodeCost:
                 split *= size
         local_in = sum(b / shard_factor(s, mesh_shape) for b, s in zip(in_bytes, strategy.inputs))
         local_out = sum(b / shard_factor(s, mesh_shape) for b, s in zip(out_bytes, strategy.outputs) if s)
-        forward = 0.0 if is_view else _roofline(profile, flops / split, local_in + local_out, dtype)
+        # A view moves no data, but it is a DTensor op all the same: it pays the fixed costs.
+        work = 0.0 if is_view else _work(profile, flops / split, local_in + local_out, dtype)
+        # A tensor factory (no tensor input) runs as a plain op: DTensor only sees its result later.
+        fixed = profile.kernel_overhead_s if kind == CONSTANT else dispatch.forward_op_s
+        forward = dispatch.op_seconds(fixed, profile.kernel_overhead_s, work)
         backward = 0.0
-        if data["requires_grad"] and not is_view:
+        if data["requires_grad"]:
             factor = max(1, grad_matrices) if node.target in MATMUL_OPS else 2
-            backward = factor * forward
+            backward = dispatch.op_seconds(dispatch.backward_op_s, factor * profile.kernel_overhead_s, factor * work)
         compute.append(forward + backward)
         reduce = 0.0
         for (u, _, _), spec, needs, nbytes in zip(ins, strategy.inputs, grad_inputs, in_bytes):

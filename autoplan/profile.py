@@ -13,6 +13,16 @@ strides, an all_to_all that DTensor runs as all_gather on gloo)::
     "axes": {"2x4": [{"name": "dp", "collectives": {"all_reduce": {"latency_s": ..,
                                                                    "bus_bandwidth_bytes_per_s": ..}, ...}},
                      {"name": "tp", "collectives": {...}}]}
+
+``dispatch`` (schema 2) holds the fixed costs of running a plan eagerly through DTensor,
+which a plain kernel's ``kernel_overhead_s`` misses: sharding propagation, redistribute
+planning and wrapping on every op, autograd's backward ops, and ``AdamW.step()``'s ops on
+every parameter. ``autoplan calibrate`` measures them on the mesh (``calibrate/dispatch.py``)::
+
+    "dispatch": {"forward_op_s": .., "backward_op_s": .., "optimizer_param_s": ..,
+                 "optimizer_bytes_per_s": .., "overlaps_device": false}
+
+Schema 1 profiles lack it and are refused with the fix (re-calibrate, or add the object).
 """
 
 from __future__ import annotations
@@ -28,7 +38,7 @@ COST_MODELS_DIR = Path(__file__).resolve().parent.parent / "cost_models"
 DEFAULT_PROFILE = "h100-sxm"
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
 LINKS = ("intra_node", "inter_node")
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 _REMAKE = "re-create it with `autoplan calibrate` or restore it from cost_models/"
 _FIX = "re-create it with `autoplan calibrate` or fix the file"
 
@@ -52,6 +62,32 @@ class Saturation:
         return self.max * amount / (amount + self.half_at) if amount > 0 else self.max
 
 
+@dataclass(frozen=True, slots=True)
+class DispatchCost:
+    """Fixed costs of eager DTensor execution, per op and per parameter (``calibrate/dispatch.py``)."""
+
+    forward_op_s: float
+    """Time of one forward DTensor op on tiny tensors (dispatch, sharding propagation, wrapping,
+    autograd recording and the kernel launch): the fixed part of every forward op, views included."""
+    backward_op_s: float
+    """Fixed time of the backward of one forward op that carries a gradient (its derivative ops
+    and the autograd engine's work), per forward op."""
+    optimizer_param_s: float
+    """Fixed time of ``AdamW.step()`` per parameter (about ten DTensor ops)."""
+    optimizer_bytes_per_s: float
+    """Local parameter bytes ``AdamW.step()`` updates per second, once the fixed time is paid."""
+    overlaps_device: bool
+    """True where ops run asynchronously on a device (CUDA): the host's fixed time and the
+    kernel's time overlap, and an op costs the larger of the two. False on CPU, where the
+    rank's own thread does both, one after the other."""
+
+    def op_seconds(self, fixed_s: float, kernel_overhead_s: float, work_s: float) -> float:
+        """Time of one op, or of one op's backward: its fixed host time with its kernel's."""
+        if self.overlaps_device:
+            return max(fixed_s, kernel_overhead_s + work_s) if work_s > 0 else fixed_s
+        return fixed_s + work_s
+
+
 @dataclass(frozen=True)
 class ClusterProfile:
     name: str
@@ -67,6 +103,8 @@ class ClusterProfile:
     kernel_overhead_s: float
     links: dict[str, dict[str, LinkCost]]
     """"intra_node" / "inter_node" -> collective -> cost."""
+    dispatch: DispatchCost
+    """Fixed costs of eager DTensor execution."""
     provenance: dict
     axes: dict[tuple[int, ...], tuple[dict[str, LinkCost], ...]] = field(default_factory=dict)
     """Measured per-axis costs: mesh shape -> per axis, collective -> cost (may be empty)."""
@@ -104,6 +142,13 @@ def profile_from_dict(data: dict, source: str = "<dict>") -> ClusterProfile:
         raise ProfileError(f"cluster profile {source}: expected a JSON object, got {type(data).__name__}", hint=_REMAKE)
     read = _Reader(source)
     version = read.need(data, "schema_version", "")
+    if version == 1:
+        raise ProfileError(
+            f"cluster profile {source} has schema_version 1, expected {SCHEMA_VERSION}: it lacks the "
+            "eager-execution costs (dispatch: per-op, backward and optimizer fixed times)",
+            hint="re-create it with `autoplan calibrate`, or add a \"dispatch\" object as in "
+            "cost_models/h100-sxm.json and set schema_version to 2",
+        )
     if version != SCHEMA_VERSION:
         raise ProfileError(
             f"cluster profile {source} has schema_version {version!r}, expected {SCHEMA_VERSION}",
@@ -118,6 +163,7 @@ def profile_from_dict(data: dict, source: str = "<dict>") -> ClusterProfile:
         raise ProfileError(f"cluster profile {source} lacks device.peak_flops.float32", hint="add the float32 peak (it is the fallback for other dtypes)")
     matmul = read.need_object(eff, "matmul", "efficiency.")
     memory = read.need_object(eff, "memory", "efficiency.")
+    dispatch = read.need_object(data, "dispatch", "")
     return ClusterProfile(
         name=str(read.need(data, "name", "")),
         device_name=str(read.need(device, "name", "device.")),
@@ -129,6 +175,13 @@ def profile_from_dict(data: dict, source: str = "<dict>") -> ClusterProfile:
         memory_efficiency=Saturation(read.positive(memory, "max", "efficiency.memory."), read.positive(memory, "half_at_bytes", "efficiency.memory.")),
         kernel_overhead_s=read.non_negative(eff, "kernel_overhead_s", "efficiency."),
         links=links,
+        dispatch=DispatchCost(
+            forward_op_s=read.non_negative(dispatch, "forward_op_s", "dispatch."),
+            backward_op_s=read.non_negative(dispatch, "backward_op_s", "dispatch."),
+            optimizer_param_s=read.non_negative(dispatch, "optimizer_param_s", "dispatch."),
+            optimizer_bytes_per_s=read.positive(dispatch, "optimizer_bytes_per_s", "dispatch."),
+            overlaps_device=read.boolean(dispatch, "overlaps_device", "dispatch."),
+        ),
         provenance=dict(read.optional_object(data, "provenance")),
         axes=read.axes(data.get("axes", {})),
     )
@@ -174,6 +227,12 @@ class _Reader:
         value = self._number(mapping, key, where)
         if value < 0:
             raise ProfileError(f"cluster profile {self.source}: expected a number >= 0 at {where}{key}, got {value!r}", hint=_FIX)
+        return value
+
+    def boolean(self, mapping: dict, key: str, where: str) -> bool:
+        value = self.need(mapping, key, where)
+        if not isinstance(value, bool):
+            raise ProfileError(f"cluster profile {self.source}: expected true or false at {where}{key}, got {value!r}", hint=_FIX)
         return value
 
     def link_table(self, per_link: dict, where: str) -> dict[str, LinkCost]:

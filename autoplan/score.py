@@ -99,15 +99,7 @@ def score_problem(problem: Problem, plan: Plan, time_limit_s: float | None = Non
     _check_model(problem.traced, plan)
     if tuple(problem.choices.mesh_shape) != tuple(plan.mesh_shape):
         _check_mesh(plan, problem.choices.mesh_shape)
-    pins = Pins(problem)
-    values = 0
-    for fqn, spec in sorted(plan.parameters.items()):
-        pins.value(problem.node_of(fqn), 0, spec, f"parameter {fqn}", strict=True)
-        values += 1
-    for key, batch in sorted(plan.inputs.items()):
-        pins.value(problem.node_of(key), 0, batch.placements, f"batch input {key}", strict=True)
-        values += 1
-    boundaries, _ = pins.module_boundaries(plan.modules)
+    pins, values, boundaries = pins_for_plan(problem, plan)
     skipped = tuple(pins.conflicts)
     warnings = [f"module boundary not pinned: {what}" for what in skipped]
     scored, _, fits = solve_pinned(problem, pins, time_limit_s, warnings)
@@ -127,6 +119,21 @@ def score_problem(problem: Problem, plan: Plan, time_limit_s: float | None = Non
         skipped_boundaries=skipped,
         plan=scored,
     )
+
+
+def pins_for_plan(problem: Problem, plan: Plan) -> tuple[Pins, int, int]:
+    """What a plan fixes: its parameter, batch and module boundary layouts, as pins
+    (with the number of values and of boundaries pinned); the solver places the rest."""
+    pins = Pins(problem)
+    values = 0
+    for fqn, spec in sorted(plan.parameters.items()):
+        pins.value(problem.node_of(fqn), 0, spec, f"parameter {fqn}", strict=True)
+        values += 1
+    for key, batch in sorted(plan.inputs.items()):
+        pins.value(problem.node_of(key), 0, batch.placements, f"batch input {key}", strict=True)
+        values += 1
+    boundaries, _ = pins.module_boundaries(plan.modules)
+    return pins, values, boundaries
 
 
 def _profile(plan: Plan, profile) -> ClusterProfile:

@@ -156,8 +156,11 @@ def main(argv=None) -> int:
     if math.isfinite(op_overhead_s):
         from autoplan.profile import load_profile
 
+        used = load_profile(args.profile)
         print(f"time per dispatched op of tiny replicated DTensor ops, forward and backward, on every rank at once: "
-              f"{op_overhead_s * 1e6:.0f} us (the profile's kernel_overhead_s: {load_profile(args.profile).kernel_overhead_s * 1e6:.1f} us)")
+              f"{op_overhead_s * 1e6:.0f} us (the profile's kernel_overhead_s: {used.kernel_overhead_s * 1e6:.1f} us; "
+              f"dispatch: {used.dispatch.forward_op_s * 1e6:.0f} us per forward op, {used.dispatch.backward_op_s * 1e6:.0f} us "
+              f"of backward per forward op, AdamW {used.dispatch.optimizer_param_s * 1e6:.0f} us per parameter)")
     print(f"planning and scoring {plan_s:.0f} s, measuring {measure_s:.0f} s (one launch); "
           f"load average before {load_before[0]:.2f}, after {load_after[0]:.2f} (1 min), host has {os.cpu_count()} CPUs")
     out = Path(args.out)

@@ -84,7 +84,7 @@ FLOPS = [2.0 * s**3 for s in (256, 512, 1024, 2048, 4096, 8192)]
 
 
 def roofline_times(amounts, peak=PEAK, max_=MAX, half_at=HALF_AT, overhead=OVERHEAD, noise=0.0, seed=0):
-    """What ``cost._roofline`` predicts for a compute-bound op of ``amount`` FLOPs."""
+    """What ``kernel_overhead_s + cost._work`` gives for a compute-bound op of ``amount`` FLOPs."""
     rng = random.Random(seed)
     return [(overhead + x / (peak * max_ * x / (x + half_at))) * math.exp(rng.gauss(0, noise)) for x in amounts]
 
@@ -131,3 +131,40 @@ def test_launch_bound_timings_do_not_bend_the_curve():
     assert fit.samples == len(FLOPS)
     assert fit.curve.max == pytest.approx(MAX, rel=1e-6)
     assert fit.curve.half_at == pytest.approx(HALF_AT, rel=1e-6)
+
+
+def synthetic_measurements(optimizer_param_s=2e-3, optimizer_bytes_per_s=1.5e9):
+    """A 2x4 run's measurements, generated from known figures."""
+    from autoplan.calibrate.dispatch import DispatchSample, OptimizerSample
+    from autoplan.calibrate.sweep import CollectiveSample, MatmulSample, Measurements, MemorySample
+
+    sweep = sweep_for("cpu", quick=False)
+    collectives = tuple(
+        CollectiveSample(axis, kind, n, b, t)
+        for axis, n in enumerate((2, 4)) for kind in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
+        for b, t in zip(sweep.message_bytes, collective_times(kind, n, sweep.message_bytes))
+    )
+    shapes = sweep.matmul_shapes
+    matmuls = tuple(MatmulSample("float32", s, 2.0 * math.prod(s), t)
+                    for s, t in zip(shapes, roofline_times([2.0 * math.prod(s) for s in shapes])))
+    memory = tuple(MemorySample("add", e, 12 * e, 4e-6 + 12 * e / 1e10) for e in sweep.memory_elements)
+    optimizer = tuple(OptimizerSample(e, 4 * e, optimizer_param_s + 4 * e / optimizer_bytes_per_s) for e in sweep.optimizer_elements)
+    return Measurements(collectives, matmuls, memory, OVERHEAD, DispatchSample(1.9e-4, 6e-4, optimizer))
+
+
+def test_built_profile_loads_and_carries_the_dispatch_fits():
+    from autoplan.calibrate.host import ClusterInfo
+    from autoplan.calibrate.profile_writer import RunInfo, build_profile
+    from autoplan.profile import profile_from_dict
+
+    run = RunInfo("synthetic", (2, 4), ("dp", "tp"), "gloo", "cpu", sweep_for("cpu", quick=False), False, 1, 60.0, {})
+    cluster = ClusterInfo(("abc",), 8, "CPU: test", 2**30, ("CPU: test",))
+    data = build_profile(run, synthetic_measurements(), cluster)
+    profile = profile_from_dict(data)
+    assert profile.dispatch.forward_op_s == pytest.approx(1.9e-4)
+    assert profile.dispatch.backward_op_s == pytest.approx(6e-4)
+    assert profile.dispatch.optimizer_param_s == pytest.approx(2e-3, rel=1e-3)
+    assert profile.dispatch.optimizer_bytes_per_s == pytest.approx(1.5e9, rel=1e-3)
+    assert profile.dispatch.overlaps_device is False
+    assert data["provenance"]["fits"]["optimizer"]["samples"] == len(sweep_for("cpu", quick=False).optimizer_elements)
+    assert data["provenance"]["measurements"]["dtensor_backward_op_s"] == pytest.approx(6e-4)

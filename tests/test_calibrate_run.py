@@ -23,7 +23,7 @@ def test_quick_run_on_four_gloo_processes_writes_a_loadable_profile(tmp_path, ca
     captured = capfd.readouterr()  # capfd: the progress bar comes from the spawned rank 0
     assert status == 0, captured.err
     assert sorted(p.name for p in out.parent.iterdir()) == ["quick-2x2.json"]  # no temp file left
-    assert "calibrate [" in captured.err and "] 34/34" in captured.err  # the progress bar, to the end
+    assert "calibrate [" in captured.err and "] 38/38" in captured.err  # the progress bar, to the end
     assert f"profile written to {out}" in captured.out
 
     profile = load_profile(str(out))
@@ -44,6 +44,13 @@ def test_quick_run_on_four_gloo_processes_writes_a_loadable_profile(tmp_path, ca
     assert len(prov["measurements"]["matmul"]) == 3 and len(prov["measurements"]["memory"]) == 6
     assert "copied from intra_node" in prov["links"]["inter_node"]
     assert profile.peak_flops.keys() == {"float32"}
+
+    # Eager DTensor costs measured on the mesh: a DTensor op costs more than a plain add,
+    # and an AdamW step more per parameter than one op.
+    dispatch = profile.dispatch
+    assert dispatch.forward_op_s > profile.kernel_overhead_s > 0
+    assert dispatch.backward_op_s > 0 and dispatch.optimizer_param_s > 0 and not dispatch.overlaps_device
+    assert len(prov["measurements"]["optimizer"]) == 2 and prov["fits"]["optimizer"]["samples"] == 2
 
     # The planner prices collectives on the calibrated mesh from the per-axis table.
     assert set(profile.axes) == {(2, 2)}

@@ -1,7 +1,8 @@
 """Must-show 1: an MLP on a 1-D mesh of 4 whose optimum is worked out by hand.
 
 The profile is made so that the objective is pure arithmetic: matmuls run at
-``PEAK`` flop/s, memory traffic and kernel launches are free, and every collective
+``PEAK`` flop/s, memory traffic, kernel launches and eager dispatch are free (the
+dispatch costs are tested in ``test_cost_dispatch.py``), and every collective
 costs ``ALPHA + factor * bytes / BETA``. The model is ``Linear(d, 4d) -> ReLU ->
 Linear(4d, d)`` (no biases) with a mean-square loss ``mean(out**2)``: a loss that is
 not linear in ``out``, so a row-parallel output (partial sums) must be all-reduced
@@ -32,15 +33,20 @@ FREE = 1e30  # memory bandwidth: makes memory traffic free
 TINY = 1e-30  # efficiency half-point: efficiency is 1 at any size
 
 
-def exact_profile():
+FREE_DISPATCH = {"forward_op_s": 0.0, "backward_op_s": 0.0, "optimizer_param_s": 0.0,
+                 "optimizer_bytes_per_s": FREE, "overlaps_device": False}
+
+
+def exact_profile(dispatch=None):
     link = {k: {"latency_s": ALPHA, "bus_bandwidth_bytes_per_s": BETA} for k in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")}
     return profile_from_dict({
-        "schema_version": 1,
+        "schema_version": 2,
         "name": "hand-exact",
         "device": {"name": "ideal", "memory_bytes": 10**12, "memory_bandwidth_bytes_per_s": FREE, "devices_per_node": 8,
                    "peak_flops": {"float32": PEAK}},
         "efficiency": {"matmul": {"max": 1.0, "half_at_flops": TINY}, "memory": {"max": 1.0, "half_at_bytes": TINY}, "kernel_overhead_s": 0.0},
         "links": {"intra_node": link, "inter_node": link},
+        "dispatch": dispatch or FREE_DISPATCH,
     })
 
 

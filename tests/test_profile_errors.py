@@ -72,6 +72,10 @@ def test_top_level_must_be_an_object(tmp_path):
         ("links", "inter_node"),
         ("links", "intra_node", "all_to_all"),
         ("links", "inter_node", "reduce_scatter", "latency_s"),
+        ("dispatch",),
+        ("dispatch", "forward_op_s"),
+        ("dispatch", "optimizer_bytes_per_s"),
+        ("dispatch", "overlaps_device"),
     ],
 )
 def test_missing_key_is_named(tmp_path, path):
@@ -101,6 +105,10 @@ def test_missing_float32_peak(tmp_path):
         (("device", "memory_bytes"), float("nan"), "a finite number"),
         (("efficiency", "memory", "max"), float("inf"), "a finite number"),
         (("efficiency", "kernel_overhead_s"), -1e-6, "a number >= 0"),
+        (("dispatch", "backward_op_s"), -1e-4, "a number >= 0"),
+        (("dispatch", "optimizer_param_s"), "slow", "a finite number"),
+        (("dispatch", "optimizer_bytes_per_s"), 0, "a positive number"),
+        (("dispatch", "overlaps_device"), 1, "true or false"),
     ],
 )
 def test_bad_number_is_named(tmp_path, path, value, expected):
@@ -114,11 +122,22 @@ def test_bad_number_is_named(tmp_path, path, value, expected):
     assert f"expected {expected} at {'.'.join(path)}, got {value!r}" in message
 
 
-@pytest.mark.parametrize("version", [2, 0, "1", None])
+@pytest.mark.parametrize("version", [3, 0, "2", None])
 def test_wrong_schema_version(tmp_path, version):
     message = refused(write(tmp_path, changed(lambda d: d.update(schema_version=version))))
-    assert f"has schema_version {version!r}, expected 1" in message
+    assert f"has schema_version {version!r}, expected 2" in message
     assert "upgrade autoplan or re-create the profile" in message
+
+
+def test_schema_1_profile_names_what_it_lacks_and_the_fix(tmp_path):
+    """A profile written before the eager-execution costs existed is refused, not priced without them."""
+    def downgrade(data):
+        data["schema_version"] = 1
+        del data["dispatch"]
+
+    message = refused(write(tmp_path, changed(downgrade)))
+    assert "has schema_version 1, expected 2: it lacks the eager-execution costs" in message
+    assert "re-create it with `autoplan calibrate`" in message and '"dispatch" object as in cost_models/h100-sxm.json' in message
 
 
 def test_section_of_the_wrong_type(tmp_path):

@@ -9,7 +9,7 @@ Both models the cost stage uses are straight lines once written the right way ro
                  => t - overhead = half_at / (peak * max) + x / (peak * max)
                  ->  t - overhead = a + b x,  max = 1 / (peak * b),  half_at = a / b
 
-(the second is exactly ``cost._roofline`` for a compute-bound or a memory-bound op, so a
+(the second is ``cost._work`` plus the per-op overhead, for a compute-bound or a memory-bound op, so a
 fitted curve reproduces the measured times through the same code that plans with it).
 
 Timings span five or more decades of size, so no fit may let the largest size decide alone

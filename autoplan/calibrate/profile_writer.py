@@ -16,6 +16,9 @@ What goes where:
 - ``efficiency``: the Saturation curves fitted by ``fit.fit_saturation`` and the per-op
   overhead (a one-element add), which together reproduce the measured times through the
   cost stage's roofline.
+- ``dispatch``: the fixed costs of eager DTensor execution measured on the mesh
+  (``dispatch.py``): per forward op, per forward op's backward, and ``AdamW.step()``'s
+  time per parameter and bytes per second (a line fitted over parameter sizes).
 - ``provenance``: how, when and on what it was measured, the sweep, every fit's relative
   RMS error and the raw timings (so a profile can be refitted without rerunning).
 """
@@ -26,7 +29,7 @@ import datetime
 import math
 from dataclasses import dataclass
 
-from autoplan.calibrate.fit import AlphaBetaFit, SaturationFit, fit_alpha_beta, fit_saturation
+from autoplan.calibrate.fit import AlphaBetaFit, LineFit, SaturationFit, fit_alpha_beta, fit_line, fit_saturation
 from autoplan.calibrate.host import ClusterInfo
 from autoplan.calibrate.sizes import Sweep
 from autoplan.calibrate.sweep import CollectiveSample, Measurements
@@ -35,7 +38,8 @@ from autoplan.profile import COLLECTIVES, LINKS, SCHEMA_VERSION, mesh_key
 
 METHOD = (
     "autoplan calibrate: collectives through DTensor redistribute on each mesh axis (all groups at once), "
-    "torch.mm and elementwise add/clone on every rank at once; median over repeats of the slowest rank; "
+    "torch.mm and elementwise add/clone on every rank at once; DTensor op chains (forward, forward + backward) "
+    "and AdamW steps over DTensor parameters on the mesh; median over repeats of the slowest rank; "
     "least-squares fits in log time (fit quality reported as relative RMS error)"
 )
 
@@ -79,6 +83,8 @@ class Fits:
     """Best measured bytes/s of the memory-bound ops."""
     memory: SaturationFit
     overhead_s: float
+    optimizer: LineFit
+    """AdamW step time per parameter against its local bytes: intercept s, slope s/byte."""
 
 
 def fit_all(measured: Measurements, mesh_shape: tuple[int, ...], axis_names: tuple[str, ...], devices_per_node: int) -> Fits:
@@ -120,7 +126,21 @@ def fit_all(measured: Measurements, mesh_shape: tuple[int, ...], axis_names: tup
         [bandwidth] * len(measured.memory_ops),
         measured.overhead_s,
     )
-    return Fits(axes, links, sources, peaks, matmul, bandwidth, memory, measured.overhead_s)
+    optimizer = fit_line([s.nbytes for s in measured.dispatch.optimizer], [s.seconds for s in measured.dispatch.optimizer])
+    return Fits(axes, links, sources, peaks, matmul, bandwidth, memory, measured.overhead_s, optimizer)
+
+
+def dispatch_section(measured: Measurements, fits: Fits, device_type: str) -> dict:
+    """The profile's ``dispatch`` object (see ``profile.DispatchCost``)."""
+    slope = fits.optimizer.slope
+    return {
+        "forward_op_s": _sig(measured.dispatch.forward_op_s),
+        "backward_op_s": _sig(measured.dispatch.backward_op_s),
+        "optimizer_param_s": _sig(fits.optimizer.intercept),
+        # A step whose time does not grow with size: no measurable bandwidth term.
+        "optimizer_bytes_per_s": _sig(1.0 / slope) if slope > 0 else 1e18,
+        "overlaps_device": device_type == "cuda",
+    }
 
 
 def build_profile(run: RunInfo, measured: Measurements, cluster: ClusterInfo) -> dict:
@@ -148,6 +168,7 @@ def build_profile(run: RunInfo, measured: Measurements, cluster: ClusterInfo) ->
             "memory": {"max": _sig(fits.memory.curve.max), "half_at_bytes": _sig(fits.memory.curve.half_at)},
             "kernel_overhead_s": _sig(fits.overhead_s),
         },
+        "dispatch": dispatch_section(measured, fits, run.device_type),
         "links": {link: _link_table(fits.links[link]) for link in LINKS},
         "axes": {
             mesh: [
@@ -189,12 +210,12 @@ def _provenance(run: RunInfo, measured: Measurements, cluster: ClusterInfo, fits
         "sweep": run.sweep.to_dict(),
         "links": dict(fits.link_sources),
         "notes": notes,
-        "fits": _fit_report(run, fits),
+        "fits": _fit_report(run, measured, fits),
         "measurements": _raw(run, measured),
     }
 
 
-def _fit_report(run: RunInfo, fits: Fits) -> dict:
+def _fit_report(run: RunInfo, measured: Measurements, fits: Fits) -> dict:
     def alpha_beta(fit: AlphaBetaFit) -> dict:
         return {**fit.to_dict(), "rel_rms": _sig(fit.rel_rms, 3), "samples": fit.samples}
 
@@ -210,6 +231,8 @@ def _fit_report(run: RunInfo, fits: Fits) -> dict:
         "links": {link: {kind: alpha_beta(fit) for kind, fit in table.items()} for link, table in fits.links.items()},
         "matmul": saturation(fits.matmul, "flops"),
         "memory": saturation(fits.memory, "bytes"),
+        "optimizer": {"param_s": _sig(fits.optimizer.intercept), "s_per_byte": _sig(fits.optimizer.slope),
+                      "rel_rms": _sig(fits.optimizer.rel_rms, 3), "samples": len(measured.dispatch.optimizer)},
     }
 
 
@@ -223,11 +246,15 @@ def _raw(run: RunInfo, measured: Measurements) -> dict:
             "collectives": "axis -> kind -> [bytes (nccl-tests convention), seconds]",
             "matmul": "[dtype, m, k, n, seconds]",
             "memory": "[op, bytes read and written, seconds]",
+            "optimizer": "[local bytes per parameter, seconds per parameter of AdamW.step()]",
         },
         "collectives": collectives,
         "matmul": [[s.dtype, *s.shape, _sig(s.seconds)] for s in measured.matmuls],
         "memory": [[s.op, s.nbytes, _sig(s.seconds)] for s in measured.memory_ops],
         "kernel_overhead_s": _sig(measured.overhead_s),
+        "dtensor_forward_op_s": _sig(measured.dispatch.forward_op_s),
+        "dtensor_backward_op_s": _sig(measured.dispatch.backward_op_s),
+        "optimizer": [[s.nbytes, _sig(s.seconds)] for s in measured.dispatch.optimizer],
     }
 
 

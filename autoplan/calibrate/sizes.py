@@ -33,6 +33,8 @@ class Sweep:
     """torch dtype names the matmuls run in ("bfloat16", "float32", ...)."""
     memory_elements: tuple[int, ...]
     """float32 element counts of the memory-bound ops (add, clone)."""
+    optimizer_elements: tuple[int, ...]
+    """float32 elements per parameter of the timed ``AdamW.step()`` (``dispatch.py``)."""
     warmup: int
     """Untimed calls before each point (allocator, caches, NCCL channels)."""
     repeats: int
@@ -48,6 +50,7 @@ class Sweep:
             "matmul_shapes_mkn": [list(shape) for shape in self.matmul_shapes],
             "matmul_dtypes": list(self.matmul_dtypes),
             "memory_elements": list(self.memory_elements),
+            "optimizer_elements": list(self.optimizer_elements),
             "warmup": self.warmup,
             "repeats": self.repeats,
             "target_s_per_repeat": self.target_s,
@@ -73,6 +76,7 @@ _GPU_FULL = Sweep(
     matmul_shapes=_square(256, 512, 1024, 2048, 4096, 8192) + ((16384, 4096, 1024), (16384, 1024, 4096)),
     matmul_dtypes=("bfloat16", "float16", "float32"),
     memory_elements=_doubling(4 * KIB, 256 * MIB),
+    optimizer_elements=(256, 16 * KIB, 1 * MIB, 16 * MIB),
     warmup=3,
     repeats=5,
     target_s=0.02,
@@ -83,6 +87,7 @@ _CPU_FULL = Sweep(
     matmul_shapes=_square(32, 64, 96, 128, 192, 256, 384, 512, 768, 1024) + ((2048, 256, 256), (512, 1024, 128)),
     matmul_dtypes=("float32",),
     memory_elements=_doubling(1 * KIB, 4 * MIB),
+    optimizer_elements=(256, 4 * KIB, 64 * KIB, 1 * MIB),
     warmup=2,
     repeats=7,
     target_s=0.02,
@@ -93,6 +98,7 @@ _QUICK = Sweep(
     matmul_shapes=_square(32, 64, 128),
     matmul_dtypes=("float32",),
     memory_elements=(1 * KIB, 16 * KIB, 256 * KIB),
+    optimizer_elements=(256, 16 * KIB),
     warmup=1,
     repeats=2,
     target_s=0.002,

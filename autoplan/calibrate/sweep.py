@@ -1,4 +1,5 @@
-"""Measurements: collectives on each mesh axis, matmuls, memory-bound ops, per-op overhead.
+"""Measurements: collectives on each mesh axis, matmuls, memory-bound ops, per-op overhead,
+and the fixed costs of eager DTensor execution (``dispatch.py``).
 
 Collectives are timed through DTensor's own ``redistribute`` on the real device mesh, the
 call an applied plan makes at module boundaries, so the timings include what plans pay:
@@ -28,6 +29,7 @@ from torch.distributed._functional_collectives import AsyncCollectiveTensor
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.tensor import DTensor, Partial, Placement, Replicate, Shard
 
+from autoplan.calibrate.dispatch import DispatchSample, count_dispatch_points, measure_dispatch
 from autoplan.calibrate.progress import Progress
 from autoplan.calibrate.sizes import Sweep
 from autoplan.calibrate.timing import Timer
@@ -97,6 +99,8 @@ class Measurements:
     memory_ops: tuple[MemorySample, ...]
     overhead_s: float
     """Time of a one-element add: the fixed cost of any op (``kernel_overhead_s``)."""
+    dispatch: DispatchSample
+    """Per-op, backward and optimizer fixed costs of DTensor ops on the mesh."""
 
 
 def count_points(mesh_shape: tuple[int, ...], sweep: Sweep) -> int:
@@ -107,6 +111,7 @@ def count_points(mesh_shape: tuple[int, ...], sweep: Sweep) -> int:
         + len(sweep.matmul_shapes) * len(sweep.matmul_dtypes)
         + len(MEMORY_OPS) * len(sweep.memory_elements)
         + 1
+        + count_dispatch_points(sweep.optimizer_elements)
     )
 
 
@@ -117,7 +122,8 @@ def measure_all(mesh: DeviceMesh, sweep: Sweep, timer: Timer, progress: Progress
         overhead = measure_overhead(timer, progress)
         matmuls = measure_matmuls(sweep, timer, progress)
         memory_ops = measure_memory_ops(sweep, timer, progress)
-    return Measurements(tuple(collectives), tuple(matmuls), tuple(memory_ops), overhead)
+        dispatch = measure_dispatch(mesh, sweep.optimizer_elements, timer, progress)
+    return Measurements(tuple(collectives), tuple(matmuls), tuple(memory_ops), overhead, dispatch)
 
 
 def measure_collectives(mesh: DeviceMesh, sweep: Sweep, timer: Timer, progress: Progress) -> list[CollectiveSample]:

@@ -141,6 +141,10 @@ def _print_summary(out: str) -> None:
     print(f"  memory {profile.memory_bandwidth_bytes_per_s / 1e9:.4g} GB/s; efficiency max "
           f"{profile.memory_efficiency.max:.3g}, half at {profile.memory_efficiency.half_at:.3g} B "
           f"(fit error {fits['memory']['rel_rms']:.0%}); per-op overhead {profile.kernel_overhead_s * 1e6:.1f} us")
+    d = profile.dispatch
+    print(f"  DTensor eager: {d.forward_op_s * 1e6:.1f} us per forward op, {d.backward_op_s * 1e6:.1f} us of backward per "
+          f"forward op; AdamW {d.optimizer_param_s * 1e6:.1f} us per parameter + {d.optimizer_bytes_per_s / 1e9:.3g} GB/s "
+          f"(fit error {fits['optimizer']['rel_rms']:.0%})")
     print(f"  device memory {profile.memory_bytes / 2**30:.1f} GiB per rank, {profile.devices_per_node} ranks per host")
     print(f"profile written to {out}")
 
