@@ -1,5 +1,9 @@
+import os
 import sys
+import tempfile
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
@@ -11,3 +15,17 @@ def example_module(filename: str):
     from autoplan.model_file import import_model_file
 
     return import_model_file(EXAMPLES / filename)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def fresh_plan_cache():
+    """Every test session starts with an empty plan cache of its own, outside the checkout:
+    tests that plan must really plan, and must not leave entries in plans_out/."""
+    with tempfile.TemporaryDirectory(prefix="autoplan-cache-") as directory:
+        previous = os.environ.get("AUTOPLAN_CACHE_DIR")
+        os.environ["AUTOPLAN_CACHE_DIR"] = directory
+        yield Path(directory)
+        if previous is None:
+            os.environ.pop("AUTOPLAN_CACHE_DIR", None)
+        else:
+            os.environ["AUTOPLAN_CACHE_DIR"] = previous
