@@ -2,6 +2,7 @@
 changed question, or a damaged entry, plans again."""
 
 import json
+import logging
 import warnings
 
 import pytest
@@ -66,12 +67,31 @@ def test_damaged_entry_is_ignored_with_a_warning_and_replaced(tmp_path, damage):
     assert report.extra["cache"] == HIT
 
 
-def test_bypass_neither_reads_nor_writes(tmp_path, caplog):
+class Outcomes(logging.Handler):
+    def __init__(self):
+        super().__init__(logging.INFO)
+        self.seen = []
+
+    def emit(self, record):
+        if hasattr(record, "autoplan_cache"):
+            self.seen.append(record.autoplan_cache)
+
+
+def test_bypass_neither_reads_nor_writes(tmp_path):
     loaded = load_model_file(MLP)
-    with caplog.at_level("INFO", logger="autoplan"):
+    logger, outcomes = logging.getLogger("autoplan"), Outcomes()
+    level = logger.level
+    logger.setLevel(logging.INFO)
+    logger.addHandler(outcomes)
+    try:
         autoplan.suggest(loaded.model, loaded.example_inputs, mesh=(2, 4), cache=False, cache_dir=tmp_path)
-    assert not list(tmp_path.iterdir())
-    assert [r.autoplan_cache for r in caplog.records if hasattr(r, "autoplan_cache")] == ["off"]
+        autoplan.suggest(loaded.model, loaded.example_inputs, mesh=(2, 4), cache_dir=tmp_path)
+        autoplan.suggest(loaded.model, loaded.example_inputs, mesh=(2, 4), cache_dir=tmp_path)
+    finally:
+        logger.removeHandler(outcomes)
+        logger.setLevel(level)
+    assert outcomes.seen == ["off", "miss", "hit"]
+    assert len(list(tmp_path.iterdir())) == 1
 
 
 def test_cli_reports_the_hit_and_no_cache_solves(tmp_path, monkeypatch, capsys):
