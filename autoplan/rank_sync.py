@@ -24,8 +24,14 @@ class RankZeroError(AutoplanError):
 
 
 def is_distributed(group=None) -> bool:
-    """True when a process group of more than one rank is initialized."""
-    return dist.is_available() and dist.is_initialized() and dist.get_world_size(group) > 1
+    """True when a process group of more than one rank, each its own process, is initialized.
+
+    A fake process group (one process standing for every rank, as in tests) moves no
+    data: its one process does the work itself.
+    """
+    if not (dist.is_available() and dist.is_initialized()):
+        return False
+    return dist.get_world_size(group) > 1 and dist.get_backend(group) != "fake"
 
 
 def run_on_rank_zero(produce: Callable[[], str], group=None) -> str:

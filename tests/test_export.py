@@ -3,10 +3,8 @@ Megatron-shaped parameters to ParallelStyles and lists the rest, and the generat
 runs (tp styles + fully_shard) on a 2x4 fake process group."""
 
 import json
-from pathlib import Path
 
 import pytest
-import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import init_device_mesh
 from torch.testing._internal.distributed.fake_pg import FakeStore

@@ -8,22 +8,19 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from autoplan.plan import Plan
-from conftest import EXAMPLES, ROOT
+from conftest import EXAMPLES, ROOT, wait_for_quiet_host
 
 WORLD = 8
 SCRIPT = ROOT / "tests" / "scripts" / "suggest_every_rank.py"
-QUIET_LOCK = Path("/work/quiet.lock")
 
 
 def torchrun(workdir: Path, out: Path) -> list[dict]:
-    while QUIET_LOCK.exists():  # someone is taking timings on this shared host
-        time.sleep(5)
+    wait_for_quiet_host()
     out.mkdir()
     env = {k: v for k, v in os.environ.items() if k != "AUTOPLAN_CACHE_DIR"}  # the default cache dir
     env.update(PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
