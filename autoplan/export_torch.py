@@ -176,14 +176,17 @@ def _megatron_pairs(plan: Plan, kinds: dict[str, str], axis: int) -> set[str]:
 def _note_activations(plan: Plan, axis: int, paired: set[str], kinds: dict[str, str], notes: list[str], details: list[str]) -> None:
     """List module boundaries whose layout on ``axis`` the export replaces by Replicate."""
     name = plan.axis_names[axis]
-    regions = {fqn.rpartition(".")[0] for fqn in paired}
+    # parent module -> the dim its Colwise/Rowwise pair hands over split
+    regions = {fqn.rpartition(".")[0]: _split(_output(plan, fqn), axis) for fqn in paired if kinds[fqn] == "colwise"}
     changed = []
     for fqn, layout in sorted(plan.modules.items()):
-        inside = fqn.rpartition(".")[0] in regions and fqn not in kinds  # e.g. act_fn between the pair
+        parent = fqn.rpartition(".")[0]
         for side, layouts in (("input", layout.inputs), ("output", layout.outputs)):
             for key, spec in sorted(layouts.items()):
-                if spec[axis] == "R" or inside:
+                if spec[axis] == "R":
                     continue
+                if fqn not in kinds and parent in regions and _split(spec, axis) == regions[parent]:
+                    continue  # e.g. the activation between the pair: local shards there too
                 if fqn in paired and ((side == "output" and kinds[fqn] == "colwise") or (side == "input" and kinds[fqn] == "rowwise" and key == "[0][0]")):
                     continue
                 changed.append(f"{fqn or '<root>'} {side} {key or '<output>'} {spec[axis]}")

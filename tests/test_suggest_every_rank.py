@@ -50,3 +50,41 @@ def test_every_rank_gets_rank_zeros_plan_and_the_second_launch_hits_the_cache(tm
     assert all(r["cache"] == ["hit"] for r in second), second  # no solve on any rank
     assert (entry.stat().st_mtime_ns, entry.read_bytes()) == written
     assert list((tmp_path / "plans_out" / "cache").glob("*.json")) == [entry]
+
+
+def _fail_on_rank_zero(rank: int, port: int, out: str) -> None:
+    import torch.distributed as dist
+
+    from autoplan.errors import InfeasibleError
+    from autoplan.rank_sync import RankZeroError, run_on_rank_zero
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    try:
+        assert run_on_rank_zero(lambda: f"made on rank {dist.get_rank()}") == "made on rank 0"
+
+        def produce():
+            raise InfeasibleError("no plan fits 0.001 GiB per device", hint="raise --memory-gb")
+
+        try:
+            run_on_rank_zero(produce)
+        except (InfeasibleError, RankZeroError) as err:
+            (Path(out) / f"rank{rank}.txt").write_text(f"{type(err).__name__}: {err}")
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.gloo
+def test_an_error_on_rank_zero_is_raised_on_every_rank(tmp_path):
+    import socket
+
+    import torch.multiprocessing as mp
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    wait_for_quiet_host()
+    mp.spawn(_fail_on_rank_zero, args=(port, str(tmp_path)), nprocs=2, join=True)
+    assert (tmp_path / "rank0.txt").read_text().startswith("InfeasibleError: no plan fits")
+    other = (tmp_path / "rank1.txt").read_text()
+    assert other.startswith("RankZeroError: planning failed on rank 0: InfeasibleError: no plan fits 0.001 GiB")
+    assert "raise --memory-gb" in other
