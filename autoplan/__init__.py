@@ -11,12 +11,13 @@
 from autoplan.apply import apply_plan, shard_batch
 from autoplan.errors import AutoplanError
 from autoplan.loss import training_loss
+from autoplan.materialize import load_full_state_dict
 from autoplan.plan import Plan
 from autoplan.profile import load_profile
 from autoplan.score import Score, score
 from autoplan.suggest import suggest
 
 __all__ = [
-    "AutoplanError", "Plan", "Score", "apply_plan", "load_profile", "score", "shard_batch", "suggest",
-    "training_loss",
+    "AutoplanError", "Plan", "Score", "apply_plan", "load_full_state_dict", "load_profile", "score", "shard_batch",
+    "suggest", "training_loss",
 ]

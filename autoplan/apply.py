@@ -28,18 +28,25 @@ from torch.utils._pytree import keystr, tree_flatten, tree_flatten_with_path, tr
 
 from autoplan.dtensor_rules import op_by_name, register_builtin_rules, register_replicate_fallback
 from autoplan.errors import PlanError
+from autoplan.materialize import empty_shard, initialize, materialize_buffers
 from autoplan.placements import Spec, format_spec, to_placements
 from autoplan.plan import Plan
 
 
-def apply_plan(model: nn.Module, plan: Plan, device_mesh: DeviceMesh) -> nn.Module:
-    """Distribute ``model`` in place per ``plan``; returns the same module."""
+def apply_plan(model: nn.Module, plan: Plan, device_mesh: DeviceMesh, init=None) -> nn.Module:
+    """Distribute ``model`` in place per ``plan``; returns the same module.
+
+    A model built on the meta device gets only its local shards, filled by ``init``
+    (``"reset_parameters"`` or a callable ``init(module)``; see ``materialize.py``).
+    """
     _check_mesh(plan, device_mesh)
     _check_names(model, plan)
     register_builtin_rules()
     for name in plan.fallback_ops:
         register_replicate_fallback(op_by_name(name))
-    _distribute_parameters(model, plan, device_mesh)
+    born_meta = _distribute_parameters(model, plan, device_mesh)
+    born_meta |= materialize_buffers(model, device_mesh)
+    initialize(model, born_meta, init)
     modules = dict(model.named_modules())
     _gather_parameters_for_use(modules, plan, device_mesh)
     for fqn in plan.opaque_modules:
@@ -107,15 +114,19 @@ def _check_names(model: nn.Module, plan: Plan) -> None:
         raise PlanError(f"plan modules not in the model: {stray[:3]}", hint="re-plan this model with `autoplan suggest`")
 
 
-def _distribute_parameters(model: nn.Module, plan: Plan, mesh: DeviceMesh) -> None:
+def _distribute_parameters(model: nn.Module, plan: Plan, mesh: DeviceMesh) -> set[str]:
+    """Make every parameter a DTensor; returns the FQNs of modules whose parameters were on meta."""
     done: dict[int, nn.Parameter] = {}
+    born_meta: set[str] = set()
     for module_fqn, module in model.named_modules():
         for name, param in list(module.named_parameters(recurse=False)):
             fqn = f"{module_fqn}.{name}" if module_fqn else name
+            if param.is_meta:
+                born_meta.add(module_fqn)
             if id(param) not in done:
                 placements = to_placements(plan.parameters[fqn])
                 try:
-                    data = distribute_tensor(param.data, mesh, placements)
+                    data = empty_shard(param, mesh, placements) if param.is_meta else distribute_tensor(param.data, mesh, placements)
                 except Exception as err:
                     raise PlanError(f"cannot place {fqn} (shape {list(param.shape)}) as {format_spec(plan.parameters[fqn])}: {err}", hint="re-plan this model") from err
                 new = nn.Parameter(data, requires_grad=param.requires_grad)
@@ -123,6 +134,7 @@ def _distribute_parameters(model: nn.Module, plan: Plan, mesh: DeviceMesh) -> No
                     new.register_post_accumulate_grad_hook(_reduce_gradient)
                 done[id(param)] = new
             module.register_parameter(name, done[id(param)])
+    return born_meta
 
 
 def _gather_parameters_for_use(modules: dict[str, nn.Module], plan: Plan, mesh: DeviceMesh) -> None:

@@ -101,24 +101,35 @@ def _worker(rank: int, world: int, port: int, jobs: list[NumericsJob], seed: int
         os.replace(tmp, out_path)
 
 
-def _call_model(model, batch):
+def call_model(model, batch):
+    """``model(**batch)`` for a dict batch, ``model(*batch)`` for a tuple."""
     return model(**batch) if isinstance(batch, dict) else model(*batch)
+
+
+def build_seeded(module, builder: str, seed: int):
+    """The model file's model, its weights drawn from ``seed``: the same on every process."""
+    torch.manual_seed(seed)
+    return getattr(module, builder)()
+
+
+def seeded_batch(module, seed: int):
+    """The model file's ``example_inputs()`` drawn from ``seed``, as a dict or a tuple."""
+    torch.manual_seed(seed)
+    batch = module.example_inputs()
+    return batch if isinstance(batch, (dict, tuple)) else (batch,) if isinstance(batch, torch.Tensor) else tuple(batch)
 
 
 def _compare(module, builder: str, plan, mesh, seed: int) -> dict:
     import autoplan
 
-    torch.manual_seed(seed)
-    model = getattr(module, builder)()
+    model = build_seeded(module, builder, seed)
     reference = copy.deepcopy(model)
-    torch.manual_seed(seed + 1)
-    batch = module.example_inputs()
-    batch = batch if isinstance(batch, (dict, tuple)) else (batch,) if isinstance(batch, torch.Tensor) else tuple(batch)
+    batch = seeded_batch(module, seed + 1)
 
     autoplan.apply_plan(model, plan, mesh)
-    loss = autoplan.training_loss(_call_model(model, autoplan.shard_batch(batch, plan, mesh)))
+    loss = autoplan.training_loss(call_model(model, autoplan.shard_batch(batch, plan, mesh)))
     loss.backward()
-    ref_loss = autoplan.training_loss(_call_model(reference, batch))
+    ref_loss = autoplan.training_loss(call_model(reference, batch))
     ref_loss.backward()
 
     gradients = {}

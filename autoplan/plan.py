@@ -79,6 +79,8 @@ class Plan:
     parameter_uses: dict[str, Spec] = field(default_factory=dict)
     """FQN -> layout the owning module computes with, where it differs from the stored one
     (e.g. stored sharded, gathered to replicated just before use, FSDP-style)."""
+    module_types: dict[str, str] = field(default_factory=dict)
+    """FQN -> class name of each module that owns parameters (for exports to ParallelStyles)."""
 
     def to_dict(self) -> dict:
         return {
@@ -104,6 +106,7 @@ class Plan:
             "fallback_ops": list(self.fallback_ops),
             "opaque_modules": list(self.opaque_modules),
             "parameter_uses": {fqn: list(spec) for fqn, spec in sorted(self.parameter_uses.items())},
+            "module_types": dict(sorted(self.module_types.items())),
         }
 
     def to_json(self) -> str:
@@ -186,6 +189,7 @@ def _parse(data, source: str) -> Plan:
             parameter_uses={
                 fqn: spec(v, f"parameter_uses.{fqn}") for fqn, v in data.get("parameter_uses", {}).items()
             },
+            module_types={str(fqn): str(name) for fqn, name in data.get("module_types", {}).items()},
         )
     except TypeError as err:
         fail(f"unexpected fields ({err})")

@@ -67,6 +67,11 @@ def build_plan(costed: CostedGraph, choice: dict[str, int], solution: Solution, 
         fallback_ops=choices.fallback_ops,
         opaque_modules=tuple(sorted(traced.opaque_modules)),
         parameter_uses=uses,
+        module_types={
+            owner: traced.module_types[owner]
+            for owner in {fqn.rpartition(".")[0] for fqn in parameters}
+            if owner in traced.module_types
+        },
     )
 
 

@@ -16,7 +16,7 @@ from autoplan.plan_builder import build_plan
 from autoplan.profile import load_profile
 from autoplan.simplify import merge_followers
 from autoplan.solve import solve
-from autoplan.trace import trace_model
+from autoplan.trace import TracedGraph, trace_model
 
 GIB = 2**30
 DEFAULT_AXIS_NAMES = {1: ("dp",), 2: ("dp", "tp"), 3: ("dp", "cp", "tp")}
@@ -77,20 +77,17 @@ def suggest_with_report(
     memory_gb: float | None = None,
     time_limit_s: float | None = None,
     pinned: dict[str, Spec] | None = None,
+    traced: TracedGraph | None = None,
 ) -> tuple[Plan, SuggestReport]:
-    """Plan ``model`` for ``mesh``; ``pinned`` fixes parameter FQNs / batch keys to given specs."""
-    mesh = tuple(int(n) for n in mesh)
-    axis_names = tuple(axis_names) if axis_names else DEFAULT_AXIS_NAMES.get(len(mesh), tuple(f"axis{i}" for i in range(len(mesh))))
-    if len(axis_names) != len(mesh):
-        raise MeshError(
-            f"{len(axis_names)} axis names {list(axis_names)} for a {len(mesh)}-axis mesh {'x'.join(map(str, mesh))}",
-            hint="give one name per mesh axis, e.g. --axis-names dp,tp for --mesh 2x4",
-        )
-    cluster = profile if hasattr(profile, "links") else load_profile(profile)
-    budget = memory_gb * GIB if memory_gb else cluster.memory_bytes
+    """Plan ``model`` for ``mesh``; ``pinned`` fixes parameter FQNs / batch keys to given specs.
+
+    ``traced`` is the model's trace when the caller already has it (the plan cache does).
+    """
+    mesh, axis_names, cluster, budget = resolve_options(mesh, axis_names, profile, memory_gb)
     timer = _Stages()
-    with timer("trace"):
-        traced = trace_model(model, example_inputs)
+    if traced is None:
+        with timer("trace"):
+            traced = trace_model(model, example_inputs)
     with timer("choices"):
         choices = build_choices(traced, mesh, axis_names)
     with timer("cost"):
@@ -115,6 +112,20 @@ def suggest_with_report(
     return plan, report
 
 
+def resolve_options(mesh, axis_names, profile, memory_gb):
+    """``(mesh, axis_names, ClusterProfile, budget bytes)`` from the user's options."""
+    mesh = tuple(int(n) for n in mesh)
+    axis_names = tuple(axis_names) if axis_names else DEFAULT_AXIS_NAMES.get(len(mesh), tuple(f"axis{i}" for i in range(len(mesh))))
+    if len(axis_names) != len(mesh):
+        raise MeshError(
+            f"{len(axis_names)} axis names {list(axis_names)} for a {len(mesh)}-axis mesh {'x'.join(map(str, mesh))}",
+            hint="give one name per mesh axis, e.g. --axis-names dp,tp for --mesh 2x4",
+        )
+    cluster = profile if hasattr(profile, "links") else load_profile(profile)
+    budget = memory_gb * GIB if memory_gb else cluster.memory_bytes
+    return mesh, axis_names, cluster, budget
+
+
 def suggest(
     model: nn.Module,
     example_inputs,
@@ -123,12 +134,24 @@ def suggest(
     profile=None,
     memory_gb: float | None = None,
     time_limit_s: float | None = None,
+    *,
+    cache: bool = True,
+    cache_dir=None,
+    broadcast: bool = True,
 ) -> Plan:
-    """Plan ``model`` (built on any device, meta included) for a device mesh; see README."""
+    """Plan ``model`` (built on any device, meta included) for a device mesh; see README.
+
+    ``cache``: reuse the plan ``plans_out/cache/`` holds for the same model, mesh,
+    profile and options (``cache_dir`` moves it; ``cache=False`` always solves).
+    ``broadcast``: under an initialized process group every rank must call this; rank 0
+    plans and every rank returns rank 0's plan. Pass False to plan on one rank alone.
+    """
     if axis_names is not None and len(axis_names) != len(tuple(mesh)) and tuple(axis_names) == ("dp", "tp"):
         axis_names = None  # the default names suit 2-D meshes only
-    plan, _ = suggest_with_report(model, example_inputs, mesh, axis_names, profile, memory_gb, time_limit_s)
-    return plan
+    from autoplan.cached_suggest import suggest_on_every_rank
+
+    options = dict(profile=profile, memory_gb=memory_gb, time_limit_s=time_limit_s)
+    return suggest_on_every_rank(model, example_inputs, mesh, axis_names, options, cache, cache_dir, broadcast).plan
 
 
 def _allowed(choices, pinned: dict[str, Spec]) -> dict[str, set[int]]:

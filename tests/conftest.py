@@ -1,9 +1,23 @@
+import os
 import sys
+import tempfile
+import time
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+
+QUIET_LOCK = Path("/work/quiet.lock")
+
+
+def wait_for_quiet_host() -> None:
+    """Hold off starting many processes while someone takes timings on this shared host."""
+    while QUIET_LOCK.exists():
+        time.sleep(5)
 
 
 def example_module(filename: str):
@@ -11,3 +25,17 @@ def example_module(filename: str):
     from autoplan.model_file import import_model_file
 
     return import_model_file(EXAMPLES / filename)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def fresh_plan_cache():
+    """Every test session starts with an empty plan cache of its own, outside the checkout:
+    tests that plan must really plan, and must not leave entries in plans_out/."""
+    with tempfile.TemporaryDirectory(prefix="autoplan-cache-") as directory:
+        previous = os.environ.get("AUTOPLAN_CACHE_DIR")
+        os.environ["AUTOPLAN_CACHE_DIR"] = directory
+        yield Path(directory)
+        if previous is None:
+            os.environ.pop("AUTOPLAN_CACHE_DIR", None)
+        else:
+            os.environ["AUTOPLAN_CACHE_DIR"] = previous

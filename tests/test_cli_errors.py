@@ -111,6 +111,8 @@ class FakePlan:
 
 
 class FakeReport:
+    extra = {}
+
     def summary(self):
         return "summary line 1\nsummary line 2"
 
@@ -125,6 +127,8 @@ def fake_suggest(monkeypatch):
 
     module = types.SimpleNamespace(suggest_with_report=suggest_with_report)
     monkeypatch.setitem(sys.modules, "autoplan.suggest", module)
+    cached = types.SimpleNamespace(suggest_cached=suggest_with_report)
+    monkeypatch.setitem(sys.modules, "autoplan.cached_suggest", cached)
     return calls
 
 

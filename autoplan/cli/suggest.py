@@ -26,6 +26,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--memory-gb", type=_positive_float, help="memory budget per device in GB")
     parser.add_argument("--time-limit", type=_positive_float, help="solver time limit in seconds")
     parser.add_argument("--out", help="plan file to write (default: plans_out/MODEL-MESH.json)")
+    parser.add_argument(
+        "--no-cache", action="store_true",
+        help="always solve: neither read nor write the plan cache (plans_out/cache/)",
+    )
     return parser
 
 
@@ -34,9 +38,11 @@ def run(args: argparse.Namespace) -> int:
     axis_names = parse_axis_names(args.axis_names, mesh)
     loaded = load_model_file(args.model)
     # Imported here so that flag and model-file errors are reported without loading the solver.
+    from autoplan.cached_suggest import suggest_cached
     from autoplan.suggest import suggest_with_report
 
-    plan, report = suggest_with_report(
+    plan_fn = suggest_with_report if args.no_cache else suggest_cached
+    plan, report = plan_fn(
         loaded.model,
         loaded.example_inputs,
         mesh,
@@ -54,6 +60,11 @@ def run(args: argparse.Namespace) -> int:
             "pass a writable --out path",
         ) from err
     print(report.summary())
+    cache = report.extra.get("cache")
+    if cache == "hit":
+        print(f"plan reused from the plan cache {report.extra['cache_path']} (no solve; --no-cache solves again)")
+    elif cache is not None:
+        print(f"plan stored in the plan cache {report.extra['cache_path']}")
     print(f"plan written to {out}")
     return 0
 

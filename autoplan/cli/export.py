@@ -1,0 +1,70 @@
+"""``autoplan export``: a plan as PyTorch ParallelStyles + fully_shard, or as a veScale plan."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+from pathlib import Path
+
+from autoplan._files import write_atomic
+from autoplan.errors import AutoplanError
+from autoplan.plan import Plan
+
+FORMATS = ("torch", "vescale")
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser(
+        "export",
+        help="export a plan to PyTorch ParallelStyles or a veScale plan",
+        description="Write PLAN.json as a Python module with a parallelize_module plan on the tp axis "
+        "and fully_shard on the dp axis (--format torch), or as veScale's "
+        '{"parameter": ..., "forward": ...} plan (--format vescale). Parts of the plan the format '
+        "cannot express are listed.",
+    )
+    parser.add_argument("plan", metavar="PLAN.json", help="plan file (from `autoplan suggest`)")
+    parser.add_argument("--format", required=True, choices=FORMATS, help="torch or vescale")
+    parser.add_argument("--out", help="file to write (default: next to PLAN.json, PLAN_torch.py / PLAN.vescale.json)")
+    parser.add_argument(
+        "--model", metavar="MODEL.py[:BUILDER]",
+        help="read module classes from the model (for plans written before plans recorded them)",
+    )
+    return parser
+
+
+def run(args: argparse.Namespace) -> int:
+    plan = Plan.load(args.plan)
+    if args.model:
+        from autoplan.model_file import load_model_file
+
+        model = load_model_file(args.model).model
+        owners = {fqn.rpartition(".")[0] for fqn in plan.parameters}
+        types = {fqn: type(m).__name__ for fqn, m in model.named_modules() if fqn in owners}
+        plan = dataclasses.replace(plan, module_types=types)
+    source = Path(args.plan)
+    if args.format == "torch":
+        from autoplan.export_torch import export_torch
+
+        result = export_torch(plan, source.name)
+        out = Path(args.out) if args.out else source.with_name(f"{source.stem.replace('-', '_')}_torch.py")
+        text = result.source
+        summary = f"{len(result.styles)} ParallelStyles on {result.tp_axis}" + (
+            f", fully_shard on {result.dp_axis} ({len(result.fsdp_modules)} groups)" if result.dp_axis else ""
+        )
+    else:
+        from autoplan.export_vescale import export_vescale
+
+        result = export_vescale(plan)
+        out = Path(args.out) if args.out else source.with_name(f"{source.stem}.vescale.json")
+        text = json.dumps(result.plan, indent=2) + "\n"
+        summary = f"{len(result.plan['parameter'])} parameters, {len(result.plan['forward'])} forward layouts"
+    try:
+        write_atomic(out, text)
+    except OSError as err:
+        raise AutoplanError(f"could not write the export to {out}: {err.strerror or err}", "pass a writable --out path") from err
+    print(f"exported {args.plan} as {args.format}: {summary}")
+    for note in result.not_expressed:
+        print(f"not expressed: {note}")
+    print(f"written to {out}")
+    return 0
