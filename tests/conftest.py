@@ -1,7 +1,6 @@
 import os
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import pytest
@@ -9,15 +8,6 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-
-QUIET_LOCK = Path("/work/quiet.lock")
-
-
-def wait_for_quiet_host() -> None:
-    """Hold off starting many processes while someone takes timings on this shared host."""
-    while QUIET_LOCK.exists():
-        time.sleep(5)
 
 
 def example_module(filename: str):

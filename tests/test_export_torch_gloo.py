@@ -23,7 +23,7 @@ from autoplan.export_torch import export_torch
 from autoplan.model_file import import_model_file, load_model_file
 from autoplan.numerics import build_seeded, seeded_batch
 from autoplan.suggest import suggest_with_report
-from conftest import EXAMPLES, wait_for_quiet_host
+from conftest import EXAMPLES
 
 WORLD = 4
 TOLERANCE = 1e-5
@@ -93,7 +93,6 @@ def test_exported_parallelize_module_plan_matches_the_engine(tmp_path, capsys):
     assert any(s.startswith("RowwiseParallel") and "input_layouts=Shard(-1)" in s for s in styles.values()), styles
 
     result = tmp_path / "errors.json"
-    wait_for_quiet_host()
     mp.spawn(worker, args=(free_port(), plan.to_json(), str(exported), str(result)), nprocs=WORLD, join=True)
     outcome = json.loads(result.read_text())
     assert outcome["dtensor_parameters"] == len(styles)  # every styled module holds DTensor weights

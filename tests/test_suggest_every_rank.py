@@ -13,14 +13,13 @@ from pathlib import Path
 import pytest
 
 from autoplan.plan import Plan
-from conftest import EXAMPLES, ROOT, wait_for_quiet_host
+from conftest import EXAMPLES, ROOT
 
 WORLD = 8
 SCRIPT = ROOT / "tests" / "scripts" / "suggest_every_rank.py"
 
 
 def torchrun(workdir: Path, out: Path) -> list[dict]:
-    wait_for_quiet_host()
     out.mkdir()
     env = {k: v for k, v in os.environ.items() if k != "AUTOPLAN_CACHE_DIR"}  # the default cache dir
     env.update(PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
@@ -82,7 +81,6 @@ def test_an_error_on_rank_zero_is_raised_on_every_rank(tmp_path):
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    wait_for_quiet_host()
     mp.spawn(_fail_on_rank_zero, args=(port, str(tmp_path)), nprocs=2, join=True)
     assert (tmp_path / "rank0.txt").read_text().startswith("InfeasibleError: no plan fits")
     other = (tmp_path / "rank1.txt").read_text()
