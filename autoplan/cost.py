@@ -80,10 +80,12 @@ def tensor_bytes(value) -> float:
     return float(value.numel() * value.element_size()) if isinstance(value, torch.Tensor) else 0.0
 
 
-def estimate_costs(choices: ChoiceGraph, profile: ClusterProfile) -> CostedGraph:
+def estimate_costs(choices: ChoiceGraph, profile: ClusterProfile, reads=None) -> CostedGraph:
+    """``reads(producer, consumer)``: how many times the full model makes that read (default 1;
+    more where one traced layer stands for several, see ``tie.py``)."""
     graph = choices.graph
     mesh_shape = choices.mesh_shape
-    reducers = _gradient_reducers(choices)
+    reducers = _gradient_reducers(choices, reads or (lambda producer, consumer: 1))
     nodes = {}
     for name, data in graph.nodes(data=True):
         nodes[name] = _node_cost(choices, profile, name, data, reducers)
@@ -101,11 +103,12 @@ def _is_view(data) -> bool:
     return data["fx_node"].target in VIEW_OPS
 
 
-def _gradient_reducers(choices: ChoiceGraph) -> dict[str, int]:
+def _gradient_reducers(choices: ChoiceGraph, reads) -> dict[str, int]:
     """Per producer: how many work ops consume its value (looked through views).
 
     Consumers that each leave a partial gradient on the same value share one reduction:
-    autograd sums the partial gradients before anything reduces them.
+    autograd sums the partial gradients before anything reduces them. A consumer that
+    stands for several repeated layers counts once per layer.
     """
     graph = choices.graph
     root: dict[str, str] = {}
@@ -118,7 +121,8 @@ def _gradient_reducers(choices: ChoiceGraph) -> dict[str, int]:
         else:
             root[name] = name
             for pred in set(preds):
-                counts[root.get(pred, pred)] = counts.get(root.get(pred, pred), 0) + 1
+                source = root.get(pred, pred)
+                counts[source] = counts.get(source, 0) + reads(source, name)
     return {name: max(1, counts.get(root[name], 1)) for name in graph.nodes}
 
 

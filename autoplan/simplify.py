@@ -10,6 +10,11 @@ leader instead, their rows re-derived per leader strategy. Chains merge transiti
 This fixes each follower's choice to the best response to its producer, the standard
 follower merge: exact whenever a follower's best choice does not depend on its
 consumers, which holds for views and elementwise ops fed by the chosen spec.
+
+``regions`` (node -> region key) keeps merges inside one region: a follower is merged only
+into a leader of its own region. Tying (``tie.py``) needs this so that the two traced
+copies of a repeated layer simplify alike, each into leaders of its own copy. ``keep``
+lists decisions never to merge.
 """
 
 from __future__ import annotations
@@ -33,7 +38,8 @@ class Simplified:
         return full
 
 
-def merge_followers(costed: CostedGraph) -> Simplified:
+def merge_followers(costed: CostedGraph, regions: dict | None = None, keep=frozenset()) -> Simplified:
+    regions = regions or {}
     graph = costed.choices.graph
     followers: dict[str, tuple[str, tuple[int, ...]]] = {}
     totals = {name: [list(c.compute_s), list(c.comm_s), list(c.memory_bytes)] for name, c in costed.nodes.items()}
@@ -50,7 +56,9 @@ def merge_followers(costed: CostedGraph) -> Simplified:
             continue
         u, _, k, data = in_edges[0]
         leader = followers[u][0] if u in followers else u
-        if len(graph.nodes[leader]["strategies"]) == 1:
+        if len(graph.nodes[leader]["strategies"]) == 1 or name in keep:
+            continue
+        if regions.get(name) != regions.get(leader):
             continue
         edge = costed.edges[(u, name, k)]
         cost = costed.nodes[name]

@@ -16,6 +16,8 @@ from autoplan.plan_builder import build_plan
 from autoplan.profile import load_profile
 from autoplan.simplify import merge_followers
 from autoplan.solve import solve
+from autoplan.repeats import KEPT_LAYERS, RepeatedBlocks, expand_plan, find_repeated_blocks, truncated
+from autoplan.tie import block_regions, match_blocks, scale_costs, simplify_alike, tie_costs, weights
 from autoplan.trace import trace_model
 
 GIB = 2**30
@@ -63,6 +65,8 @@ class SuggestReport:
             f"({self.decisions_after_merge} after merging followers), {self.variables} ILP variables"
         )
         lines.append(f"time: {stages}")
+        if "tied" in self.extra:
+            lines.append(f"identical layers planned alike: {self.extra['tied']}; solver status and gap are those of the tied problem")
         for warning in plan.warnings:
             lines.append(f"warning: {warning}")
         return "\n".join(lines)
@@ -77,8 +81,13 @@ def suggest_with_report(
     memory_gb: float | None = None,
     time_limit_s: float | None = None,
     pinned: dict[str, Spec] | None = None,
+    tie: bool = True,
 ) -> tuple[Plan, SuggestReport]:
-    """Plan ``model`` for ``mesh``; ``pinned`` fixes parameter FQNs / batch keys to given specs."""
+    """Plan ``model`` for ``mesh``; ``pinned`` fixes parameter FQNs / batch keys to given specs.
+
+    With ``tie``, a stack of identical layers is traced two layers deep and planned as one
+    layer repeated (``repeats.py``, ``tie.py``); the plan still names every layer.
+    """
     mesh = tuple(int(n) for n in mesh)
     axis_names = tuple(axis_names) if axis_names else DEFAULT_AXIS_NAMES.get(len(mesh), tuple(f"axis{i}" for i in range(len(mesh))))
     if len(axis_names) != len(mesh):
@@ -89,28 +98,50 @@ def suggest_with_report(
     cluster = profile if hasattr(profile, "links") else load_profile(profile)
     budget = memory_gb * GIB if memory_gb else cluster.memory_bytes
     timer = _Stages()
+    stack = find_repeated_blocks(model)
+    blocks = stack if tie else None
     with timer("trace"):
-        traced = trace_model(model, example_inputs)
+        traced = _trace(model, example_inputs, blocks)
     with timer("choices"):
         choices = build_choices(traced, mesh, axis_names)
+    regions = block_regions(choices, blocks) if blocks else None
+    twins = match_blocks(choices, regions) if blocks else None
+    if blocks and twins is None:  # the two traced layers differ: plan the whole model untied
+        blocks, regions = None, None
+        with timer("trace"):
+            traced = trace_model(model, example_inputs)
+        with timer("choices"):
+            choices = build_choices(traced, mesh, axis_names)
+    node_weight, reads = weights(regions, blocks.count) if blocks else (None, None)
     with timer("cost"):
-        costed = estimate_costs(choices, cluster)
+        costed = estimate_costs(choices, cluster, reads)
     with timer("simplify"):
-        simplified = merge_followers(costed)
-    allowed = _allowed(choices, pinned or {})
+        if blocks:
+            tied = tie_costs(simplify_alike(costed, regions, twins), twins, node_weight)
+            problem, expand = tied.costed, tied.expand
+        else:
+            # Merges stay inside each layer, as they do when tied: the two solve the same problem.
+            simplified = merge_followers(costed, block_regions(choices, stack) if stack else None)
+            problem, expand = simplified.costed, simplified.expand
+    allowed = _allowed(choices, _pinned_in_trace(pinned or {}, blocks))
+    if blocks:
+        allowed = _fold_allowed(allowed, tied.twins)
     with timer("solve"):
-        solution = solve(simplified.costed, budget, time_limit_s, allowed)
+        solution = solve(problem, budget, time_limit_s, allowed)
     with timer("plan"):
-        choice = simplified.expand(solution.choice)
-        plan = build_plan(costed, choice, solution)
+        choice = expand(solution.choice)
+        plan = build_plan(scale_costs(costed, node_weight) if blocks else costed, choice, solution)
+        if blocks:
+            plan = expand_plan(plan, blocks)
     report = SuggestReport(
         plan=plan,
         stage_seconds=timer.seconds,
         graph_nodes=len(traced.graph_module.graph.nodes),
         decisions=choices.graph.number_of_nodes(),
-        decisions_after_merge=len(simplified.costed.nodes),
+        decisions_after_merge=len(problem.nodes),
         variables=solution.variables,
         constraints=solution.constraints,
+        extra={"tied": f"{blocks.count} x {blocks.layer_class} at {blocks.fqn} ({KEPT_LAYERS} traced)"} if blocks else {},
     )
     return plan, report
 
@@ -129,6 +160,36 @@ def suggest(
         axis_names = None  # the default names suit 2-D meshes only
     plan, _ = suggest_with_report(model, example_inputs, mesh, axis_names, profile, memory_gb, time_limit_s)
     return plan
+
+
+def _trace(model, example_inputs, blocks: RepeatedBlocks | None):
+    if blocks is None:
+        return trace_model(model, example_inputs)
+    with truncated(model, blocks):
+        return trace_model(model, example_inputs)
+
+
+def _pinned_in_trace(pinned: dict[str, Spec], blocks: RepeatedBlocks | None) -> dict[str, Spec]:
+    """Pins on layers that were not traced, moved to the last traced layer (they are tied)."""
+    if blocks is None:
+        return pinned
+    moved: dict[str, Spec] = {}
+    for name, spec in pinned.items():
+        layer = blocks.layer_of(name)
+        key = blocks.rename(name, KEPT_LAYERS - 1) if layer is not None and layer >= KEPT_LAYERS else name
+        if key in moved and moved[key] != tuple(spec):
+            raise PlanError(f"pinned {name} differs from another layer's pin on the same parameter",
+                            hint="identical layers are planned alike: pin them alike, or pass tie=False")
+        moved[key] = tuple(spec)
+    return moved
+
+
+def _fold_allowed(allowed: dict[str, set[int]], twins: dict[str, str]) -> dict[str, set[int]]:
+    folded: dict[str, set[int]] = {}
+    for name, keep in allowed.items():
+        target = twins.get(name, name)
+        folded[target] = folded[target] & keep if target in folded else set(keep)
+    return folded
 
 
 def _allowed(choices, pinned: dict[str, Spec]) -> dict[str, set[int]]:
@@ -162,6 +223,6 @@ class _Stages:
                 self.start = time.perf_counter()
 
             def __exit__(self, *exc):
-                stages.seconds[name] = time.perf_counter() - self.start
+                stages.seconds[name] = stages.seconds.get(name, 0.0) + time.perf_counter() - self.start
 
         return _Timer()
