@@ -90,8 +90,9 @@ def estimate_costs(choices: ChoiceGraph, profile: ClusterProfile, reads=None) ->
     for name, data in graph.nodes(data=True):
         nodes[name] = _node_cost(choices, profile, name, data, reducers)
     edges = {}
+    moves: dict[tuple, float] = {}  # (src, dst, bytes, backward) -> seconds: layers repeat the same moves
     for u, v, k, data in graph.edges(keys=True, data=True):
-        edges[(u, v, k)] = _edge_cost(choices, profile, u, v, k, data["out_index"], mesh_shape)
+        edges[(u, v, k)] = _edge_cost(choices, profile, u, v, k, data["out_index"], mesh_shape, moves)
     return CostedGraph(choices, profile, nodes, edges)
 
 
@@ -206,7 +207,7 @@ def _node_cost(choices, profile, name, data, reducers) -> NodeCost:
     return NodeCost(tuple(compute), tuple(comm), tuple(memory), "activations")
 
 
-def _edge_cost(choices, profile, u, v, k, out_index, mesh_shape) -> EdgeCost:
+def _edge_cost(choices, profile, u, v, k, out_index, mesh_shape, moves: dict) -> EdgeCost:
     graph = choices.graph
     producer = graph.nodes[u]
     value = _outputs(producer)[out_index]
@@ -219,8 +220,12 @@ def _edge_cost(choices, profile, u, v, k, out_index, mesh_shape) -> EdgeCost:
     col_of = [cols.setdefault(s.inputs[k], len(cols)) for s in graph.nodes[v]["strategies"]]
     nbytes = tensor_bytes(value)
     backward = producer["requires_grad"] and graph.nodes[v]["requires_grad"]
-    seconds = tuple(
-        tuple(redistribute_seconds(profile, src, dst, nbytes, mesh_shape, backward) for dst in cols)
-        for src in rows
-    )
+
+    def move(src, dst):
+        key = (src, dst, nbytes, backward)
+        if key not in moves:
+            moves[key] = redistribute_seconds(profile, src, dst, nbytes, mesh_shape, backward)
+        return moves[key]
+
+    seconds = tuple(tuple(move(src, dst) for dst in cols) for src in rows)
     return EdgeCost(tuple(rows), tuple(cols), tuple(row_of), tuple(col_of), seconds)

@@ -38,6 +38,22 @@ class SuggestReport:
     model_name: str = ""
     extra: dict = field(default_factory=dict)
 
+    def stats(self) -> dict:
+        """The run's numbers (stage seconds, graph and ILP sizes, solver outcome) as plain data."""
+        s = self.plan.solver
+        return {
+            "stage_seconds": {k: round(v, 4) for k, v in self.stage_seconds.items()},
+            "graph_nodes": self.graph_nodes,
+            "decisions": self.decisions,
+            "decisions_after_merge": self.decisions_after_merge,
+            "variables": self.variables,
+            "constraints": self.constraints,
+            "solver": {"status": s.status, "objective_s": s.objective, "bound_s": s.bound, "gap": s.gap},
+            "step_time_s": self.plan.predicted.step_time_s,
+            "peak_memory_bytes": self.plan.predicted.peak_memory_bytes,
+            **self.extra,
+        }
+
     def summary(self) -> str:
         plan = self.plan
         p = plan.predicted

@@ -4,8 +4,8 @@
 14336, vocab 128256); ``make_70b`` (80 layers, 8192, 64 heads, 8 kv heads, 28672) and
 ``make_405b`` (126 layers, 16384, 128 heads, 8 kv heads, 53248) are the larger ones, and
 ``make_8b_8layers`` is the 8B cut to 8 layers (to compare tied and untied planning).
-Batch 16 x 2048 tokens: it divides every data-parallel axis benchmarked (up to 8), and
-its activations fit an 80 GB device once sharded over 64 ranks. Built from ``LlamaConfig``
+Batch 8 x 1024 tokens: it divides every data-parallel axis benchmarked (up to 8), and
+its activations (no recomputation) fit an 80 GB device once sharded. Built from ``LlamaConfig``
 on the meta device by the CLI: no weights are downloaded or allocated.
 
     autoplan suggest examples/llama3.py:make_70b --mesh 8x8
@@ -15,7 +15,7 @@ import torch
 from transformers import AutoModelForCausalLM, LlamaConfig
 
 VOCAB_SIZE = 128256
-BATCH, SEQ_LEN = 16, 2048
+BATCH, SEQ_LEN = 8, 1024
 SHAPES = {
     "8b": dict(hidden_size=4096, intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32),
     "70b": dict(hidden_size=8192, intermediate_size=28672, num_hidden_layers=80, num_attention_heads=64),

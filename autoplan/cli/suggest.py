@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import math
 
 from autoplan._files import plan_default_path, write_atomic
@@ -26,6 +27,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--memory-gb", type=_positive_float, help="memory budget per device in GB")
     parser.add_argument("--time-limit", type=_positive_float, help="solver time limit in seconds")
     parser.add_argument("--out", help="plan file to write (default: plans_out/MODEL-MESH.json)")
+    parser.add_argument("--stats", help="also write the run's numbers (stage times, sizes, solver) to this JSON file")
+    parser.add_argument("--no-tie", action="store_true", help="plan every layer separately (default: identical layers alike)")
     return parser
 
 
@@ -44,6 +47,7 @@ def run(args: argparse.Namespace) -> int:
         args.profile,
         args.memory_gb,
         args.time_limit,
+        tie=not args.no_tie,
     )
     out = args.out or plan_default_path(loaded.name, mesh)
     try:
@@ -53,9 +57,24 @@ def run(args: argparse.Namespace) -> int:
             f"could not write the plan to {out}: {err.strerror or err}",
             "pass a writable --out path",
         ) from err
+    if args.stats:
+        try:
+            stats = {**report.stats(), "peak_rss_bytes": _peak_rss_bytes()}
+            write_atomic(args.stats, json.dumps(stats, indent=2, sort_keys=True) + "\n")
+        except OSError as err:
+            raise AutoplanError(f"could not write the stats to {args.stats}: {err.strerror or err}", "pass a writable --stats path") from err
     print(report.summary())
     print(f"plan written to {out}")
     return 0
+
+
+def _peak_rss_bytes() -> int:
+    """This process's peak resident memory so far (Linux reports kilobytes, macOS bytes)."""
+    import resource
+    import sys
+
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(peak if sys.platform == "darwin" else peak * 1024)
 
 
 def _positive_float(text: str) -> float:
