@@ -7,7 +7,7 @@ Variables
     s[v, i] in {0, 1}           decision v uses strategy i                (_add_strategy_vars)
     e[uvk, r, c] in [0, 1]      producer shows spec r, consumer wants c  (_add_edge_vars)
 
-Objective (microseconds)
+Objective (integer nanoseconds)
     min  sum_v sum_i s[v,i] * (compute[v,i] + comm[v,i])
        + sum_e sum_{r,c} e[e,r,c] * reshard[e,r,c]                       (_objective)
 
@@ -21,8 +21,14 @@ The edge linking is the tight (transportation) form: with one-hot s the margins 
 one-hot and e is the product s_u * s_v, so e can be continuous. Edges are aggregated
 over distinct specs, not strategy pairs, which keeps them small.
 
+Coefficients are whole nanoseconds: rounding once, here, makes equal costs compare equal
+however they were summed, so ties break the same way on every run; the reported
+objective is recomputed from the unrounded costs of the chosen plan.
+
 HiGHS runs with a fixed seed and its default (deterministic) parallelism, so the same model
-gives the same answer unless the time limit cuts the search.
+gives the same answer unless the time limit cuts the search. It starts from a feasible
+plan (``warm_start.py``), so a time limit always returns a plan, with its gap to the
+best bound the solver proved.
 """
 
 from __future__ import annotations
@@ -35,9 +41,10 @@ from ortools.math_opt.python import mathopt
 
 from autoplan.cost import CostedGraph
 from autoplan.errors import InfeasibleError
+from autoplan.warm_start import greedy_start
 
-US = 1e6  # objective unit: microseconds
-TIE_BREAK_US = 1e-3
+NS = 1e9  # objective unit: nanoseconds
+TIE_BREAK_NS = 1
 """Charged per sharded or partial output placement, and removed from the reported objective.
 
 Among plans of equal cost (a value nothing differentiates, such as rotary tables that
@@ -80,7 +87,9 @@ def solve(
         relative_gap_tolerance=1e-6,
         time_limit=datetime.timedelta(seconds=time_limit_s) if time_limit_s else None,
     )
-    result = mathopt.solve(model, mathopt.SolverType.HIGHS, params=params)
+    start = greedy_start(costed, memory_budget_bytes, allowed)
+    hint = mathopt.ModelSolveParameters(solution_hints=[_hint(costed, s, e, start)])
+    result = mathopt.solve(model, mathopt.SolverType.HIGHS, params=params, model_params=hint)
     reason = result.termination.reason
     if reason in (mathopt.TerminationReason.INFEASIBLE, mathopt.TerminationReason.INFEASIBLE_OR_UNBOUNDED) or not result.has_primal_feasible_solution():
         if reason == mathopt.TerminationReason.NO_SOLUTION_FOUND:
@@ -101,13 +110,15 @@ def solve(
             choice[name] = variables
         else:
             choice[name] = max(range(len(variables)), key=lambda i: (values[variables[i]], -i))
-    tie_break = sum(_sharded_outputs(costed, name, i) for name, i in choice.items()) * TIE_BREAK_US
-    objective = (result.objective_value() - tie_break) / US
-    bound = (result.best_objective_bound() - tie_break) / US if reason == mathopt.TerminationReason.FEASIBLE else objective
-    gap = 0.0 if objective == 0 else max(0.0, (objective - bound) / abs(objective))
+    objective = plan_seconds(costed, choice)
+    optimal = reason == mathopt.TerminationReason.OPTIMAL
+    # Every cost is >= 0, so 0 bounds the optimum when the solver proved nothing better.
+    found, proved = result.objective_value(), max(0.0, result.best_objective_bound())
+    gap = 0.0 if optimal or found <= 0 else max(0.0, (found - proved) / found)
+    bound = objective * (1.0 - gap)
     return Solution(
         choice=choice,
-        status="optimal" if reason == mathopt.TerminationReason.OPTIMAL else "feasible",
+        status="optimal" if optimal else "feasible",
         objective_s=objective,
         bound_s=bound,
         gap=gap,
@@ -115,6 +126,30 @@ def solve(
         constraints=model.get_num_linear_constraints(),
         wall_s=time.perf_counter() - started,
     )
+
+
+def plan_seconds(costed: CostedGraph, choice: dict[str, int]) -> float:
+    """Step time of one assignment of the problem's decisions, from its unrounded costs."""
+    total = sum(cost.compute_s[choice[n]] + cost.comm_s[choice[n]] for n, cost in costed.nodes.items())
+    for (u, v, _), edge in costed.edges.items():
+        total += edge.seconds[edge.row_of[choice[u]]][edge.col_of[choice[v]]]
+    return total
+
+
+def _hint(costed, s, e, start: dict[str, int]):
+    """The warm start as values for every variable (edge variables: the product of the two ends)."""
+    values = {}
+    for name, variables in s.items():
+        if not isinstance(variables, int):
+            for i, var in enumerate(variables):
+                values[var] = 1.0 if i == start[name] else 0.0
+    for (u, v, k), grid in e.items():
+        edge = costed.edges[(u, v, k)]
+        row, col = edge.row_of[start[u]], edge.col_of[start[v]]
+        for r, cells in enumerate(grid):
+            for c, var in enumerate(cells):
+                values[var] = 1.0 if (r, c) == (row, col) else 0.0
+    return mathopt.SolutionHint(variable_values=values)
 
 
 def minimum_memory_bytes(costed: CostedGraph) -> float:
@@ -184,12 +219,15 @@ def _add_memory_limit(model, costed, s, budget):
 
 
 def _sharded_outputs(costed, name: str, index: int) -> int:
-    """Non-replicated output placements of an op's strategy (placeholders are not tie-broken:
-    a batch that is as cheap split as whole should arrive split)."""
+    """Tie-break units of a strategy: an op's non-replicated output placements; a batch
+    input's replicated ones (a batch that is as cheap split as whole should arrive split);
+    nothing for parameters."""
     data = costed.choices.graph.nodes[name]
+    outputs = data["strategies"][index].outputs
+    if data["kind"] == "input":
+        return sum(p == "R" for spec in outputs if spec for p in spec)
     if data["kind"] != "op":
         return 0
-    outputs = data["strategies"][index].outputs
     return sum(p != "R" for spec in outputs if spec for p in spec)
 
 
@@ -197,7 +235,7 @@ def _objective(costed, s, e):
     terms, constant = [], 0.0
     for name, cost in costed.nodes.items():
         per = [
-            (c + m) * US + _sharded_outputs(costed, name, i) * TIE_BREAK_US
+            round((c + m) * NS) + _sharded_outputs(costed, name, i) * TIE_BREAK_NS
             for i, (c, m) in enumerate(zip(cost.compute_s, cost.comm_s))
         ]
         if isinstance(s[name], int):
@@ -207,7 +245,7 @@ def _objective(costed, s, e):
     for key, edge in costed.edges.items():
         if key in e:
             for r, row in enumerate(edge.seconds):
-                terms.extend(e[key][r][c] * (t * US) for c, t in enumerate(row) if t)
+                terms.extend(e[key][r][c] * round(t * NS) for c, t in enumerate(row) if round(t * NS))
         else:
-            constant += edge.seconds[0][0] * US
+            constant += round(edge.seconds[0][0] * NS)
     return mathopt.fast_sum(terms) + constant
