@@ -47,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
         args.profile,
         args.memory_gb,
         args.time_limit,
-        tie=not args.no_tie,
+        **({"tie": False} if args.no_tie else {}),
     )
     out = args.out or plan_default_path(loaded.name, mesh)
     try:
