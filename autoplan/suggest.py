@@ -157,7 +157,9 @@ def suggest_with_report(
         decisions_after_merge=len(problem.nodes),
         variables=solution.variables,
         constraints=solution.constraints,
-        extra={"tied": f"{blocks.count} x {blocks.layer_class} at {blocks.fqn} ({KEPT_LAYERS} traced)"} if blocks else {},
+        extra={"search_s": solution.search_s} | (
+            {"tied": f"{blocks.count} x {blocks.layer_class} at {blocks.fqn} ({KEPT_LAYERS} traced)"} if blocks else {}
+        ),
     )
     return plan, report
 
