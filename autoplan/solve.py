@@ -17,6 +17,10 @@ Constraints
     sum_r e[e,r,c] = sum_{j: col(j)=c} s[v,j]          edge cols match v  (_add_edge_vars)
     sum_v sum_i s[v,i] * memory[v,i] <= budget         per-device memory  (_add_memory_limit)
 
+Edges with no variables: an edge whose cost is zero, or depends on one end alone (one row,
+one column, or an end with a single strategy), is added to that end's strategy costs
+instead (_edge_folds): exact, and it keeps the model small.
+
 The edge linking is the tight (transportation) form: with one-hot s the margins are
 one-hot and e is the product s_u * s_v, so e can be continuous. Edges are aggregated
 over distinct specs, not strategy pairs, which keeps them small.
@@ -197,12 +201,12 @@ def _strategy_sum(s_v, members):
 
 
 def _add_edge_vars(model, costed, s):
-    """Edge variables, or a constant cost where both ends are fixed."""
+    """Edge variables where both ends vary; other edges' costs go to one end (``_edge_folds``)."""
     e = {}
     for key, edge in costed.edges.items():
         u, v, _ = key
-        if len(edge.rows) == 1 and len(edge.cols) == 1:
-            continue  # one spec each side: constant cost, added in _objective
+        if _folded(edge, s[u], s[v]):
+            continue
         rows = [[i for i, r in enumerate(edge.row_of) if r == row] for row in range(len(edge.rows))]
         cols = [[j for j, c in enumerate(edge.col_of) if c == col] for col in range(len(edge.cols))]
         grid = [[model.add_variable(lb=0.0, ub=1.0) for _ in edge.cols] for _ in edge.rows]
@@ -212,6 +216,38 @@ def _add_edge_vars(model, costed, s):
             model.add_linear_constraint(mathopt.fast_sum(grid[r][c] for r in range(len(rows))) == _strategy_sum(s[v], members))
         e[key] = grid
     return e
+
+
+def _folded(edge, s_u, s_v) -> bool:
+    """True when the edge needs no variables: its cost is zero, or a function of one end alone
+    (one row or one column, or an end with a single strategy)."""
+    if not any(round(t * NS) for row in edge.seconds for t in row):
+        return True
+    return len(edge.rows) == 1 or len(edge.cols) == 1 or isinstance(s_u, int) or isinstance(s_v, int)
+
+
+def _edge_folds(costed, s) -> dict[str, list[int]]:
+    """Per decision, the cost (ns) of each strategy from folded edges (``_folded``).
+
+    An edge whose producer side is fixed (one row, or a producer with one strategy) costs
+    ``reshard[row(u), col(j)]`` for the consumer's strategy j: linear in s[v]; likewise the
+    other way round. Where both sides are fixed it is a constant, kept on the consumer.
+    """
+    extra = {name: [0] * len(cost.compute_s) for name, cost in costed.nodes.items()}
+    for (u, v, _), edge in costed.edges.items():
+        if not _folded(edge, s[u], s[v]):
+            continue
+        fixed_row = 0 if len(edge.rows) == 1 else edge.row_of[s[u]] if isinstance(s[u], int) else None
+        if fixed_row is not None:
+            for j, col in enumerate(edge.col_of):
+                extra[v][j] += round(edge.seconds[fixed_row][col] * NS)
+            continue
+        fixed_col = 0 if len(edge.cols) == 1 else edge.col_of[s[v]] if isinstance(s[v], int) else None
+        if fixed_col is not None:
+            for i, row in enumerate(edge.row_of):
+                extra[u][i] += round(edge.seconds[row][fixed_col] * NS)
+        # else: an all-zero edge, nothing to add
+    return extra
 
 
 def _add_memory_limit(model, costed, s, budget):
@@ -239,19 +275,17 @@ def _sharded_outputs(costed, name: str, index: int) -> int:
 
 def _objective(costed, s, e):
     terms, constant = [], 0.0
+    folds = _edge_folds(costed, s)
     for name, cost in costed.nodes.items():
         per = [
-            round((c + m) * NS) + _sharded_outputs(costed, name, i) * TIE_BREAK_NS
+            round((c + m) * NS) + _sharded_outputs(costed, name, i) * TIE_BREAK_NS + folds[name][i]
             for i, (c, m) in enumerate(zip(cost.compute_s, cost.comm_s))
         ]
         if isinstance(s[name], int):
             constant += per[s[name]]
         else:
             terms.extend(var * p for var, p in zip(s[name], per) if p)
-    for key, edge in costed.edges.items():
-        if key in e:
-            for r, row in enumerate(edge.seconds):
-                terms.extend(e[key][r][c] * round(t * NS) for c, t in enumerate(row) if round(t * NS))
-        else:
-            constant += round(edge.seconds[0][0] * NS)
+    for key, grid in e.items():
+        for r, row in enumerate(costed.edges[key].seconds):
+            terms.extend(grid[r][c] * round(t * NS) for c, t in enumerate(row) if round(t * NS))
     return mathopt.fast_sum(terms) + constant
