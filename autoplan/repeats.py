@@ -20,6 +20,7 @@ graph is checked later (``tie.match_blocks``); if not, the caller traces the who
 
 from __future__ import annotations
 
+import hashlib
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 
@@ -131,4 +132,14 @@ def expand_plan(plan: Plan, blocks: RepeatedBlocks, keep: int = KEPT_LAYERS) -> 
         parameters=widen(plan.parameters),
         modules=widen(plan.modules),
         parameter_uses=widen(plan.parameter_uses),
+        fingerprint=tied_fingerprint(plan.fingerprint, blocks),
     )
+
+
+def tied_fingerprint(cut_fingerprint: str, blocks: RepeatedBlocks) -> str:
+    """The model fingerprint of a tied plan: the cut model's graph and the stack it stands for.
+
+    ``score`` recomputes it from the model (tracing the cut model) to accept the plan.
+    """
+    digest = hashlib.sha256(f"{cut_fingerprint}|{blocks.fqn}|{blocks.count}|{blocks.layer_class}".encode())
+    return "sha256:" + digest.hexdigest()[:32]

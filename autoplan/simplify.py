@@ -97,3 +97,40 @@ def merge_followers(costed: CostedGraph, regions: dict | None = None, keep=froze
         edges[(leader, v, k)] = EdgeCost(specs, edge.cols, row_of, edge.col_of, seconds)
     reduced = CostedGraph(costed.choices, costed.profile, nodes, edges)
     return Simplified(reduced, followers)
+
+
+def layer_regions(choices) -> dict[str, str] | None:
+    """Decision -> the numbered layer it lives in (``model.layers.3``), for ``regions``.
+
+    Keeping merges inside each layer of a stack of three or more is what tied planning
+    does (``tie.py``); untied planning and scoring do the same so that all three solve the
+    same problem. It also keeps a value read by every layer (rotary tables) from being
+    fixed by one greedy best response for all of them. None when the model has no such stack.
+    """
+    traced = choices.traced
+    sizes: dict[str, int] = {}
+    for fqn in traced.module_types:
+        prefix = _numbered_prefix(fqn)
+        if prefix is not None and prefix == fqn:
+            stack = prefix.rpartition(".")[0]
+            sizes[stack] = sizes.get(stack, 0) + 1
+    if not any(n >= 3 for n in sizes.values()):
+        return None
+    regions = {}
+    for name, data in choices.graph.nodes(data=True):
+        if name in traced.parameters:
+            fqn = traced.parameters[name][0]
+        elif name in traced.buffers:
+            fqn = traced.buffers[name]
+        else:
+            fqn = data["module"]
+        regions[name] = _numbered_prefix(fqn)
+    return regions
+
+
+def _numbered_prefix(fqn: str) -> str | None:
+    parts = fqn.split(".")
+    for i, part in enumerate(parts):
+        if part.isdigit():
+            return ".".join(parts[: i + 1])
+    return None

@@ -14,7 +14,7 @@ from autoplan.placements import Spec, format_spec
 from autoplan.plan import Plan
 from autoplan.plan_builder import build_plan
 from autoplan.profile import load_profile
-from autoplan.simplify import merge_followers
+from autoplan.simplify import layer_regions, merge_followers
 from autoplan.solve import solve
 from autoplan.repeats import KEPT_LAYERS, RepeatedBlocks, expand_plan, find_repeated_blocks, truncated
 from autoplan.tie import block_regions, match_blocks, scale_costs, simplify_alike, tie_costs, weights
@@ -114,8 +114,7 @@ def suggest_with_report(
     cluster = profile if hasattr(profile, "links") else load_profile(profile)
     budget = memory_gb * GIB if memory_gb else cluster.memory_bytes
     timer = _Stages()
-    stack = find_repeated_blocks(model)
-    blocks = stack if tie else None
+    blocks = find_repeated_blocks(model) if tie else None
     with timer("trace"):
         traced = _trace(model, example_inputs, blocks)
     with timer("choices"):
@@ -136,8 +135,7 @@ def suggest_with_report(
             tied = tie_costs(simplify_alike(costed, regions, twins), twins, node_weight)
             problem, expand = tied.costed, tied.expand
         else:
-            # Merges stay inside each layer, as they do when tied: the two solve the same problem.
-            simplified = merge_followers(costed, block_regions(choices, stack) if stack else None)
+            simplified = merge_followers(costed, layer_regions(choices))
             problem, expand = simplified.costed, simplified.expand
     allowed = _allowed(choices, _pinned_in_trace(pinned or {}, blocks))
     if blocks:
@@ -157,7 +155,7 @@ def suggest_with_report(
         decisions_after_merge=len(problem.nodes),
         variables=solution.variables,
         constraints=solution.constraints,
-        extra={"search_s": solution.search_s} | (
+        extra={"search_s": solution.search_s, "search_cpu_s": solution.search_cpu_s} | (
             {"tied": f"{blocks.count} x {blocks.layer_class} at {blocks.fqn} ({KEPT_LAYERS} traced)"} if blocks else {}
         ),
     )

@@ -79,9 +79,10 @@ def test_time_limit_is_respected_and_reported():
     assert 0 < plan.solver.gap <= 1
     assert plan.solver.bound < plan.solver.objective
     assert plan.predicted.step_time_s == pytest.approx(plan.solver.objective, rel=1e-5)
-    # HiGHS checks the clock between steps (presolve, the MIP start, LP iterations): allow
-    # for that, and for this machine's two shared cores.
-    assert report.extra["search_s"] < limit + 2.0
+    # HiGHS checks its wall clock between steps (presolve, the MIP start, LP iterations):
+    # allow for that. CPU time, not wall time: on a loaded host the wall clock also counts
+    # other programs' turns on the cores.
+    assert report.extra["search_cpu_s"] < limit + 1.5
 
 
 def test_stacks_must_hold_three_identical_layers():
@@ -117,3 +118,14 @@ def test_tied_plan_applies_to_the_full_model_on_fake_process_group(four_layers):
             assert tuple(map(str, param.placements)) == tuple(plan.parameters[fqn]), fqn
     finally:
         dist.destroy_process_group()
+
+
+def test_a_tied_plan_scores_on_the_full_model(four_layers):
+    plan, _ = four_layers[True]
+    with torch.device("meta"):
+        model, inputs = tiny_llama(4), batch()
+    scored = autoplan.score(model, inputs, plan)
+    # Scoring re-solves with the plan's placements pinned on the untied full model: never
+    # slower than the plan's own prediction (which the tied solve made for that model).
+    assert scored.step_time_s <= plan.predicted.step_time_s * (1 + 1e-6)
+    assert scored.step_time_s == pytest.approx(plan.predicted.step_time_s, rel=1e-3)
