@@ -1,6 +1,6 @@
 """``suggest`` with the plan cache, and on every rank of a job.
 
-``suggest_cached`` traces the model (the cache key needs its fingerprint), returns the
+``suggest_cached`` traces the model as planning would (the cache key needs its fingerprint), returns the
 cached plan when there is one, and otherwise runs the pipeline on that trace and stores
 the plan. ``suggest_on_every_rank`` runs that on rank 0 and hands every rank rank 0's
 plan bytes (``rank_sync``), so a training script can call ``autoplan.suggest`` on every
@@ -18,8 +18,7 @@ from dataclasses import dataclass
 from autoplan.plan import Plan
 from autoplan.plan_cache import PlanCache, make_cache_key
 from autoplan.rank_sync import is_distributed, run_on_rank_zero
-from autoplan.suggest import SuggestReport, resolve_options, suggest_with_report
-from autoplan.trace import trace_model
+from autoplan.suggest import SuggestReport, resolve_options, suggest_with_report, trace_for_planning
 
 log = logging.getLogger("autoplan")
 
@@ -46,6 +45,7 @@ def suggest_cached(
     time_limit_s: float | None = None,
     pinned=None,
     cache_dir=None,
+    tie: bool = True,
 ) -> tuple[Plan, SuggestReport]:
     """``suggest_with_report`` that reuses the cached plan when the question is unchanged.
 
@@ -55,9 +55,9 @@ def suggest_cached(
     """
     mesh, axis_names, cluster, budget = resolve_options(mesh, axis_names, profile, memory_gb)
     start = time.perf_counter()
-    traced = trace_model(model, example_inputs)
+    trace = trace_for_planning(model, example_inputs, tie)
     trace_s = time.perf_counter() - start
-    key = make_cache_key(traced, mesh, axis_names, cluster, budget, time_limit_s, pinned)
+    key = make_cache_key(trace, mesh, axis_names, cluster, budget, time_limit_s, pinned)
     store = PlanCache(cache_dir)
     existed = store.path(key).exists()
     start = time.perf_counter()
@@ -76,9 +76,14 @@ def suggest_cached(
         )
         return cached.plan, report
     plan, report = suggest_with_report(
-        model, example_inputs, mesh, axis_names, cluster, memory_gb, time_limit_s, pinned, traced=traced
+        model, example_inputs, mesh, axis_names, cluster, memory_gb, time_limit_s, pinned, tie=tie, trace=trace
     )
     stages = {"trace": trace_s, **report.stage_seconds}
+    if plan.fingerprint != trace.fingerprint:
+        # The two traced layers differed, so the whole model was traced and planned untied:
+        # the key (made from the cut trace) does not name this plan's model. Not stored.
+        log.info("autoplan.suggest: identical-looking layers traced differently; the untied plan is not cached")
+        return plan, dataclasses.replace(report, stage_seconds=stages, extra={**report.extra, "cache": OFF, "cache_path": None})
     path = store.store(key, plan, {
         "graph_nodes": report.graph_nodes, "decisions": report.decisions,
         "decisions_after_merge": report.decisions_after_merge, "variables": report.variables,

@@ -82,16 +82,19 @@ def tensor_bytes(value) -> float:
     return float(value.numel() * value.element_size()) if isinstance(value, torch.Tensor) else 0.0
 
 
-def estimate_costs(choices: ChoiceGraph, profile: ClusterProfile) -> CostedGraph:
+def estimate_costs(choices: ChoiceGraph, profile: ClusterProfile, reads=None) -> CostedGraph:
+    """``reads(producer, consumer)``: how many times the full model makes that read (default 1;
+    more where one traced layer stands for several, see ``tie.py``)."""
     graph = choices.graph
     mesh_shape = choices.mesh_shape
-    reducers = _gradient_reducers(choices)
+    reducers = _gradient_reducers(choices, reads or (lambda producer, consumer: 1))
     nodes = {}
     for name, data in graph.nodes(data=True):
         nodes[name] = _node_cost(choices, profile, name, data, reducers)
     edges = {}
+    moves: dict[tuple, float] = {}  # (src, dst, bytes, backward) -> seconds: layers repeat the same moves
     for u, v, k, data in graph.edges(keys=True, data=True):
-        edges[(u, v, k)] = _edge_cost(choices, profile, u, v, k, data["out_index"], mesh_shape)
+        edges[(u, v, k)] = _edge_cost(choices, profile, u, v, k, data["out_index"], mesh_shape, moves)
     return CostedGraph(choices, profile, nodes, edges)
 
 
@@ -103,11 +106,12 @@ def _is_view(data) -> bool:
     return data["fx_node"].target in VIEW_OPS
 
 
-def _gradient_reducers(choices: ChoiceGraph) -> dict[str, int]:
+def _gradient_reducers(choices: ChoiceGraph, reads) -> dict[str, int]:
     """Per producer: how many work ops consume its value (looked through views).
 
     Consumers that each leave a partial gradient on the same value share one reduction:
-    autograd sums the partial gradients before anything reduces them.
+    autograd sums the partial gradients before anything reduces them. A consumer that
+    stands for several repeated layers counts once per layer.
     """
     graph = choices.graph
     root: dict[str, str] = {}
@@ -120,7 +124,8 @@ def _gradient_reducers(choices: ChoiceGraph) -> dict[str, int]:
         else:
             root[name] = name
             for pred in set(preds):
-                counts[root.get(pred, pred)] = counts.get(root.get(pred, pred), 0) + 1
+                source = root.get(pred, pred)
+                counts[source] = counts.get(source, 0) + reads(source, name)
     return {name: max(1, counts.get(root[name], 1)) for name in graph.nodes}
 
 
@@ -216,7 +221,7 @@ def _node_cost(choices, profile, name, data, reducers) -> NodeCost:
     return NodeCost(tuple(compute), tuple(comm), tuple(memory), "activations")
 
 
-def _edge_cost(choices, profile, u, v, k, out_index, mesh_shape) -> EdgeCost:
+def _edge_cost(choices, profile, u, v, k, out_index, mesh_shape, moves: dict) -> EdgeCost:
     graph = choices.graph
     producer = graph.nodes[u]
     value = _outputs(producer)[out_index]
@@ -229,8 +234,12 @@ def _edge_cost(choices, profile, u, v, k, out_index, mesh_shape) -> EdgeCost:
     col_of = [cols.setdefault(s.inputs[k], len(cols)) for s in graph.nodes[v]["strategies"]]
     nbytes = tensor_bytes(value)
     backward = producer["requires_grad"] and graph.nodes[v]["requires_grad"]
-    seconds = tuple(
-        tuple(redistribute_seconds(profile, src, dst, nbytes, mesh_shape, backward) for dst in cols)
-        for src in rows
-    )
+
+    def move(src, dst):
+        key = (src, dst, nbytes, backward)
+        if key not in moves:
+            moves[key] = redistribute_seconds(profile, src, dst, nbytes, mesh_shape, backward)
+        return moves[key]
+
+    seconds = tuple(tuple(move(src, dst) for dst in cols) for src in rows)
     return EdgeCost(tuple(rows), tuple(cols), tuple(row_of), tuple(col_of), seconds)

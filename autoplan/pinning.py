@@ -31,7 +31,7 @@ from autoplan.placements import Spec, format_spec
 from autoplan.plan import Plan
 from autoplan.plan_builder import build_plan
 from autoplan.profile import ClusterProfile, load_profile
-from autoplan.simplify import Simplified, merge_followers
+from autoplan.simplify import Simplified, layer_regions, merge_followers
 from autoplan.solve import Solution, solve
 from autoplan.strategies import Strategy
 from autoplan.trace import TracedGraph, trace_model
@@ -96,7 +96,7 @@ def problem_from_trace(
     choices = build_choices(traced, mesh, tuple(axis_names))
     costed = estimate_costs(choices, cluster)
     budget = memory_gb * GIB if memory_gb else cluster.memory_bytes
-    return Problem(traced, choices, costed, merge_followers(costed), budget)
+    return Problem(traced, choices, costed, merge_followers(costed, layer_regions(choices)), budget)
 
 
 class Pins:

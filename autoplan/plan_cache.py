@@ -3,7 +3,8 @@
 The key is the SHA-256 of everything the answer depends on, written as canonical JSON:
 
 - the model: the traced graph's fingerprint (graph, parameter and buffer shapes and
-  dtypes), which parameters are trainable, the module names and classes, the batch's key
+  dtypes; for a stack of identical layers planned once, the two traced layers and the
+  stack's layer count and class), which parameters are trainable, the module names and classes, the batch's key
   paths (the plan is keyed by all of them);
 - the mesh shape and axis names, the cluster profile's whole content (not its name: a
   re-calibrated profile of the same name is another profile), the memory budget in bytes,
@@ -61,12 +62,14 @@ class CachedPlan:
     """What the planning run that made the plan reported (stage seconds, graph sizes)."""
 
 
-def make_cache_key(traced, mesh, axis_names, profile, budget_bytes: float, time_limit_s, pinned) -> CacheKey:
-    """The key of one planning question; ``traced`` is the model's ``TracedGraph``."""
+def make_cache_key(trace, mesh, axis_names, profile, budget_bytes: float, time_limit_s, pinned) -> CacheKey:
+    """The key of one planning question; ``trace`` is ``suggest.trace_for_planning``'s result
+    (with tied layers its fingerprint names the stack: layer count and class)."""
+    traced = trace.traced
     fields = {
         "cache_format": CACHE_FORMAT,
         "model": {
-            "fingerprint": traced.fingerprint,
+            "fingerprint": trace.fingerprint,
             "trainable": sorted(traced.trainable),
             "modules": dict(sorted(traced.module_types.items())),
             "batch": sorted(traced.inputs.values()),

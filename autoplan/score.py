@@ -27,6 +27,7 @@ from autoplan.errors import PlanError, ProfileError
 from autoplan.pinning import GIB, Pins, Problem, problem_from_trace, solve_pinned
 from autoplan.plan import Plan
 from autoplan.profile import ClusterProfile, load_profile
+from autoplan.repeats import find_repeated_blocks, tied_fingerprint, truncated
 from autoplan.trace import TracedGraph, trace_model
 
 
@@ -89,14 +90,18 @@ def score(
     _check_mesh(plan, mesh)
     cluster = _profile(plan, profile)
     traced = trace_model(model, example_inputs)
-    _check_model(traced, plan)  # before the costly stages: a mismatch fails fast
+    accepted = {traced.fingerprint} | _tied_fingerprints(model, example_inputs, plan, traced)
+    _check_model(traced, plan, accepted)  # before the costly stages: a mismatch fails fast
     problem = problem_from_trace(traced, plan.mesh_shape, plan.axis_names, cluster, memory_gb)
-    return score_problem(problem, plan, time_limit_s)
+    return score_problem(problem, plan, time_limit_s, accepted)
 
 
-def score_problem(problem: Problem, plan: Plan, time_limit_s: float | None = None) -> Score:
-    """Score ``plan`` on a prepared problem (the model traced once, many plans scored)."""
-    _check_model(problem.traced, plan)
+def score_problem(problem: Problem, plan: Plan, time_limit_s: float | None = None, fingerprints=None) -> Score:
+    """Score ``plan`` on a prepared problem (the model traced once, many plans scored).
+
+    ``fingerprints``: the model fingerprints to accept (default: the traced graph's).
+    """
+    _check_model(problem.traced, plan, fingerprints or {problem.traced.fingerprint})
     if tuple(problem.choices.mesh_shape) != tuple(plan.mesh_shape):
         _check_mesh(plan, problem.choices.mesh_shape)
     pins, values, boundaries = pins_for_plan(problem, plan)
@@ -158,7 +163,17 @@ def _check_mesh(plan: Plan, mesh) -> None:
         )
 
 
-def _check_model(traced: TracedGraph, plan: Plan) -> None:
+def _tied_fingerprints(model, example_inputs, plan: Plan, traced: TracedGraph) -> set[str]:
+    """The fingerprint ``suggest`` gives a plan made with identical layers tied (``repeats.py``)."""
+    blocks = find_repeated_blocks(model)
+    if blocks is None or plan.fingerprint == traced.fingerprint:
+        return set()
+    with truncated(model, blocks):
+        cut = trace_model(model, example_inputs)
+    return {tied_fingerprint(cut.fingerprint, blocks)}
+
+
+def _check_model(traced: TracedGraph, plan: Plan, accepted: set[str]) -> None:
     names = {fqn for fqns in traced.parameters.values() for fqn in fqns}
     unknown = sorted(set(plan.parameters) - names)
     missing = sorted(names - set(plan.parameters))
@@ -178,7 +193,7 @@ def _check_model(traced: TracedGraph, plan: Plan) -> None:
                 f"batch input {key} has shape {list(shape)}, the plan was made for {list(plan.inputs[key].shape)}",
                 hint="score with the batch shape the plan was made for, or re-plan with `autoplan suggest`",
             )
-    if plan.fingerprint != traced.fingerprint:
+    if plan.fingerprint not in accepted:
         raise PlanError(
             f"the plan's model fingerprint {plan.fingerprint} is not this model's ({traced.fingerprint}): "
             "it was made for another model, another version of it, or another autoplan",

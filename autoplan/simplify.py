@@ -15,6 +15,11 @@ all-gather for it. Tiny Llama's rotary cos/sin were sliced on two axes this way:
 of gathers per consumer to save 1 ns, and a layout that sent DTensor's run-time
 propagation on a 2x2x2 mesh into its exhaustive redistribute planner. Keeping the
 layout is what the follower's consumers can always accept at the producer's price.
+
+``regions`` (node -> region key) keeps merges inside one region: a follower is merged only
+into a leader of its own region. Tying (``tie.py``) needs this so that the two traced
+copies of a repeated layer simplify alike, each into leaders of its own copy. ``keep``
+lists decisions never to merge.
 """
 
 from __future__ import annotations
@@ -38,7 +43,8 @@ class Simplified:
         return full
 
 
-def merge_followers(costed: CostedGraph) -> Simplified:
+def merge_followers(costed: CostedGraph, regions: dict | None = None, keep=frozenset()) -> Simplified:
+    regions = regions or {}
     graph = costed.choices.graph
     followers: dict[str, tuple[str, tuple[int, ...]]] = {}
     totals = {name: [list(c.compute_s), list(c.comm_s), list(c.memory_bytes)] for name, c in costed.nodes.items()}
@@ -55,7 +61,9 @@ def merge_followers(costed: CostedGraph) -> Simplified:
             continue
         u, _, k, data = in_edges[0]
         leader = followers[u][0] if u in followers else u
-        if len(graph.nodes[leader]["strategies"]) == 1:
+        if len(graph.nodes[leader]["strategies"]) == 1 or name in keep:
+            continue
+        if regions.get(name) != regions.get(leader):
             continue
         edge = costed.edges[(u, name, k)]
         cost = costed.nodes[name]
@@ -96,3 +104,40 @@ def merge_followers(costed: CostedGraph) -> Simplified:
         edges[(leader, v, k)] = EdgeCost(specs, edge.cols, row_of, edge.col_of, seconds)
     reduced = CostedGraph(costed.choices, costed.profile, nodes, edges)
     return Simplified(reduced, followers)
+
+
+def layer_regions(choices) -> dict[str, str] | None:
+    """Decision -> the numbered layer it lives in (``model.layers.3``), for ``regions``.
+
+    Keeping merges inside each layer of a stack of three or more is what tied planning
+    does (``tie.py``); untied planning and scoring do the same so that all three solve the
+    same problem. It also keeps a value read by every layer (rotary tables) from being
+    fixed by one greedy best response for all of them. None when the model has no such stack.
+    """
+    traced = choices.traced
+    sizes: dict[str, int] = {}
+    for fqn in traced.module_types:
+        prefix = _numbered_prefix(fqn)
+        if prefix is not None and prefix == fqn:
+            stack = prefix.rpartition(".")[0]
+            sizes[stack] = sizes.get(stack, 0) + 1
+    if not any(n >= 3 for n in sizes.values()):
+        return None
+    regions = {}
+    for name, data in choices.graph.nodes(data=True):
+        if name in traced.parameters:
+            fqn = traced.parameters[name][0]
+        elif name in traced.buffers:
+            fqn = traced.buffers[name]
+        else:
+            fqn = data["module"]
+        regions[name] = _numbered_prefix(fqn)
+    return regions
+
+
+def _numbered_prefix(fqn: str) -> str | None:
+    parts = fqn.split(".")
+    for i, part in enumerate(parts):
+        if part.isdigit():
+            return ".".join(parts[: i + 1])
+    return None

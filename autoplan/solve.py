@@ -7,7 +7,7 @@ Variables
     s[v, i] in {0, 1}           decision v uses strategy i                (_add_strategy_vars)
     e[uvk, r, c] in [0, 1]      producer shows spec r, consumer wants c  (_add_edge_vars)
 
-Objective (microseconds)
+Objective (integer nanoseconds)
     min  sum_v sum_i s[v,i] * (compute[v,i] + comm[v,i])
        + sum_e sum_{r,c} e[e,r,c] * reshard[e,r,c]                       (_objective)
 
@@ -17,12 +17,22 @@ Constraints
     sum_r e[e,r,c] = sum_{j: col(j)=c} s[v,j]          edge cols match v  (_add_edge_vars)
     sum_v sum_i s[v,i] * memory[v,i] <= budget         per-device memory  (_add_memory_limit)
 
+Edges with no variables: an edge whose cost is zero, or depends on one end alone (one row,
+one column, or an end with a single strategy), is added to that end's strategy costs
+instead (_edge_folds): exact, and it keeps the model small.
+
 The edge linking is the tight (transportation) form: with one-hot s the margins are
 one-hot and e is the product s_u * s_v, so e can be continuous. Edges are aggregated
 over distinct specs, not strategy pairs, which keeps them small.
 
+Coefficients are whole nanoseconds: rounding once, here, makes equal costs compare equal
+however they were summed, so ties break the same way on every run; the reported
+objective is recomputed from the unrounded costs of the chosen plan.
+
 HiGHS runs with a fixed seed and its default (deterministic) parallelism, so the same model
-gives the same answer unless the time limit cuts the search.
+gives the same answer unless the time limit cuts the search. It starts from a feasible
+plan (``warm_start.py``), so a time limit always returns a plan, with its gap to the
+best bound the solver proved.
 """
 
 from __future__ import annotations
@@ -35,9 +45,10 @@ from ortools.math_opt.python import mathopt
 
 from autoplan.cost import CostedGraph
 from autoplan.errors import InfeasibleError
+from autoplan.warm_start import greedy_start
 
-US = 1e6  # objective unit: microseconds
-TIE_BREAK_US = 1e-3
+NS = 1e9  # objective unit: nanoseconds
+TIE_BREAK_NS = 1
 """Charged per sharded or partial output placement, and removed from the reported objective.
 
 Among plans of equal cost (a value nothing differentiates, such as rotary tables that
@@ -58,6 +69,11 @@ class Solution:
     variables: int
     constraints: int
     wall_s: float
+    """Building the model and searching."""
+    search_s: float = 0.0
+    """Wall time inside the solver (what the time limit bounds)."""
+    search_cpu_s: float = 0.0
+    """CPU time inside the solver (on a loaded machine, the part of the wall time that was ours)."""
 
 
 def solve(
@@ -80,7 +96,11 @@ def solve(
         relative_gap_tolerance=1e-6,
         time_limit=datetime.timedelta(seconds=time_limit_s) if time_limit_s else None,
     )
-    result = mathopt.solve(model, mathopt.SolverType.HIGHS, params=params)
+    start = greedy_start(costed, memory_budget_bytes, allowed)
+    hint = mathopt.ModelSolveParameters(solution_hints=[_hint(costed, s, e, start)])
+    searching, searching_cpu = time.perf_counter(), time.process_time()
+    result = mathopt.solve(model, mathopt.SolverType.HIGHS, params=params, model_params=hint)
+    search_s, search_cpu_s = time.perf_counter() - searching, time.process_time() - searching_cpu
     reason = result.termination.reason
     if reason in (mathopt.TerminationReason.INFEASIBLE, mathopt.TerminationReason.INFEASIBLE_OR_UNBOUNDED) or not result.has_primal_feasible_solution():
         if reason == mathopt.TerminationReason.NO_SOLUTION_FOUND:
@@ -103,20 +123,48 @@ def solve(
             choice[name] = variables
         else:
             choice[name] = max(range(len(variables)), key=lambda i: (values[variables[i]], -i))
-    tie_break = sum(_sharded_outputs(costed, name, i) for name, i in choice.items()) * TIE_BREAK_US
-    objective = (result.objective_value() - tie_break) / US
-    bound = (result.best_objective_bound() - tie_break) / US if reason == mathopt.TerminationReason.FEASIBLE else objective
-    gap = 0.0 if objective == 0 else max(0.0, (objective - bound) / abs(objective))
+    objective = plan_seconds(costed, choice)
+    optimal = reason == mathopt.TerminationReason.OPTIMAL
+    # Every cost is >= 0, so 0 bounds the optimum when the solver proved nothing better.
+    found, proved = result.objective_value(), max(0.0, result.best_objective_bound())
+    gap = 0.0 if optimal or found <= 0 else max(0.0, (found - proved) / found)
+    bound = objective * (1.0 - gap)
     return Solution(
         choice=choice,
-        status="optimal" if reason == mathopt.TerminationReason.OPTIMAL else "feasible",
+        status="optimal" if optimal else "feasible",
         objective_s=objective,
         bound_s=bound,
         gap=gap,
         variables=model.get_num_variables(),
         constraints=model.get_num_linear_constraints(),
         wall_s=time.perf_counter() - started,
+        search_s=search_s,
+        search_cpu_s=search_cpu_s,
     )
+
+
+def plan_seconds(costed: CostedGraph, choice: dict[str, int]) -> float:
+    """Step time of one assignment of the problem's decisions, from its unrounded costs."""
+    total = sum(cost.compute_s[choice[n]] + cost.comm_s[choice[n]] for n, cost in costed.nodes.items())
+    for (u, v, _), edge in costed.edges.items():
+        total += edge.seconds[edge.row_of[choice[u]]][edge.col_of[choice[v]]]
+    return total
+
+
+def _hint(costed, s, e, start: dict[str, int]):
+    """The warm start as values for every variable (edge variables: the product of the two ends)."""
+    values = {}
+    for name, variables in s.items():
+        if not isinstance(variables, int):
+            for i, var in enumerate(variables):
+                values[var] = 1.0 if i == start[name] else 0.0
+    for (u, v, k), grid in e.items():
+        edge = costed.edges[(u, v, k)]
+        row, col = edge.row_of[start[u]], edge.col_of[start[v]]
+        for r, cells in enumerate(grid):
+            for c, var in enumerate(cells):
+                values[var] = 1.0 if (r, c) == (row, col) else 0.0
+    return mathopt.SolutionHint(variable_values=values)
 
 
 def minimum_memory_bytes(costed: CostedGraph) -> float:
@@ -158,12 +206,12 @@ def _strategy_sum(s_v, members):
 
 
 def _add_edge_vars(model, costed, s):
-    """Edge variables, or a constant cost where both ends are fixed."""
+    """Edge variables where both ends vary; other edges' costs go to one end (``_edge_folds``)."""
     e = {}
     for key, edge in costed.edges.items():
         u, v, _ = key
-        if len(edge.rows) == 1 and len(edge.cols) == 1:
-            continue  # one spec each side: constant cost, added in _objective
+        if _folded(edge, s[u], s[v]):
+            continue
         rows = [[i for i, r in enumerate(edge.row_of) if r == row] for row in range(len(edge.rows))]
         cols = [[j for j, c in enumerate(edge.col_of) if c == col] for col in range(len(edge.cols))]
         grid = [[model.add_variable(lb=0.0, ub=1.0) for _ in edge.cols] for _ in edge.rows]
@@ -173,6 +221,38 @@ def _add_edge_vars(model, costed, s):
             model.add_linear_constraint(mathopt.fast_sum(grid[r][c] for r in range(len(rows))) == _strategy_sum(s[v], members))
         e[key] = grid
     return e
+
+
+def _folded(edge, s_u, s_v) -> bool:
+    """True when the edge needs no variables: its cost is zero, or a function of one end alone
+    (one row or one column, or an end with a single strategy)."""
+    if not any(round(t * NS) for row in edge.seconds for t in row):
+        return True
+    return len(edge.rows) == 1 or len(edge.cols) == 1 or isinstance(s_u, int) or isinstance(s_v, int)
+
+
+def _edge_folds(costed, s) -> dict[str, list[int]]:
+    """Per decision, the cost (ns) of each strategy from folded edges (``_folded``).
+
+    An edge whose producer side is fixed (one row, or a producer with one strategy) costs
+    ``reshard[row(u), col(j)]`` for the consumer's strategy j: linear in s[v]; likewise the
+    other way round. Where both sides are fixed it is a constant, kept on the consumer.
+    """
+    extra = {name: [0] * len(cost.compute_s) for name, cost in costed.nodes.items()}
+    for (u, v, _), edge in costed.edges.items():
+        if not _folded(edge, s[u], s[v]):
+            continue
+        fixed_row = 0 if len(edge.rows) == 1 else edge.row_of[s[u]] if isinstance(s[u], int) else None
+        if fixed_row is not None:
+            for j, col in enumerate(edge.col_of):
+                extra[v][j] += round(edge.seconds[fixed_row][col] * NS)
+            continue
+        fixed_col = 0 if len(edge.cols) == 1 else edge.col_of[s[v]] if isinstance(s[v], int) else None
+        if fixed_col is not None:
+            for i, row in enumerate(edge.row_of):
+                extra[u][i] += round(edge.seconds[row][fixed_col] * NS)
+        # else: an all-zero edge, nothing to add
+    return extra
 
 
 def _add_memory_limit(model, costed, s, budget):
@@ -186,30 +266,31 @@ def _add_memory_limit(model, costed, s, budget):
 
 
 def _sharded_outputs(costed, name: str, index: int) -> int:
-    """Non-replicated output placements of an op's strategy (placeholders are not tie-broken:
-    a batch that is as cheap split as whole should arrive split)."""
+    """Tie-break units of a strategy: an op's non-replicated output placements; a batch
+    input's replicated ones (a batch that is as cheap split as whole should arrive split);
+    nothing for parameters."""
     data = costed.choices.graph.nodes[name]
+    outputs = data["strategies"][index].outputs
+    if data["kind"] == "input":
+        return sum(p == "R" for spec in outputs if spec for p in spec)
     if data["kind"] != "op":
         return 0
-    outputs = data["strategies"][index].outputs
     return sum(p != "R" for spec in outputs if spec for p in spec)
 
 
 def _objective(costed, s, e):
     terms, constant = [], 0.0
+    folds = _edge_folds(costed, s)
     for name, cost in costed.nodes.items():
         per = [
-            (c + m) * US + _sharded_outputs(costed, name, i) * TIE_BREAK_US
+            round((c + m) * NS) + _sharded_outputs(costed, name, i) * TIE_BREAK_NS + folds[name][i]
             for i, (c, m) in enumerate(zip(cost.compute_s, cost.comm_s))
         ]
         if isinstance(s[name], int):
             constant += per[s[name]]
         else:
             terms.extend(var * p for var, p in zip(s[name], per) if p)
-    for key, edge in costed.edges.items():
-        if key in e:
-            for r, row in enumerate(edge.seconds):
-                terms.extend(e[key][r][c] * (t * US) for c, t in enumerate(row) if t)
-        else:
-            constant += edge.seconds[0][0] * US
+    for key, grid in e.items():
+        for r, row in enumerate(costed.edges[key].seconds):
+            terms.extend(grid[r][c] * round(t * NS) for c, t in enumerate(row) if round(t * NS))
     return mathopt.fast_sum(terms) + constant

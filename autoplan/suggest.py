@@ -14,8 +14,10 @@ from autoplan.placements import Spec, format_spec
 from autoplan.plan import Plan
 from autoplan.plan_builder import build_plan
 from autoplan.profile import load_profile
-from autoplan.simplify import merge_followers
+from autoplan.simplify import layer_regions, merge_followers
 from autoplan.solve import solve
+from autoplan.repeats import KEPT_LAYERS, RepeatedBlocks, expand_plan, find_repeated_blocks, tied_fingerprint, truncated
+from autoplan.tie import block_regions, match_blocks, scale_costs, simplify_alike, tie_costs, weights
 from autoplan.trace import TracedGraph, trace_model
 
 GIB = 2**30
@@ -35,6 +37,22 @@ class SuggestReport:
     constraints: int
     model_name: str = ""
     extra: dict = field(default_factory=dict)
+
+    def stats(self) -> dict:
+        """The run's numbers (stage seconds, graph and ILP sizes, solver outcome) as plain data."""
+        s = self.plan.solver
+        return {
+            "stage_seconds": {k: round(v, 4) for k, v in self.stage_seconds.items()},
+            "graph_nodes": self.graph_nodes,
+            "decisions": self.decisions,
+            "decisions_after_merge": self.decisions_after_merge,
+            "variables": self.variables,
+            "constraints": self.constraints,
+            "solver": {"status": s.status, "objective_s": s.objective, "bound_s": s.bound, "gap": s.gap},
+            "step_time_s": self.plan.predicted.step_time_s,
+            "peak_memory_bytes": self.plan.predicted.peak_memory_bytes,
+            **self.extra,
+        }
 
     def summary(self) -> str:
         plan = self.plan
@@ -63,9 +81,33 @@ class SuggestReport:
             f"({self.decisions_after_merge} after merging followers), {self.variables} ILP variables"
         )
         lines.append(f"time: {stages}")
+        if "tied" in self.extra:
+            lines.append(f"identical layers planned alike: {self.extra['tied']}; solver status and gap are those of the tied problem")
         for warning in plan.warnings:
             lines.append(f"warning: {warning}")
         return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class ModelTrace:
+    """The graph planning starts from: the whole model's, or with ``blocks`` (a stack of
+    identical layers) cut to its first two layers."""
+
+    traced: TracedGraph
+    blocks: RepeatedBlocks | None
+
+    @property
+    def fingerprint(self) -> str:
+        """The fingerprint plans made from this trace carry."""
+        return tied_fingerprint(self.traced.fingerprint, self.blocks) if self.blocks else self.traced.fingerprint
+
+
+def trace_for_planning(model: nn.Module, example_inputs, tie: bool = True) -> ModelTrace:
+    blocks = find_repeated_blocks(model) if tie else None
+    if blocks is None:
+        return ModelTrace(trace_model(model, example_inputs), None)
+    with truncated(model, blocks):
+        return ModelTrace(trace_model(model, example_inputs), blocks)
 
 
 def suggest_with_report(
@@ -77,37 +119,63 @@ def suggest_with_report(
     memory_gb: float | None = None,
     time_limit_s: float | None = None,
     pinned: dict[str, Spec] | None = None,
-    traced: TracedGraph | None = None,
+    tie: bool = True,
+    trace: ModelTrace | None = None,
 ) -> tuple[Plan, SuggestReport]:
     """Plan ``model`` for ``mesh``; ``pinned`` fixes parameter FQNs / batch keys to given specs.
 
-    ``traced`` is the model's trace when the caller already has it (the plan cache does).
+    With ``tie``, a stack of identical layers is traced two layers deep and planned as one
+    layer repeated (``repeats.py``, ``tie.py``); the plan still names every layer.
+    ``trace`` is ``trace_for_planning``'s result when the caller already has it (the plan
+    cache does); it must have been made with the same ``tie``.
     """
     mesh, axis_names, cluster, budget = resolve_options(mesh, axis_names, profile, memory_gb)
     timer = _Stages()
-    if traced is None:
+    if trace is None:
         with timer("trace"):
-            traced = trace_model(model, example_inputs)
+            trace = trace_for_planning(model, example_inputs, tie)
+    traced, blocks = trace.traced, trace.blocks
     with timer("choices"):
         choices = build_choices(traced, mesh, axis_names)
+    regions = block_regions(choices, blocks) if blocks else None
+    twins = match_blocks(choices, regions) if blocks else None
+    if blocks and twins is None:  # the two traced layers differ: plan the whole model untied
+        blocks, regions = None, None
+        with timer("trace"):
+            traced = trace_model(model, example_inputs)
+        with timer("choices"):
+            choices = build_choices(traced, mesh, axis_names)
+    node_weight, reads = weights(regions, blocks.count) if blocks else (None, None)
     with timer("cost"):
-        costed = estimate_costs(choices, cluster)
+        costed = estimate_costs(choices, cluster, reads)
     with timer("simplify"):
-        simplified = merge_followers(costed)
-    allowed = _allowed(choices, pinned or {})
+        if blocks:
+            tied = tie_costs(simplify_alike(costed, regions, twins), twins, node_weight)
+            problem, expand = tied.costed, tied.expand
+        else:
+            simplified = merge_followers(costed, layer_regions(choices))
+            problem, expand = simplified.costed, simplified.expand
+    allowed = _allowed(choices, _pinned_in_trace(pinned or {}, blocks))
+    if blocks:
+        allowed = _fold_allowed(allowed, tied.twins)
     with timer("solve"):
-        solution = solve(simplified.costed, budget, time_limit_s, allowed)
+        solution = solve(problem, budget, time_limit_s, allowed)
     with timer("plan"):
-        choice = simplified.expand(solution.choice)
-        plan = build_plan(costed, choice, solution)
+        choice = expand(solution.choice)
+        plan = build_plan(scale_costs(costed, node_weight) if blocks else costed, choice, solution)
+        if blocks:
+            plan = expand_plan(plan, blocks)
     report = SuggestReport(
         plan=plan,
         stage_seconds=timer.seconds,
         graph_nodes=len(traced.graph_module.graph.nodes),
         decisions=choices.graph.number_of_nodes(),
-        decisions_after_merge=len(simplified.costed.nodes),
+        decisions_after_merge=len(problem.nodes),
         variables=solution.variables,
         constraints=solution.constraints,
+        extra={"search_s": solution.search_s, "search_cpu_s": solution.search_cpu_s} | (
+            {"tied": f"{blocks.count} x {blocks.layer_class} at {blocks.fqn} ({KEPT_LAYERS} traced)"} if blocks else {}
+        ),
     )
     return plan, report
 
@@ -138,6 +206,7 @@ def suggest(
     cache: bool = True,
     cache_dir=None,
     broadcast: bool = True,
+    tie: bool = True,
 ) -> Plan:
     """Plan ``model`` (built on any device, meta included) for a device mesh; see README.
 
@@ -145,13 +214,39 @@ def suggest(
     profile and options (``cache_dir`` moves it; ``cache=False`` always solves).
     ``broadcast``: under an initialized process group every rank must call this; rank 0
     plans and every rank returns rank 0's plan. Pass False to plan on one rank alone.
+    ``tie``: plan a stack of identical layers once (see ``suggest_with_report``).
     """
     if axis_names is not None and len(axis_names) != len(tuple(mesh)) and tuple(axis_names) == ("dp", "tp"):
         axis_names = None  # the default names suit 2-D meshes only
     from autoplan.cached_suggest import suggest_on_every_rank
 
-    options = dict(profile=profile, memory_gb=memory_gb, time_limit_s=time_limit_s)
+    options = dict(profile=profile, memory_gb=memory_gb, time_limit_s=time_limit_s, tie=tie)
     return suggest_on_every_rank(model, example_inputs, mesh, axis_names, options, cache, cache_dir, broadcast).plan
+
+
+
+
+def _pinned_in_trace(pinned: dict[str, Spec], blocks: RepeatedBlocks | None) -> dict[str, Spec]:
+    """Pins on layers that were not traced, moved to the last traced layer (they are tied)."""
+    if blocks is None:
+        return pinned
+    moved: dict[str, Spec] = {}
+    for name, spec in pinned.items():
+        layer = blocks.layer_of(name)
+        key = blocks.rename(name, KEPT_LAYERS - 1) if layer is not None and layer >= KEPT_LAYERS else name
+        if key in moved and moved[key] != tuple(spec):
+            raise PlanError(f"pinned {name} differs from another layer's pin on the same parameter",
+                            hint="identical layers are planned alike: pin them alike, or pass tie=False")
+        moved[key] = tuple(spec)
+    return moved
+
+
+def _fold_allowed(allowed: dict[str, set[int]], twins: dict[str, str]) -> dict[str, set[int]]:
+    folded: dict[str, set[int]] = {}
+    for name, keep in allowed.items():
+        target = twins.get(name, name)
+        folded[target] = folded[target] & keep if target in folded else set(keep)
+    return folded
 
 
 def _allowed(choices, pinned: dict[str, Spec]) -> dict[str, set[int]]:
@@ -185,6 +280,6 @@ class _Stages:
                 self.start = time.perf_counter()
 
             def __exit__(self, *exc):
-                stages.seconds[name] = time.perf_counter() - self.start
+                stages.seconds[name] = stages.seconds.get(name, 0.0) + time.perf_counter() - self.start
 
         return _Timer()

@@ -10,6 +10,7 @@ merging followers, and ILP variables.
 from __future__ import annotations
 
 import argparse
+import os
 import subprocess
 import sys
 import tempfile
@@ -35,7 +36,8 @@ def main(argv=None) -> int:
         with tempfile.TemporaryDirectory() as tmp:
             started = time.perf_counter()
             subprocess.run([sys.executable, "-m", "autoplan", "suggest", model, "--mesh", args.mesh, "--out", f"{tmp}/plan.json"],
-                           cwd=ROOT, check=True, capture_output=True)
+                           cwd=ROOT, check=True, capture_output=True,
+                           env={**os.environ, "AUTOPLAN_CACHE_DIR": f"{tmp}/cache"})  # cold: an empty plan cache
             command_s = time.perf_counter() - started
         loaded = load_model_file(str(ROOT / model))
         plan, report = suggest_with_report(loaded.model, loaded.example_inputs, mesh, parse_axis_names(None, mesh))

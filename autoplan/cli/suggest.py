@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import math
 
 from autoplan._files import plan_default_path, write_atomic
@@ -30,6 +31,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         "--no-cache", action="store_true",
         help="always solve: neither read nor write the plan cache (plans_out/cache/)",
     )
+    parser.add_argument("--stats", help="also write the run's numbers (stage times, sizes, solver) to this JSON file")
+    parser.add_argument("--no-tie", action="store_true", help="plan every layer separately (default: identical layers alike)")
     return parser
 
 
@@ -50,6 +53,7 @@ def run(args: argparse.Namespace) -> int:
         args.profile,
         args.memory_gb,
         args.time_limit,
+        **({"tie": False} if args.no_tie else {}),
     )
     out = args.out or plan_default_path(loaded.name, mesh)
     try:
@@ -59,14 +63,29 @@ def run(args: argparse.Namespace) -> int:
             f"could not write the plan to {out}: {err.strerror or err}",
             "pass a writable --out path",
         ) from err
+    if args.stats:
+        try:
+            stats = {**report.stats(), "peak_rss_bytes": _peak_rss_bytes()}
+            write_atomic(args.stats, json.dumps(stats, indent=2, sort_keys=True) + "\n")
+        except OSError as err:
+            raise AutoplanError(f"could not write the stats to {args.stats}: {err.strerror or err}", "pass a writable --stats path") from err
     print(report.summary())
     cache = report.extra.get("cache")
     if cache == "hit":
         print(f"plan reused from the plan cache {report.extra['cache_path']} (no solve; --no-cache solves again)")
-    elif cache is not None:
+    elif cache in ("miss", "replaced"):
         print(f"plan stored in the plan cache {report.extra['cache_path']}")
     print(f"plan written to {out}")
     return 0
+
+
+def _peak_rss_bytes() -> int:
+    """This process's peak resident memory so far (Linux reports kilobytes, macOS bytes)."""
+    import resource
+    import sys
+
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(peak if sys.platform == "darwin" else peak * 1024)
 
 
 def _positive_float(text: str) -> float:
