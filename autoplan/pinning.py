@@ -122,15 +122,21 @@ class Pins:
         leader, keep = self._leader_options(node, test)
         if leader not in self.problem.simplified.costed.nodes:
             return True  # a decision the solver never sees (one strategy)
+        if self._narrow(leader, keep):
+            return True
+        if strict:
+            raise PlanError(f"{what} cannot be executed on this mesh", hint="shard only dims that divide evenly by the mesh axes")
+        self.conflicts.append(what)
+        return False
+
+    def _narrow(self, leader: str, keep: set[int]) -> bool:
+        """Allow ``leader`` only strategies in ``keep`` (besides earlier limits); False, and
+        nothing changed, if none would remain."""
         current = self.allowed.get(leader)
         merged = keep if current is None else current & keep
-        if not merged:
-            if strict:
-                raise PlanError(f"{what} cannot be executed on this mesh", hint="shard only dims that divide evenly by the mesh axes")
-            self.conflicts.append(what)
-            return False
-        self.allowed[leader] = merged
-        return True
+        if merged:
+            self.allowed[leader] = merged
+        return bool(merged)
 
     def value(self, node: str, out_index: int, spec: Spec, what: str, strict: bool = False) -> bool:
         """The value ``node`` outputs at ``out_index`` has placements ``spec``."""
@@ -175,11 +181,7 @@ class Pins:
                     n for n, pick in group[1:]
                     if any(not replicated(graph.nodes[n]["strategies"][pick[i]]) for i in keep)
                 )
-            current = self.allowed.get(leader)
-            merged = keep if current is None else current & keep
-            if merged:
-                self.allowed[leader] = merged
-            else:
+            if not self._narrow(leader, keep):
                 free.append(leader)
         return free, stray
 
@@ -199,11 +201,7 @@ class Pins:
                 i for i, strategy in enumerate(data["strategies"])
                 if any(spec[axis] != "R" for spec in [*strategy.inputs, *(s for s in strategy.outputs if s)])
             }
-            current = self.allowed.get(leader)
-            merged = keep if current is None else current & keep
-            if merged:
-                self.allowed[leader] = merged
-            else:
+            if not self._narrow(leader, keep):
                 free.append(leader)
         return free
 

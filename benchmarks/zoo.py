@@ -124,22 +124,31 @@ def main() -> None:
                 rows.append([name, "big", mesh, report, plan, "-", budget])
     dist.destroy_process_group()
 
+    print_table(rows, {}, pending=bool(jobs))  # the planning columns now: the gloo runs take long
     numerics = {}
     for mesh, indexed in jobs.items():
         results = check_numerics([job for _, job in indexed], world=8)
         for (row, _), result in zip(indexed, results):
             numerics[row] = result.worst
+            print(f"gloo numerics {rows[row][0]} on {'x'.join(map(str, mesh))}: {result.worst:.1e}", file=sys.stderr, flush=True)
+    if jobs:
+        print_table(rows, numerics, pending=False)
 
+
+def print_table(rows, numerics: dict, pending: bool) -> None:
     header = ("model", "config", "mesh", "nodes", "decisions", "fallback", "opaque", "solve s",
               "step ms", "peak GiB", "budget GiB", "fake-PG f+b", "gloo max rel err")
     print(" | ".join(header))
     for index, (name, config, mesh, report, plan, fake, budget) in enumerate(rows):
         err = numerics.get(index)
         gloo = "-" if err is None else f"{'ok' if err <= TOLERANCE else 'FAIL'} {err:.1e}"
+        if pending and fake == "ok":
+            gloo = "(running)"
         print(" | ".join([
             name, config, "x".join(map(str, mesh)), str(report.graph_nodes), str(report.decisions),
             str(len(plan.fallback_ops)), str(len(plan.opaque_modules)), f"{report.stage_seconds['solve']:.2f}",
-            f"{plan.predicted.step_time_s * 1e3:.3f}", f"{plan.predicted.peak_memory_bytes / 2**30:.3f}", "-" if budget is None else f"{budget:.4f}", fake, gloo,
+            f"{plan.predicted.step_time_s * 1e3:.3f}", f"{plan.predicted.peak_memory_bytes / 2**30:.3f}",
+            "-" if budget is None else f"{budget:.4f}", fake, gloo,
         ]), flush=True)
 
 

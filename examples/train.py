@@ -89,30 +89,27 @@ def train_parallel(module, args) -> list[float]:
         sharded = sum(any(p.startswith("S(") for p in spec) for spec in plan.parameters.values())
         print(f"plan: mesh {'x'.join(map(str, mesh_shape))} {list(axis_names)}, {sharded} of {len(plan.parameters)} parameters sharded")
     local_batch = autoplan.shard_batch(_to(seeded_batch(module, args.seed + 1), device), plan, mesh)
-    losses = []
-    for step in range(args.steps):
-        loss = autoplan.training_loss(call_model(model, local_batch))
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad()
-        losses.append(loss.item())
-        if rank0:
-            print(f"step {step}  loss {losses[-1]:.6f}", flush=True)
-    return losses
+    return _train(model, optimizer, local_batch, args.steps, show=rank0)
 
 
 def train_single_device(module, args, device) -> list[float]:
     model = build_seeded(module, "build_model", args.seed).to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr)
     batch = _to(seeded_batch(module, args.seed + 1), device)
+    return _train(model, optimizer, batch, args.steps, show=True)
+
+
+def _train(model, optimizer, batch, steps: int, show: bool) -> list[float]:
+    """``steps`` AdamW steps on the same batch; the loss of each (printed when ``show``)."""
     losses = []
-    for step in range(args.steps):
+    for step in range(steps):
         loss = autoplan.training_loss(call_model(model, batch))
         loss.backward()
         optimizer.step()
         optimizer.zero_grad()
         losses.append(loss.item())
-        print(f"step {step}  loss {losses[-1]:.6f}", flush=True)
+        if show:
+            print(f"step {step}  loss {losses[-1]:.6f}", flush=True)
     return losses
 
 
