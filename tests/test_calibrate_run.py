@@ -45,11 +45,14 @@ def test_quick_run_on_four_gloo_processes_writes_a_loadable_profile(tmp_path, ca
     assert "copied from intra_node" in prov["links"]["inter_node"]
     assert profile.peak_flops.keys() == {"float32"}
 
-    # Eager DTensor costs measured on the mesh: a DTensor op costs more than a plain add,
-    # and an AdamW step more per parameter than one op.
+    # Eager DTensor costs measured on the mesh: an AdamW step (about ten DTensor ops) costs
+    # more per parameter than one op. Not asserted: DTensor op > plain one-element add. With
+    # 4 ranks on 2 cores the quick sweep's plain add (a few microseconds of work) is mostly
+    # time spent descheduled, and one CI run measured it at 41 us against 34 us per DTensor op.
     dispatch = profile.dispatch
-    assert dispatch.forward_op_s > profile.kernel_overhead_s > 0
-    assert dispatch.backward_op_s > 0 and dispatch.optimizer_param_s > 0 and not dispatch.overlaps_device
+    assert dispatch.forward_op_s > 0 and profile.kernel_overhead_s > 0
+    assert dispatch.optimizer_param_s > dispatch.forward_op_s
+    assert dispatch.backward_op_s > 0 and not dispatch.overlaps_device
     assert len(prov["measurements"]["optimizer"]) == 2 and prov["fits"]["optimizer"]["samples"] == 2
 
     # The planner prices collectives on the calibrated mesh from the per-axis table.
