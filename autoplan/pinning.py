@@ -26,14 +26,15 @@ from torch import nn
 
 from autoplan.choices import OP, ChoiceGraph, build_choices
 from autoplan.cost import CostedGraph, estimate_costs
-from autoplan.errors import InfeasibleError, MeshError, PlanError
+from autoplan.errors import InfeasibleError, PlanError
 from autoplan.placements import Spec, format_spec
 from autoplan.plan import Plan
 from autoplan.plan_builder import build_plan
-from autoplan.profile import ClusterProfile, load_profile
+from autoplan.profile import ClusterProfile
 from autoplan.simplify import Simplified, layer_regions, merge_followers
 from autoplan.solve import Solution, solve
 from autoplan.strategies import Strategy
+from autoplan.suggest import resolve_options
 from autoplan.trace import TracedGraph, trace_model
 
 GIB = 2**30
@@ -86,16 +87,9 @@ def problem_from_trace(
     profile=None,
     memory_gb: float | None = None,
 ) -> Problem:
-    mesh = tuple(int(n) for n in mesh)
-    if len(axis_names) != len(mesh):
-        raise MeshError(
-            f"{len(axis_names)} axis names {list(axis_names)} for a {len(mesh)}-axis mesh {'x'.join(map(str, mesh))}",
-            hint="give one name per mesh axis, e.g. dp,tp for a 2x4 mesh",
-        )
-    cluster = profile if isinstance(profile, ClusterProfile) else load_profile(profile)
-    choices = build_choices(traced, mesh, tuple(axis_names))
+    mesh, axis_names, cluster, budget = resolve_options(mesh, axis_names, profile, memory_gb)
+    choices = build_choices(traced, mesh, axis_names)
     costed = estimate_costs(choices, cluster)
-    budget = memory_gb * GIB if memory_gb else cluster.memory_bytes
     return Problem(traced, choices, costed, merge_followers(costed, layer_regions(choices)), budget)
 
 
