@@ -222,7 +222,7 @@ def _as_dtensor(value, mesh: DeviceMesh):
     return DTensor.from_local(value, mesh, [Replicate()] * mesh.ndim, run_check=False)
 
 
-def _redistribute_tree(tree, layouts: dict[str, Spec], mesh: DeviceMesh):
+def _redistribute_tree(tree, layouts: dict[str, Spec], mesh: DeviceMesh, settle_gradients: bool = False):
     leaves, spec = tree_flatten_with_path(tree)
     changed = False
     out = []
@@ -233,9 +233,29 @@ def _redistribute_tree(tree, layouts: dict[str, Spec], mesh: DeviceMesh):
             placements = to_placements(target)
             if tuple(leaf.placements) != placements:
                 leaf = leaf.redistribute(mesh, placements)
+            if settle_gradients and leaf.requires_grad:
+                leaf.register_hook(_settle_gradient(placements, mesh))
             changed = True
         out.append(leaf)
     return tree_unflatten(out, spec) if changed else tree
+
+
+def _settle_gradient(placements, mesh: DeviceMesh):
+    """A gradient hook: reduce a partial gradient to the value's own layout, once, where
+    the value was made (after autograd has summed what every reader sent back). Left to
+    itself DTensor carries partial gradients on through ops that accept them and reduces
+    them wherever a later op or parameter does not, many times over and not where the
+    plan priced it."""
+    def hook(grad):
+        if not isinstance(grad, DTensor):
+            return None
+        target = [
+            own if held.is_partial() and not own.is_partial() else held
+            for held, own in zip(grad.placements, placements)
+        ]
+        return grad.redistribute(mesh, target) if tuple(target) != tuple(grad.placements) else None
+
+    return hook
 
 
 def _redistribute_inputs(layouts: dict[str, Spec], mesh: DeviceMesh):
@@ -248,7 +268,7 @@ def _redistribute_inputs(layouts: dict[str, Spec], mesh: DeviceMesh):
 def _redistribute_outputs(layouts: dict[str, Spec], mesh: DeviceMesh):
     def hook(module, args, output):
         # The trace keys a single-tensor output as "" and a structure by its paths.
-        return _redistribute_tree(output, layouts, mesh)
+        return _redistribute_tree(output, layouts, mesh, settle_gradients=True)
 
     return hook
 

@@ -11,19 +11,17 @@ whose groups fit in one node talks over the intra-node link, otherwise inter-nod
 profile calibrated on the planning mesh's very shape carries a cost per axis (its
 ``axes`` table), measured where the plan will run; that table wins over the link table.
 
-Redistribution between two specs is priced the way DTensor performs it, one mesh axis
-at a time. The table below gives the forward collective for each transition on an axis,
-and the one its backward (the gradient flowing the other way) needs:
+Redistribution between two specs is priced the way DTensor performs it: one mesh axis
+at a time, in the order of DTensor's own planner (``transform_steps``), each step moving
+the tensor as the steps before it left it. Per step on an axis:
 
-    src -> dst         forward          backward
-    S(i) -> R          all_gather       (slice, free)
-    P -> R             all_reduce       (free)
-    P -> S(i)          reduce_scatter   all_gather
-    R -> S(i)          (slice, free)    all_gather
-    S(i) -> S(j)       all_to_all       all_to_all
-    S(i) -> P          all_gather       (free)
-    R -> P             (free)           (free)
+    S(i) -> R or P     all_gather (the gathered size)
+    P -> R             all_reduce
+    P -> S(i)          reduce_scatter
+    S(i) -> S(j)       all_to_all (DTensor on a CPU mesh does it as an all_gather)
+    R -> S(i), R -> P  free (a slice, a zero-fill)
 
+A value that carries a gradient has it sent back from ``dst`` to ``src`` the same way.
 The gradient reduction a consumer causes when it splits work over an axis on which one
 of its inputs is replicated is priced by the cost stage, not here.
 """
@@ -32,7 +30,7 @@ from __future__ import annotations
 
 import math
 
-from autoplan.placements import Spec, is_partial, is_shard, shard_factor
+from autoplan.placements import REPLICATE, Spec, is_partial, is_shard, shard_factor
 from autoplan.profile import ClusterProfile, LinkCost
 
 
@@ -62,23 +60,84 @@ def link_cost(profile: ClusterProfile, kind: str, mesh_shape: tuple[int, ...], a
     return profile.links[axis_link(mesh_shape, axis, profile.devices_per_node)][kind]
 
 
-def _transition(src: str, dst: str) -> tuple[str | None, str | None, str]:
-    """(forward collective, backward collective, which size they move) for one axis."""
-    if src == dst or (is_partial(src) and is_partial(dst)):
-        return None, None, ""
-    if is_shard(src) and dst == "R":
-        return "all_gather", None, "after"
-    if is_partial(src) and dst == "R":
-        return "all_reduce", None, "before"
+def transform_steps(src: Spec, dst: Spec) -> list[tuple[int, str, str]]:
+    """The per-axis steps ``(axis, from, to)`` DTensor takes from ``src`` to ``dst``, in its
+    order (torch 2.13's greedy redistribute planner): when anything is sharded, first the
+    axes from innermost to outermost, going through Replicate where a target shard would
+    nest differently under the axes before it; then, outermost first, what is left.
+    The order matters: each step moves the tensor as the steps before it left it."""
+    current, target = list(src), list(dst)
+    steps = []
+    if any(is_shard(p) for p in current):
+        for axis in reversed(range(len(current))):
+            goal = target[axis]
+            if is_shard(goal):  # same tensor dim sharded over other axes before this one?
+                before = [i for i in range(axis) if current[i] == goal]
+                wanted = [i for i in range(axis) if target[i] == goal]
+                if before != wanted:
+                    goal = REPLICATE
+            if current[axis] != goal:
+                steps.append((axis, current[axis], goal))
+                current[axis] = goal
+    for axis, goal in enumerate(target):
+        if current[axis] != goal:
+            steps.append((axis, current[axis], goal))
+            current[axis] = goal
+    return steps
+
+
+def redistribute_collectives(
+    src: Spec,
+    dst: Spec,
+    global_bytes: float,
+    mesh_shape: tuple[int, ...],
+    backward: bool,
+) -> list[tuple[str, int, float, str]]:
+    """The collectives that move a tensor from ``src`` to ``dst`` (and, if ``backward``, its
+    gradient back): ``(kind, axis, bytes, "forward" | "backward")``.
+
+    The gradient goes back the way ``Redistribute``'s backward takes it: from ``dst`` to
+    ``src``, a partial placement on either side standing for Replicate (the gradient of a
+    partial value is replicated, and a gradient is never made partial)."""
+    found = [(kind, axis, nbytes, "forward") for kind, axis, nbytes in _moves(src, dst, global_bytes, mesh_shape)]
+    if backward:
+        plain = lambda spec: tuple(REPLICATE if is_partial(p) else p for p in spec)
+        found += [(kind, axis, nbytes, "backward") for kind, axis, nbytes in _moves(plain(dst), plain(src), global_bytes, mesh_shape)]
+    return found
+
+
+def gradient_collectives(grad: Spec, src: Spec, global_bytes: float, mesh_shape: tuple[int, ...]) -> list[tuple[str, int, float]]:
+    """``(kind, axis, bytes)`` that bring a gradient laid out as ``grad`` (partial where the
+    reader split its work over a replicated input) back to the value's layout ``src``: a
+    ``Redistribute``'s backward, in DTensor's order of axes."""
+    return _moves(grad, tuple(REPLICATE if is_partial(p) else p for p in src), global_bytes, mesh_shape)
+
+
+def _moves(src: Spec, dst: Spec, global_bytes: float, mesh_shape: tuple[int, ...]) -> list[tuple[str, int, float]]:
+    current = list(src)
+    found = []
+    for axis, before_placement, target in transform_steps(src, dst):
+        kind, size = _step_collective(before_placement, target)
+        if kind and mesh_shape[axis] > 1:
+            before = global_bytes / shard_factor(tuple(current), mesh_shape)
+            found.append((kind, axis, before * mesh_shape[axis] if size == "after" else before))
+        current[axis] = target
+    return found
+
+
+def _step_collective(src: str, dst: str) -> tuple[str | None, str]:
+    """(collective, which size it moves) for one step on one axis."""
+    if is_partial(src) and is_partial(dst):
+        return None, ""
+    if is_shard(src) and (dst == REPLICATE or is_partial(dst)):
+        return "all_gather", "after"
+    if is_partial(src) and dst == REPLICATE:
+        return "all_reduce", "before"
     if is_partial(src) and is_shard(dst):
-        return "reduce_scatter", "all_gather", "before"
-    if src == "R" and is_shard(dst):
-        return None, "all_gather", "before"
+        return "reduce_scatter", "before"
     if is_shard(src) and is_shard(dst):
-        return "all_to_all", "all_to_all", "before"
-    if is_shard(src) and is_partial(dst):
-        return "all_gather", None, "after"
-    return None, None, ""  # R -> P
+        return "all_to_all", "before"
+    return None, ""  # R -> S (a slice), R -> P
 
 
 def redistribute_seconds(
@@ -90,16 +149,7 @@ def redistribute_seconds(
     backward: bool,
 ) -> float:
     """Time to move a tensor from ``src`` to ``dst`` (and, if ``backward``, its gradient back)."""
-    current = list(src)
-    total = 0.0
-    for axis, target in enumerate(dst):
-        forward_kind, backward_kind, size = _transition(current[axis], target)
-        if forward_kind or (backward and backward_kind):
-            before = global_bytes / shard_factor(tuple(current), mesh_shape)
-            nbytes = before * mesh_shape[axis] if size == "after" else before
-            if forward_kind:
-                total += collective_seconds(profile, forward_kind, nbytes, mesh_shape, axis)
-            if backward and backward_kind:
-                total += collective_seconds(profile, backward_kind, nbytes, mesh_shape, axis)
-        current[axis] = target
-    return total
+    return sum(
+        collective_seconds(profile, kind, nbytes, mesh_shape, axis)
+        for kind, axis, nbytes, _ in redistribute_collectives(src, dst, global_bytes, mesh_shape, backward)
+    )

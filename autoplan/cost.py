@@ -106,6 +106,21 @@ def _is_view(data) -> bool:
     return data["fx_node"].target in VIEW_OPS
 
 
+def _gradient_roots(choices: ChoiceGraph) -> dict[str, str]:
+    """Per node: the value it is a view of (itself if it is not a view). Partial gradients
+    of a value and of its views are summed before anything reduces them."""
+    graph = choices.graph
+    root: dict[str, str] = {}
+    for name in graph.nodes:  # insertion order is graph order
+        data = graph.nodes[name]
+        preds = list(graph.predecessors(name))
+        if data["kind"] not in (PARAMETER, INPUT, BUFFER) and _is_view(data) and len(preds) == 1:
+            root[name] = root.get(preds[0], preds[0])
+        else:
+            root[name] = name
+    return root
+
+
 def _gradient_reducers(choices: ChoiceGraph, reads) -> dict[str, int]:
     """Per producer: how many work ops consume its value (looked through views).
 
@@ -114,18 +129,14 @@ def _gradient_reducers(choices: ChoiceGraph, reads) -> dict[str, int]:
     stands for several repeated layers counts once per layer.
     """
     graph = choices.graph
-    root: dict[str, str] = {}
+    root = _gradient_roots(choices)
     counts: dict[str, int] = {}
-    for name in graph.nodes:  # insertion order is graph order
-        data = graph.nodes[name]
-        preds = list(graph.predecessors(name))
-        if data["kind"] not in (PARAMETER, INPUT, BUFFER) and _is_view(data) and len(preds) == 1:
-            root[name] = root.get(preds[0], preds[0])
-        else:
-            root[name] = name
-            for pred in set(preds):
-                source = root.get(pred, pred)
-                counts[source] = counts.get(source, 0) + reads(source, name)
+    for name in graph.nodes:
+        if root[name] != name:
+            continue
+        for pred in set(graph.predecessors(name)):
+            source = root[pred]
+            counts[source] = counts.get(source, 0) + reads(source, name)
     return {name: max(1, counts.get(root[name], 1)) for name in graph.nodes}
 
 

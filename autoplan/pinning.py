@@ -36,6 +36,7 @@ from autoplan.solve import Solution, solve
 from autoplan.strategies import Strategy
 from autoplan.suggest import resolve_options
 from autoplan.trace import TracedGraph, trace_model
+from autoplan.views import spec_after_views, view_chain
 
 GIB = 2**30
 
@@ -233,7 +234,13 @@ class Pins:
                 )
                 if not consumers:
                     continue
+                # plan_builder records the layout at the start of the views before its first
+                # compute op: pin what that op reads (the views are free to follow).
                 _, v, k = consumers[0]
+                chain = view_chain(graph, v, k, inside)
+                through = spec_after_views(graph, chain, spec)
+                if through is not None:
+                    (v, k), spec = chain[-1], through
                 ok = self.consumed(v, k, spec, f"module {call.fqn} input {key or '<arg>'}")
                 pinned, skipped = pinned + ok, skipped + (not ok)
             for key, node in call.outputs:

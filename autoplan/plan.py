@@ -50,6 +50,10 @@ class Predicted:
     """Parameters, gradients and AdamW state on one device."""
     activation_bytes: int
     """Activations kept for backward on one device."""
+    collectives: dict = field(default_factory=dict)
+    """Collectives of one training step: axis name -> kind -> {"count", "bytes"} (``collectives.py``)."""
+    module_collectives: dict = field(default_factory=dict)
+    """The same per module FQN ("<root>" for ops outside any module): what ``autoplan verify`` checks."""
 
 
 @dataclass(frozen=True)

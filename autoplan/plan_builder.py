@@ -5,10 +5,12 @@ from __future__ import annotations
 import operator
 
 from autoplan.choices import INPUT
+from autoplan.collectives import module_table, step_collectives, total_table
 from autoplan.cost import CostedGraph
 from autoplan.plan import BatchInput, ModuleLayout, Plan, Predicted, SolverReport, rounded
 from autoplan.solve import Solution
 from autoplan.trace import ModuleCall
+from autoplan.views import spec_before_views, view_chain
 
 
 def build_plan(costed: CostedGraph, choice: dict[str, int], solution: Solution, extra_warnings=()) -> Plan:
@@ -59,7 +61,7 @@ def build_plan(costed: CostedGraph, choice: dict[str, int], solution: Solution, 
         parameters=parameters,
         modules=modules,
         inputs=inputs,
-        predicted=predict(costed, choice),
+        predicted=predict(costed, choice, choices.axis_names),
         profile=costed.profile.name,
         fingerprint=traced.fingerprint,
         solver=SolverReport(solution.status, rounded(solution.objective_s), rounded(solution.bound_s), rounded(solution.gap)),
@@ -87,8 +89,7 @@ def _parameter_uses(choices, choice: dict[str, int], storage: dict) -> dict:
     graph, traced = choices.graph, choices.traced
     found: dict[str, set] = {}
     for node, fqns in traced.parameters.items():
-        for _, consumer, key in graph.out_edges(node, keys=True):
-            spec = graph.nodes[consumer]["strategies"][choice[consumer]].inputs[key]
+        for consumer, spec in _uses(choices, choice, node):
             owner = traced.node_modules.get(consumer, "")
             fqn = next((f for f in fqns if f.rpartition(".")[0] == owner), None)
             if fqn is None:  # used outside its own module: keyed by its first name
@@ -101,8 +102,30 @@ def _parameter_uses(choices, choice: dict[str, int], storage: dict) -> dict:
     }
 
 
-def predict(costed: CostedGraph, choice: dict[str, int]) -> Predicted:
-    """Step time and memory of one full assignment, from the unsimplified costs."""
+def _uses(choices, choice: dict[str, int], node: str):
+    """(consumer, spec) for each use of parameter ``node``: the layout the parameter itself
+    must have for that use (``_through_views``)."""
+    graph = choices.graph
+    for _, consumer, key in graph.out_edges(node, keys=True):
+        found = _through_views(graph, choice, consumer, key)
+        if found is not None:
+            yield found
+
+
+def _through_views(graph, choice: dict[str, int], consumer: str, key: int, inside=lambda node: True):
+    """(op, spec): the first non-view op down the views from input ``key`` of ``consumer``
+    (``views.view_chain``), and the layout the chain's input must have to give that op the
+    spec its strategy asks for. A value laid out so is what the op computes with; laid out
+    as the view's own strategy takes it, DTensor would be free to choose another strategy
+    for the op. None if no view strategy gives it."""
+    chain = view_chain(graph, consumer, key, inside)
+    last, last_key = chain[-1]
+    wanted = spec_before_views(graph, chain, graph.nodes[last]["strategies"][choice[last]].inputs[last_key])
+    return None if wanted is None else (last, wanted)
+
+
+def predict(costed: CostedGraph, choice: dict[str, int], axis_names: tuple[str, ...]) -> Predicted:
+    """Step time, memory and collectives of one full assignment, from the unsimplified costs."""
     compute = comm = state = activations = 0.0
     for name, cost in costed.nodes.items():
         i = choice[name]
@@ -114,6 +137,7 @@ def predict(costed: CostedGraph, choice: dict[str, int]) -> Predicted:
             activations += cost.memory_bytes[i]
     for (u, v, _), edge in costed.edges.items():
         comm += edge.seconds[edge.row_of[choice[u]]][edge.col_of[choice[v]]]
+    modules = module_table(step_collectives(costed, choice), axis_names)
     return Predicted(
         step_time_s=rounded(compute + comm),
         compute_s=rounded(compute),
@@ -121,6 +145,8 @@ def predict(costed: CostedGraph, choice: dict[str, int]) -> Predicted:
         peak_memory_bytes=int(state + activations),
         model_state_bytes=int(state),
         activation_bytes=int(activations),
+        collectives=total_table(modules),
+        module_collectives=modules,
     )
 
 
@@ -145,7 +171,8 @@ def _call_layout(costed: CostedGraph, choice, call: ModuleCall, output_spec, ord
         )
         if consumers:
             _, v, k = consumers[0]
-            inputs[key] = graph.nodes[v]["strategies"][choice[v]].inputs[k]
+            found = _through_views(graph, choice, v, k, inside)
+            inputs[key] = found[1] if found is not None else graph.nodes[v]["strategies"][choice[v]].inputs[k]
     outputs = {}
     for key, node in call.outputs:
         source, out_index = items.get(node, (node, 0))

@@ -26,6 +26,7 @@ from dataclasses import dataclass, replace
 
 from torch import nn
 
+from autoplan.collectives import total_table
 from autoplan.plan import Plan
 
 KEPT_LAYERS = 2
@@ -127,8 +128,11 @@ def expand_plan(plan: Plan, blocks: RepeatedBlocks, keep: int = KEPT_LAYERS) -> 
                     out[blocks.rename(fqn, index)] = value
         return out
 
+    modules = widen(plan.predicted.module_collectives)
+    predicted = replace(plan.predicted, module_collectives=modules, collectives=total_table(modules))
     return replace(
         plan,
+        predicted=predicted,
         parameters=widen(plan.parameters),
         modules=widen(plan.modules),
         parameter_uses=widen(plan.parameter_uses),

@@ -89,11 +89,19 @@ def score(
     """
     _check_mesh(plan, mesh)
     cluster = _profile(plan, profile)
-    traced = trace_model(model, example_inputs)
-    accepted = {traced.fingerprint} | _tied_fingerprints(model, example_inputs, plan, traced)
-    _check_model(traced, plan, accepted)  # before the costly stages: a mismatch fails fast
+    traced, accepted = check_plan_for_model(model, example_inputs, plan)  # fails fast, before the costly stages
     problem = problem_from_trace(traced, plan.mesh_shape, plan.axis_names, cluster, memory_gb)
     return score_problem(problem, plan, time_limit_s, accepted)
+
+
+def check_plan_for_model(model: nn.Module, example_inputs, plan: Plan) -> tuple[TracedGraph, set[str]]:
+    """Trace ``model`` and check that ``plan`` was made for it (parameters, batch shapes,
+    modules, model fingerprint, a tied plan's included); returns the trace and the
+    fingerprints accepted. A mismatch is a PlanError naming it."""
+    traced = trace_model(model, example_inputs)
+    accepted = {traced.fingerprint} | _tied_fingerprints(model, example_inputs, plan, traced)
+    _check_model(traced, plan, accepted)
+    return traced, accepted
 
 
 def score_problem(problem: Problem, plan: Plan, time_limit_s: float | None = None, fingerprints=None) -> Score:

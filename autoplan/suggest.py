@@ -173,7 +173,11 @@ def suggest_with_report(
         decisions_after_merge=len(problem.nodes),
         variables=solution.variables,
         constraints=solution.constraints,
-        extra={"search_s": solution.search_s, "search_cpu_s": solution.search_cpu_s} | (
+        extra={
+            "search_s": solution.search_s,
+            "search_cpu_s": solution.search_cpu_s,
+            "stopped_by_time_limit": solution.stopped_by_time_limit,
+        } | (
             {"tied": f"{blocks.count} x {blocks.layer_class} at {blocks.fqn} ({KEPT_LAYERS} traced)"} if blocks else {}
         ),
     )

@@ -11,31 +11,20 @@ on tp 4, a mixture-of-experts with a data-dependent region, and an op DTensor ha
 
 import pytest
 
-import autoplan
-from autoplan.model_file import load_model_file
 from autoplan.numerics import NumericsJob, check_numerics
 from conftest import ROOT
-from zoo import HARD_CASES, PUBLIC_ZOO, example_path, sharding_budget_gb
+from zoo import HARD_CASES, PUBLIC_ZOO, example_path, forced_plan
 
 TOLERANCE = 1e-5
 MESH, AXIS_NAMES = (2, 4), ("dp", "tp")
 RENORM = str(ROOT / "tests" / "models" / "renorm_mlp.py")
 
 
-def forced_plan(path: str):
-    loaded = load_model_file(path)
-    free = autoplan.suggest(loaded.model, loaded.example_inputs, mesh=MESH, axis_names=AXIS_NAMES)
-    loaded = load_model_file(path)
-    return autoplan.suggest(
-        loaded.model, loaded.example_inputs, mesh=MESH, axis_names=AXIS_NAMES, memory_gb=sharding_budget_gb(free)
-    )
-
-
 @pytest.fixture(scope="module")
 def results():
     paths = {name: example_path(name) for name in PUBLIC_ZOO + HARD_CASES}
     paths["renorm_mlp"] = RENORM
-    plans = {name: forced_plan(path) for name, path in paths.items()}
+    plans = {name: forced_plan(path, MESH, AXIS_NAMES) for name, path in paths.items()}
     jobs = [NumericsJob(paths[name], "build_model", plans[name].to_json()) for name in paths]
     outcome = check_numerics(jobs, world=8)
     return plans, dict(zip(paths, outcome))

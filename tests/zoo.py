@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import autoplan
+from autoplan.errors import InfeasibleError
+from autoplan.model_file import load_model_file
 from conftest import EXAMPLES
 
 PUBLIC_ZOO = ("mlp", "cnn", "transformer", "gpt2", "bert", "llama")
@@ -18,3 +21,18 @@ def sharding_budget_gb(plan) -> float:
     """A budget that the unconstrained plan exceeds: half its model state must be sharded away."""
     predicted = plan.predicted
     return (predicted.peak_memory_bytes - 0.5 * predicted.model_state_bytes) / 2**30
+
+
+def forced_plan(path: str, mesh=(2, 4), axis_names=("dp", "tp")):
+    """The plan under ``sharding_budget_gb``; where no plan gets that low, under a budget
+    halfway between the least any plan needs and the unconstrained peak."""
+    loaded = load_model_file(path)
+    free = autoplan.suggest(loaded.model, loaded.example_inputs, mesh=mesh, axis_names=axis_names)
+    loaded = load_model_file(path)
+    try:
+        return autoplan.suggest(
+            loaded.model, loaded.example_inputs, mesh=mesh, axis_names=axis_names, memory_gb=sharding_budget_gb(free)
+        )
+    except InfeasibleError as err:
+        budget = (err.smallest_bytes + free.predicted.peak_memory_bytes) / 2 / 2**30
+        return autoplan.suggest(loaded.model, loaded.example_inputs, mesh=mesh, axis_names=axis_names, memory_gb=budget)

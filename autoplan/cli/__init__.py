@@ -5,11 +5,11 @@ from __future__ import annotations
 import argparse
 import sys
 
-from autoplan.cli import calibrate, export, score, suggest
+from autoplan.cli import calibrate, export, score, suggest, verify
 from autoplan.errors import AutoplanError
 
 # One module per subcommand, each with add_parser(subparsers) and run(args) -> int.
-COMMANDS = (suggest, score, calibrate, export)
+COMMANDS = (suggest, score, verify, calibrate, export)
 ERROR_STATUS = 2
 
 

@@ -1,0 +1,88 @@
+"""``autoplan verify``: run one training step of a plan and check it against its prediction."""
+
+from __future__ import annotations
+
+import argparse
+import math
+from contextlib import contextmanager
+
+from autoplan.cli.suggest import _positive_float
+from autoplan.errors import PlanError
+from autoplan.model_file import import_model_file, load_model_file
+from autoplan.plan import Plan
+
+MISMATCH_STATUS = 1
+DEFAULT_TOLERANCE = 1e-5
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser(
+        "verify",
+        help="run one training step of a plan and compare its collectives with the prediction",
+        description="Build MODEL on the CPU, apply PLAN on a fake process group of the plan's world "
+        "size (one process), run forward, backward and an AdamW step, and compare the collectives "
+        "that ran (count and bytes per module, mesh axis and kind) with the plan's "
+        "predicted.module_collectives. With --numerics, also run the step on gloo processes on "
+        "127.0.0.1 and compare the loss and gradients with the single-device model. "
+        "Exits 1 on any mismatch.",
+    )
+    parser.add_argument(
+        "model", metavar="MODEL.py[:BUILDER]", help="model file (builder defaults to build_model); use a small config"
+    )
+    parser.add_argument("plan", metavar="PLAN.json", help="plan file (from `autoplan suggest`)")
+    parser.add_argument("--all", action="store_true", help="list every module row, not only mismatches")
+    parser.add_argument("--numerics", action="store_true", help="also compare loss and gradients on gloo processes")
+    parser.add_argument(
+        "--tolerance", type=_positive_float, default=DEFAULT_TOLERANCE,
+        help=f"largest relative error of loss and gradients for --numerics (default {DEFAULT_TOLERANCE:g})",
+    )
+    return parser
+
+
+def run(args: argparse.Namespace) -> int:
+    plan = Plan.load(args.plan)
+    loaded = load_model_file(args.model)
+    # Imported here so that flag and file errors are reported without loading torch.distributed.
+    from autoplan.numerics import NumericsJob, build_seeded, check_numerics, seeded_batch
+    from autoplan.score import check_plan_for_model
+    from autoplan.verify import verify_plan
+
+    check_plan_for_model(loaded.model, loaded.example_inputs, plan)
+    module = import_model_file(loaded.path)
+    model = build_seeded(module, loaded.builder, 0)
+    batch = seeded_batch(module, 1)
+    with _fake_world(plan) as device_mesh:
+        result = verify_plan(model, batch, plan, device_mesh)
+    world = math.prod(plan.mesh_shape)
+    print(f"plan {args.plan} for {loaded.name}: one training step on a fake process group of {world} ranks")
+    print(result.summary(all_rows=args.all))
+    passed = result.passed
+    if args.numerics:
+        worst = check_numerics([NumericsJob(str(loaded.path), loaded.builder, plan.to_json())], world)[0]
+        ok = worst.worst <= args.tolerance
+        print(
+            f"numerics on {world} gloo processes: loss rel. error {worst.loss:.2e}, "
+            f"worst gradient/buffer rel. error {worst.worst:.2e} "
+            + ("(ok)" if ok else f"(MISMATCH: above {args.tolerance:g})")
+        )
+        passed = passed and ok
+    return 0 if passed else MISMATCH_STATUS
+
+
+@contextmanager
+def _fake_world(plan: Plan):
+    """A fake process group of the plan's world size (this process is rank 0) and its mesh."""
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    if dist.is_initialized():
+        raise PlanError(
+            "a process group is already initialised in this process",
+            hint="run `autoplan verify` as a plain command, not under torchrun: it sets up its own fake process group",
+        )
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=math.prod(plan.mesh_shape))
+    try:
+        yield init_device_mesh("cpu", plan.mesh_shape, mesh_dim_names=plan.axis_names)
+    finally:
+        dist.destroy_process_group()

@@ -1,0 +1,133 @@
+"""The collectives one training step of a solved plan runs.
+
+One entry per collective: the module whose op causes it, its kind, mesh axis and bytes
+(nccl-tests sizes, as in ``comm.py``), in the way ``apply_plan`` and DTensor run them:
+
+- each edge whose producer's output spec differs from the spec its consumer asks for:
+  ``comm.redistribute_collectives``, charged to the consumer's module. When the value
+  carries a gradient, the gradient goes back the same way (``gradient_collectives``),
+  starting from the reader's gradient layout: partial on each axis over which the reader
+  splits its work while reading the value replicated. So a partial gradient of a
+  redistributed value is reduced on that way back, in DTensor's order of axes (an FSDP
+  parameter's gradient is reduce-scattered there);
+- a partial gradient of a value read as it was made: autograd sums the readers' partial
+  gradients, and one reduction per value and axis brings the sum to the value's layout
+  where it was made (``apply_plan`` hooks module outputs and parameters to do so): a
+  reduce_scatter where the value is sharded on that axis, else an all_reduce. Charged to
+  the module that made the value; for a parameter, to its own module;
+- the loss: ``apply_plan`` hands back the global loss, so a loss left partial on an
+  axis is all-reduced there (at the root).
+
+The cost stage prices the same collectives, except that it charges each reader a share
+of a shared gradient reduction and ignores the order of axes on a gradient's way back.
+
+For a tied plan (``tie.py``) the table covers the traced layers; ``repeats.expand_plan``
+copies the last one's entries to every later layer.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from autoplan.choices import PARAMETER
+from autoplan.comm import gradient_collectives, redistribute_collectives
+from autoplan.cost import CostedGraph, _gradient_roots, _outputs, tensor_bytes
+from autoplan.placements import PARTIAL, REPLICATE, is_partial, is_shard, shard_factor
+
+ROOT = "<root>"
+
+
+def step_collectives(costed: CostedGraph, choice: dict[str, int]) -> Counter:
+    """``(module, kind, axis index, bytes) -> count`` for one step of the assignment ``choice``."""
+    choices = costed.choices
+    graph = choices.graph
+    mesh_shape = choices.mesh_shape
+    owners = choices.traced.node_modules
+    found: Counter = Counter()
+
+    def module_of(name: str) -> str:
+        return owners.get(name) or ROOT
+
+    roots = _gradient_roots(choices)
+    partial: dict[tuple[str, int], float] = {}
+    for u, v, k, data in graph.edges(keys=True, data=True):
+        producer, consumer = graph.nodes[u], graph.nodes[v]
+        src_outputs = producer["strategies"][choice[u]].outputs
+        out_index = data["out_index"]
+        src = src_outputs[out_index] if out_index < len(src_outputs) else src_outputs[0]
+        strategy = consumer["strategies"][choice[v]]
+        dst = strategy.inputs[k]
+        nbytes = tensor_bytes(_outputs(producer)[out_index])
+        for kind, axis, size, _ in redistribute_collectives(src, dst, nbytes, mesh_shape, backward=False):
+            found[(module_of(v), kind, axis, round(size))] += 1
+        if not (producer["requires_grad"] and consumer["requires_grad"]):
+            continue
+        # The reader's gradient is partial on each axis it splits its work over while
+        # reading the value whole.
+        grad = tuple(
+            PARTIAL if p == REPLICATE and n > 1 and _splits(strategy, axis) else p
+            for axis, (p, n) in enumerate(zip(dst, mesh_shape))
+        )
+        if src != dst:  # redistributed on the way in: its backward brings the gradient back
+            for kind, axis, size in gradient_collectives(grad, src, nbytes, mesh_shape):
+                found[(module_of(v), kind, axis, round(size))] += 1
+        else:  # read as made: partial gradients are summed over readers, reduced once
+            for axis, p in enumerate(grad):
+                if is_partial(p):
+                    partial[(roots[u], axis)] = nbytes / shard_factor(dst, mesh_shape)
+    for (source, axis), nbytes in partial.items():
+        data = graph.nodes[source]
+        made = data["strategies"][choice[source]].outputs[0] if data["strategies"] else None
+        kind = "reduce_scatter" if made is not None and is_shard(made[axis]) else "all_reduce"
+        module = _parameter_module(choices, source) if data["kind"] == PARAMETER else module_of(source)
+        found[(module, kind, axis, round(nbytes))] += 1
+
+    loss = _loss_node(choices)
+    if loss is not None:
+        spec = graph.nodes[loss]["strategies"][choice[loss]].outputs[0]
+        nbytes = tensor_bytes(_outputs(graph.nodes[loss])[0])
+        for axis, placement in enumerate(spec):
+            if is_partial(placement) and mesh_shape[axis] > 1:
+                found[(ROOT, "all_reduce", axis, round(nbytes))] += 1
+    return found
+
+
+def _splits(strategy, axis: int) -> bool:
+    """Whether the strategy divides its work over ``axis`` (some operand is not replicated there)."""
+    return any(s[axis] != REPLICATE for s in strategy.inputs) or any(s and s[axis] != REPLICATE for s in strategy.outputs)
+
+
+def _loss_node(choices) -> str | None:
+    """The decision that computes the loss (the traced step's only output)."""
+    output = next(n for n in reversed(choices.traced.graph_module.graph.nodes) if n.op == "output")
+    value = output.args[0]
+    value = value[0] if isinstance(value, (tuple, list)) and value else value
+    name = getattr(value, "name", None)
+    return name if name in choices.graph else None
+
+
+def module_table(found: Counter, axis_names: tuple[str, ...]) -> dict:
+    """``step_collectives``' counter as the plan's JSON table: module -> axis -> kind -> {"count", "bytes"}."""
+    table: dict = {}
+    for (module, kind, axis, nbytes), count in sorted(found.items()):
+        entry = table.setdefault(module, {}).setdefault(axis_names[axis], {}).setdefault(kind, {"count": 0, "bytes": 0})
+        entry["count"] += count
+        entry["bytes"] += count * nbytes
+    return table
+
+
+def total_table(modules: dict) -> dict:
+    """Sum a module table over modules: axis -> kind -> {"count", "bytes"}."""
+    total: dict = {}
+    for per_axis in modules.values():
+        for axis, per_kind in per_axis.items():
+            for kind, entry in per_kind.items():
+                into = total.setdefault(axis, {}).setdefault(kind, {"count": 0, "bytes": 0})
+                into["count"] += entry["count"]
+                into["bytes"] += entry["bytes"]
+    return {axis: dict(sorted(kinds.items())) for axis, kinds in sorted(total.items())}
+
+
+def _parameter_module(choices, node: str) -> str:
+    fqns = choices.traced.parameters.get(node, ())
+    return fqns[0].rpartition(".")[0] if fqns else ROOT
