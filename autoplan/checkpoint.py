@@ -19,8 +19,9 @@ directory it is given and, when overwriting, deletes the old ``.metadata`` befor
 the new one, so an interrupted save would leave a mixture. Here every rank writes into a
 hidden sibling, ``.<name>.partial``; after all ranks have finished (DCP's own final
 collective, then a barrier) rank 0 renames it to ``path``. An existing checkpoint at
-``path`` is first renamed aside and removed only once the new one is in place. A failed
-save leaves ``path`` as it was; the next save clears the stale sibling.
+``path`` is first renamed aside (``.<name>.old``) and removed only once the new one is in
+place. A failed save leaves ``path`` as it was; the next save clears the stale sibling, and
+puts an aside checkpoint back if a save stopped between the two renames.
 
 Before reading, ``load_checkpoint`` checks the checkpoint's keys and global tensor shapes
 against the model's (and the optimizer's), on every rank from the same metadata,
@@ -56,12 +57,21 @@ def save_checkpoint(model: nn.Module, optimizer: torch.optim.Optimizer | None, p
     Returns the checkpoint's path. ``path`` holds a complete checkpoint afterwards, or,
     if the save fails on any rank, whatever it held before.
     """
+    if optimizer is not None and not optimizer.state:
+        # torch's get_state_dict would create the state with a zero step, which advances
+        # AdamW's step count and so changes the training that follows.
+        raise PlanError(
+            "the optimizer has no state yet (it has not stepped)",
+            hint="save after the first optimizer step, or pass optimizer=None to save the model alone",
+        )
     path = Path(path)
-    partial = path.parent / f".{path.name}.partial"
+    partial, old = _siblings(path)
     rank0 = _rank() == 0
     if rank0:
         path.parent.mkdir(parents=True, exist_ok=True)
         shutil.rmtree(partial, ignore_errors=True)  # left by an interrupted save
+        if old.exists() and not path.exists():  # a save stopped between its two renames
+            os.replace(old, path)
     _barrier()
     state = _state(model, optimizer)
     try:
@@ -110,9 +120,14 @@ def _state(model: nn.Module, optimizer) -> dict:
     return {MODEL_KEY: model_state, OPTIMIZER_KEY: optimizer_state}
 
 
+def _siblings(path: Path) -> tuple[Path, Path]:
+    """Where a save writes (``partial``) and where it moves the checkpoint it replaces (``old``)."""
+    return path.parent / f".{path.name}.partial", path.parent / f".{path.name}.old"
+
+
 def _swap_in(partial: Path, path: Path) -> None:
     """Rename ``partial`` to ``path``; an old checkpoint there is removed only afterwards."""
-    old = path.parent / f".{path.name}.old"
+    _, old = _siblings(path)
     shutil.rmtree(old, ignore_errors=True)
     if path.exists():
         os.replace(path, old)
@@ -138,7 +153,12 @@ def _fsync_directory(directory: Path) -> None:
 def _saved_items(path: Path) -> dict[str, tuple[int, ...] | None]:
     """DCP's flattened key -> global shape (None for a non-tensor) of every item saved at ``path``."""
     if not path.is_dir():
-        raise PlanError(f"no checkpoint at {path}", hint="pass the directory that save_checkpoint wrote")
+        _, old = _siblings(path)
+        if old.is_dir():
+            hint = f"a save was interrupted while replacing it: the previous checkpoint is {old}; rename it back or save again"
+        else:
+            hint = "pass the directory that save_checkpoint wrote"
+        raise PlanError(f"no checkpoint at {path}", hint=hint)
     if not (path / METADATA_FILE).is_file():
         raise PlanError(
             f"{path} is not a complete checkpoint (no {METADATA_FILE} file)",

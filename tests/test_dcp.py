@@ -245,3 +245,21 @@ def test_failed_save_leaves_the_previous_checkpoint_whole(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["latest"]
     autoplan.load_checkpoint(restored, None, path)
     assert torch.equal(restored[0].weight, model2[0].weight)
+
+    # A save stopped between its two renames: the previous checkpoint is aside, none at the path.
+    path.rename(tmp_path / ".latest.old")
+    with pytest.raises(PlanError, match="no checkpoint at .*interrupted while replacing it.*\\.latest\\.old"):
+        autoplan.load_checkpoint(restored, None, path)
+    autoplan.save_checkpoint(model, optimizer, path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["latest"]
+    autoplan.load_checkpoint(restored, None, path)
+    assert torch.equal(restored[0].weight, model[0].weight)
+
+
+@pytest.mark.filterwarnings("ignore:torch.distributed is disabled")
+def test_saving_an_optimizer_before_its_first_step_is_an_error(tmp_path):
+    model = small_model()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=LR)
+    with pytest.raises(PlanError, match="no state yet.*save after the first optimizer step"):
+        autoplan.save_checkpoint(model, optimizer, tmp_path / "early")
+    assert not optimizer.state and list(tmp_path.iterdir()) == []
