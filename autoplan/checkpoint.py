@@ -55,7 +55,8 @@ def save_checkpoint(model: nn.Module, optimizer: torch.optim.Optimizer | None, p
     """Write ``model``'s (and ``optimizer``'s) state to the directory ``path``; call on every rank.
 
     Returns the checkpoint's path. ``path`` holds a complete checkpoint afterwards, or,
-    if the save fails on any rank, whatever it held before.
+    if the save fails on any rank, whatever it held before. Every rank must see the same
+    ``path`` (a shared filesystem across hosts), as DCP itself requires.
     """
     if optimizer is not None and not optimizer.state:
         # torch's get_state_dict would create the state with a zero step, which advances
