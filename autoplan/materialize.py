@@ -12,8 +12,9 @@ the buffers (autoplan keeps buffers replicated), then fills them with ``init``:
 
 Random initialisers draw per shard, so values differ from a single-device build; load the
 real weights afterwards with ``load_full_state_dict`` (a full, unsharded state dict, the
-same on every rank) or, for a sharded checkpoint, ``torch.distributed.checkpoint.load(
-model.state_dict(), checkpoint_id=...)``, which fills the DTensor shards in place.
+same on every rank) or, for a sharded checkpoint from ``save_checkpoint`` (saved under any
+plan), with ``load_checkpoint`` (``checkpoint.py``), which fills the DTensor shards and
+the optimizer's state in place.
 
 Parameters are created once, materialised, before ``apply_plan`` registers its gradient
 hooks; and everything here writes into the existing tensors. Calling ``model.to_empty()``
