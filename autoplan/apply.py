@@ -40,7 +40,7 @@ def apply_plan(model: nn.Module, plan: Plan, device_mesh: DeviceMesh, init=None)
     (``"reset_parameters"`` or a callable ``init(module)``; see ``materialize.py``).
     """
     _check_mesh(plan, device_mesh)
-    _check_names(model, plan)
+    _check_model(model, plan)
     register_builtin_rules()
     for name in plan.fallback_ops:
         register_replicate_fallback(op_by_name(name))
@@ -98,7 +98,7 @@ def _check_mesh(plan: Plan, mesh: DeviceMesh) -> None:
         )
 
 
-def _check_names(model: nn.Module, plan: Plan) -> None:
+def _check_model(model: nn.Module, plan: Plan) -> None:
     names = {fqn for fqn, _ in model.named_parameters(remove_duplicate=False)}
     unknown = sorted(set(plan.parameters) - names)
     missing = sorted(names - set(plan.parameters))
@@ -108,10 +108,23 @@ def _check_names(model: nn.Module, plan: Plan) -> None:
     stray_uses = sorted(set(plan.parameter_uses) - names)
     if stray_uses:
         raise PlanError(f"plan parameter_uses name parameters not in the model: {stray_uses[:3]}", hint="re-plan this model with `autoplan suggest`")
-    modules = {fqn for fqn, _ in model.named_modules()}
-    stray = sorted((set(plan.modules) | set(plan.opaque_modules)) - modules)
+    modules = dict(model.named_modules())
+    stray = sorted((set(plan.modules) | set(plan.opaque_modules)) - set(modules))
     if stray:
         raise PlanError(f"plan modules not in the model: {stray[:3]}", hint="re-plan this model with `autoplan suggest`")
+    for fqn, param in model.named_parameters(remove_duplicate=False):
+        planned = plan.parameter_shapes.get(fqn)
+        if planned is not None and tuple(param.shape) != tuple(planned):
+            raise PlanError(
+                f"the plan does not match the model: {fqn} has shape {list(param.shape)}, the plan was made for {list(planned)}",
+                hint="apply the plan to the model (and config) it was made for, or re-plan this model with `autoplan suggest`",
+            )
+    for fqn, name in plan.module_types.items():
+        if fqn in modules and type(modules[fqn]).__name__ != name:
+            raise PlanError(
+                f"the plan does not match the model: module {fqn or '<root>'} is a {type(modules[fqn]).__name__}, the plan was made for a {name}",
+                hint="apply the plan to the model it was made for, or re-plan this model with `autoplan suggest`",
+            )
 
 
 def _distribute_parameters(model: nn.Module, plan: Plan, mesh: DeviceMesh) -> set[str]:

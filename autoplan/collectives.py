@@ -31,7 +31,7 @@ from collections import Counter
 
 from autoplan.choices import PARAMETER
 from autoplan.comm import gradient_collectives, redistribute_collectives
-from autoplan.cost import CostedGraph, _gradient_roots, _outputs, tensor_bytes
+from autoplan.cost import CostedGraph, gradient_roots, output_values, tensor_bytes
 from autoplan.placements import PARTIAL, REPLICATE, is_partial, is_shard, shard_factor
 
 ROOT = "<root>"
@@ -48,7 +48,7 @@ def step_collectives(costed: CostedGraph, choice: dict[str, int]) -> Counter:
     def module_of(name: str) -> str:
         return owners.get(name) or ROOT
 
-    roots = _gradient_roots(choices)
+    roots = gradient_roots(choices)
     partial: dict[tuple[str, int], float] = {}
     for u, v, k, data in graph.edges(keys=True, data=True):
         producer, consumer = graph.nodes[u], graph.nodes[v]
@@ -57,7 +57,7 @@ def step_collectives(costed: CostedGraph, choice: dict[str, int]) -> Counter:
         src = src_outputs[out_index] if out_index < len(src_outputs) else src_outputs[0]
         strategy = consumer["strategies"][choice[v]]
         dst = strategy.inputs[k]
-        nbytes = tensor_bytes(_outputs(producer)[out_index])
+        nbytes = tensor_bytes(output_values(producer)[out_index])
         for kind, axis, size, _ in redistribute_collectives(src, dst, nbytes, mesh_shape, backward=False):
             found[(module_of(v), kind, axis, round(size))] += 1
         if not (producer["requires_grad"] and consumer["requires_grad"]):
@@ -85,7 +85,7 @@ def step_collectives(costed: CostedGraph, choice: dict[str, int]) -> Counter:
     loss = _loss_node(choices)
     if loss is not None:
         spec = graph.nodes[loss]["strategies"][choice[loss]].outputs[0]
-        nbytes = tensor_bytes(_outputs(graph.nodes[loss])[0])
+        nbytes = tensor_bytes(output_values(graph.nodes[loss])[0])
         for axis, placement in enumerate(spec):
             if is_partial(placement) and mesh_shape[axis] > 1:
                 found[(ROOT, "all_reduce", axis, round(nbytes))] += 1

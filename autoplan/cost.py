@@ -98,15 +98,17 @@ def estimate_costs(choices: ChoiceGraph, profile: ClusterProfile, reads=None) ->
     return CostedGraph(choices, profile, nodes, edges)
 
 
-def _outputs(data) -> list:
+def output_values(data) -> list:
+    """A decision's traced output values (fake tensors), flattened."""
     return tree_flatten(data["fx_node"].meta.get("val"))[0]
 
 
-def _is_view(data) -> bool:
+def is_view(data) -> bool:
+    """Whether a decision is a view op (moves no data; its layout follows its input's)."""
     return data["fx_node"].target in VIEW_OPS
 
 
-def _gradient_roots(choices: ChoiceGraph) -> dict[str, str]:
+def gradient_roots(choices: ChoiceGraph) -> dict[str, str]:
     """Per node: the value it is a view of (itself if it is not a view). Partial gradients
     of a value and of its views are summed before anything reduces them."""
     graph = choices.graph
@@ -114,7 +116,7 @@ def _gradient_roots(choices: ChoiceGraph) -> dict[str, str]:
     for name in graph.nodes:  # insertion order is graph order
         data = graph.nodes[name]
         preds = list(graph.predecessors(name))
-        if data["kind"] not in (PARAMETER, INPUT, BUFFER) and _is_view(data) and len(preds) == 1:
+        if data["kind"] not in (PARAMETER, INPUT, BUFFER) and is_view(data) and len(preds) == 1:
             root[name] = root.get(preds[0], preds[0])
         else:
             root[name] = name
@@ -129,7 +131,7 @@ def _gradient_reducers(choices: ChoiceGraph, reads) -> dict[str, int]:
     stands for several repeated layers counts once per layer.
     """
     graph = choices.graph
-    root = _gradient_roots(choices)
+    root = gradient_roots(choices)
     counts: dict[str, int] = {}
     for name in graph.nodes:
         if root[name] != name:
@@ -172,7 +174,7 @@ def _node_cost(choices, profile, name, data, reducers) -> NodeCost:
     mesh_shape = choices.mesh_shape
     strategies = data["strategies"]
     kind = data["kind"]
-    outputs = _outputs(data)
+    outputs = output_values(data)
     if kind in (PARAMETER, INPUT, BUFFER):
         value = outputs[0]
         full = tensor_bytes(value)
@@ -186,11 +188,11 @@ def _node_cost(choices, profile, name, data, reducers) -> NodeCost:
     node = data["fx_node"]
     graph = choices.graph
     ins = choices.inputs_of(name)
-    in_values = [_outputs(graph.nodes[u])[i] if len(_outputs(graph.nodes[u])) > i else None for u, i, _ in ins]
+    in_values = [output_values(graph.nodes[u])[i] if len(output_values(graph.nodes[u])) > i else None for u, i, _ in ins]
     in_bytes = [tensor_bytes(v) for v in in_values]
     out_bytes = [tensor_bytes(v) for v in outputs]
-    is_view = _is_view(data)
-    flops = 0.0 if is_view else choices.traced.opaque_flops.get(name) or _flops(node)
+    view = is_view(data)
+    flops = 0.0 if view else choices.traced.opaque_flops.get(name) or _flops(node)
     dtype = next((v.dtype for v in outputs if isinstance(v, torch.Tensor)), torch.float32)
     grad_inputs = [graph.nodes[u]["requires_grad"] for u, _, _ in ins]
     # matmul backward: one matmul per matrix operand needing a gradient (a bias is a reduction)
@@ -206,7 +208,7 @@ def _node_cost(choices, profile, name, data, reducers) -> NodeCost:
         local_in = sum(b / shard_factor(s, mesh_shape) for b, s in zip(in_bytes, strategy.inputs))
         local_out = sum(b / shard_factor(s, mesh_shape) for b, s in zip(out_bytes, strategy.outputs) if s)
         # A view moves no data, but it is a DTensor op all the same: it pays the fixed costs.
-        work = 0.0 if is_view else _work(profile, flops / split, local_in + local_out, dtype)
+        work = 0.0 if view else _work(profile, flops / split, local_in + local_out, dtype)
         # A tensor factory (no tensor input) runs as a plain op: DTensor only sees its result later.
         fixed = profile.kernel_overhead_s if kind == CONSTANT else dispatch.forward_op_s
         forward = dispatch.op_seconds(fixed, profile.kernel_overhead_s, work)
@@ -227,7 +229,7 @@ def _node_cost(choices, profile, name, data, reducers) -> NodeCost:
                     local = nbytes / shard_factor(spec, mesh_shape)
                     reduce += collective_seconds(profile, "all_reduce", local, mesh_shape, axis) / reducers[u]
         comm.append(reduce)
-        saved = local_out if data["requires_grad"] and not is_view else 0.0
+        saved = local_out if data["requires_grad"] and not view else 0.0
         memory.append(saved)
     return NodeCost(tuple(compute), tuple(comm), tuple(memory), "activations")
 
@@ -235,7 +237,7 @@ def _node_cost(choices, profile, name, data, reducers) -> NodeCost:
 def _edge_cost(choices, profile, u, v, k, out_index, mesh_shape, moves: dict) -> EdgeCost:
     graph = choices.graph
     producer = graph.nodes[u]
-    value = _outputs(producer)[out_index]
+    value = output_values(producer)[out_index]
     rows: dict[Spec, int] = {}
     row_of = []
     for s in producer["strategies"]:

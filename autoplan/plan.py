@@ -85,6 +85,8 @@ class Plan:
     (e.g. stored sharded, gathered to replicated just before use, FSDP-style)."""
     module_types: dict[str, str] = field(default_factory=dict)
     """FQN -> class name of each module that owns parameters (for exports to ParallelStyles)."""
+    parameter_shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    """FQN -> the parameter's global shape: what ``apply_plan`` checks the model against."""
 
     def to_dict(self) -> dict:
         return {
@@ -111,6 +113,7 @@ class Plan:
             "opaque_modules": list(self.opaque_modules),
             "parameter_uses": {fqn: list(spec) for fqn, spec in sorted(self.parameter_uses.items())},
             "module_types": dict(sorted(self.module_types.items())),
+            "parameter_shapes": {fqn: list(shape) for fqn, shape in sorted(self.parameter_shapes.items())},
         }
 
     def to_json(self) -> str:
@@ -194,6 +197,7 @@ def _parse(data, source: str) -> Plan:
                 fqn: spec(v, f"parameter_uses.{fqn}") for fqn, v in data.get("parameter_uses", {}).items()
             },
             module_types={str(fqn): str(name) for fqn, name in data.get("module_types", {}).items()},
+            parameter_shapes={str(fqn): tuple(int(n) for n in shape) for fqn, shape in data.get("parameter_shapes", {}).items()},
         )
     except TypeError as err:
         fail(f"unexpected fields ({err})")

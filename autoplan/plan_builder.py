@@ -23,10 +23,11 @@ def build_plan(costed: CostedGraph, choice: dict[str, int], solution: Solution, 
         outputs = graph.nodes[name]["strategies"][choice[name]].outputs
         return outputs[out_index] if out_index < len(outputs) else outputs[0]
 
-    parameters = {}
+    parameters, shapes = {}, {}
     for node, fqns in traced.parameters.items():
         for fqn in fqns:
             parameters[fqn] = output_spec(node)
+            shapes[fqn] = tuple(graph.nodes[node]["fx_node"].meta["val"].shape)
     uses = _parameter_uses(choices, choice, parameters)
     inputs = {}
     for node, key in traced.inputs.items():
@@ -74,6 +75,7 @@ def build_plan(costed: CostedGraph, choice: dict[str, int], solution: Solution, 
             for owner in {fqn.rpartition(".")[0] for fqn in parameters}
             if owner in traced.module_types
         },
+        parameter_shapes=shapes,
     )
 
 

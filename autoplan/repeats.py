@@ -136,6 +136,8 @@ def expand_plan(plan: Plan, blocks: RepeatedBlocks, keep: int = KEPT_LAYERS) -> 
         parameters=widen(plan.parameters),
         modules=widen(plan.modules),
         parameter_uses=widen(plan.parameter_uses),
+        parameter_shapes=widen(plan.parameter_shapes),
+        module_types=widen(plan.module_types),
         fingerprint=tied_fingerprint(plan.fingerprint, blocks),
     )
 

@@ -8,14 +8,14 @@ say which layout each view maps to which.
 
 from __future__ import annotations
 
-from autoplan.cost import _is_view
+from autoplan.cost import is_view
 
 
 def view_chain(graph, consumer: str, key: int, inside=lambda node: True) -> list[tuple[str, int]]:
     """``[(node, input index), ...]`` from input ``key`` of ``consumer`` down its single-reader
     views to the first op that is not a view (or whose next reader is not ``inside``)."""
     chain = [(consumer, key)]
-    while _is_view(graph.nodes[chain[-1][0]]) and graph.out_degree(chain[-1][0]) == 1:
+    while is_view(graph.nodes[chain[-1][0]]) and graph.out_degree(chain[-1][0]) == 1:
         _, after, after_key = next(iter(graph.out_edges(chain[-1][0], keys=True)))
         if not inside(after):
             break

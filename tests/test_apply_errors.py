@@ -1,5 +1,7 @@
 """The apply engine refuses plans that do not fit the model or the mesh, with the fix."""
 
+from dataclasses import replace
+
 import pytest
 import torch
 from torch import nn
@@ -34,3 +36,14 @@ def test_every_parameter_is_in_the_plan():
     plan = small_plan()
     assert set(plan.parameters) == {"0.weight", "0.bias", "2.weight", "2.bias"}
     assert set(plan.inputs) == {"[0][0]"}
+
+
+def test_model_of_other_widths_or_module_classes_is_refused():
+    plan = small_plan()
+    wider = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 16))  # same names, other shapes
+    with pytest.raises(PlanError, match=r"0.weight has shape \[32, 16\], the plan was made for \[64, 16\]"):
+        autoplan.apply_plan(wider, plan, planning_mesh((4,), ("dp",)))
+    plan = replace(plan, module_types={**plan.module_types, "0": "Conv1d"})
+    model = nn.Sequential(nn.Linear(16, 64), nn.ReLU(), nn.Linear(64, 16))
+    with pytest.raises(PlanError, match="module 0 is a Linear, the plan was made for a Conv1d"):
+        autoplan.apply_plan(model, plan, planning_mesh((4,), ("dp",)))
