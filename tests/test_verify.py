@@ -139,3 +139,14 @@ def test_priced_redistributions_are_the_ones_dtensor_runs(fake_world, mesh_shape
             assert observed == priced, (src, dst)
             checked += 1
     assert checked > 100
+
+
+@pytest.mark.gloo
+def test_cli_verify_numerics_compares_with_one_device_on_gloo(tmp_path, capsys):
+    plan = forced_plan(example_path("mlp"), (2, 4), ("dp", "tp"))
+    path = tmp_path / "mlp.json"
+    plan.save(path)
+    assert main(["verify", example_path("mlp"), str(path), "--numerics"]) == 0
+    out = capsys.readouterr().out
+    assert "collectives: passed" in out
+    assert "numerics on 8 gloo processes" in out and "(ok)" in out
