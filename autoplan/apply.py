@@ -254,16 +254,17 @@ def _redistribute_tree(tree, layouts: dict[str, Spec], mesh: DeviceMesh, settle_
 
 
 def _settle_gradient(placements, mesh: DeviceMesh):
-    """A gradient hook: reduce a partial gradient to the value's own layout, once, where
-    the value was made (after autograd has summed what every reader sent back). Left to
-    itself DTensor carries partial gradients on through ops that accept them and reduces
-    them wherever a later op or parameter does not, many times over and not where the
-    plan priced it."""
+    """A gradient hook on a module output: bring its gradient, once autograd has summed
+    what every reader sent back, to the layout the value was made in (Replicate where it
+    was made partial), where the plan prices it. Left to itself DTensor carries a partial
+    gradient on through ops that accept it and reduces it wherever a later op or
+    parameter does not, many times over; and a gradient split another way than its value
+    (a batch split only for the loss, say) stays split through every layer behind it."""
     def hook(grad):
         if not isinstance(grad, DTensor):
             return None
         target = [
-            own if held.is_partial() and not own.is_partial() else held
+            held if held.is_partial() and own.is_partial() else Replicate() if own.is_partial() else own
             for held, own in zip(grad.placements, placements)
         ]
         return grad.redistribute(mesh, target) if tuple(target) != tuple(grad.placements) else None
