@@ -31,7 +31,8 @@ from collections import Counter
 
 from autoplan.choices import PARAMETER
 from autoplan.comm import gradient_collectives, redistribute_collectives
-from autoplan.cost import CostedGraph, gradient_roots, output_values, tensor_bytes
+from autoplan.cost import CostedGraph, gradient_roots, output_values, splits_work, tensor_bytes
+from autoplan.plan import collective_table
 from autoplan.placements import PARTIAL, REPLICATE, is_partial, is_shard, shard_factor
 
 ROOT = "<root>"
@@ -65,7 +66,7 @@ def step_collectives(costed: CostedGraph, choice: dict[str, int]) -> Counter:
         # The reader's gradient is partial on each axis it splits its work over while
         # reading the value whole.
         grad = tuple(
-            PARTIAL if p == REPLICATE and n > 1 and _splits(strategy, axis) else p
+            PARTIAL if p == REPLICATE and n > 1 and splits_work(strategy, axis) else p
             for axis, (p, n) in enumerate(zip(dst, mesh_shape))
         )
         if src != dst:  # redistributed on the way in: its backward brings the gradient back
@@ -92,11 +93,6 @@ def step_collectives(costed: CostedGraph, choice: dict[str, int]) -> Counter:
     return found
 
 
-def _splits(strategy, axis: int) -> bool:
-    """Whether the strategy divides its work over ``axis`` (some operand is not replicated there)."""
-    return any(s[axis] != REPLICATE for s in strategy.inputs) or any(s and s[axis] != REPLICATE for s in strategy.outputs)
-
-
 def _loss_node(choices) -> str | None:
     """The decision that computes the loss (the traced step's only output)."""
     output = next(n for n in reversed(choices.traced.graph_module.graph.nodes) if n.op == "output")
@@ -107,25 +103,8 @@ def _loss_node(choices) -> str | None:
 
 
 def module_table(found: Counter, axis_names: tuple[str, ...]) -> dict:
-    """``step_collectives``' counter as the plan's JSON table: module -> axis -> kind -> {"count", "bytes"}."""
-    table: dict = {}
-    for (module, kind, axis, nbytes), count in sorted(found.items()):
-        entry = table.setdefault(module, {}).setdefault(axis_names[axis], {}).setdefault(kind, {"count": 0, "bytes": 0})
-        entry["count"] += count
-        entry["bytes"] += count * nbytes
-    return table
-
-
-def total_table(modules: dict) -> dict:
-    """Sum a module table over modules: axis -> kind -> {"count", "bytes"}."""
-    total: dict = {}
-    for per_axis in modules.values():
-        for axis, per_kind in per_axis.items():
-            for kind, entry in per_kind.items():
-                into = total.setdefault(axis, {}).setdefault(kind, {"count": 0, "bytes": 0})
-                into["count"] += entry["count"]
-                into["bytes"] += entry["bytes"]
-    return {axis: dict(sorted(kinds.items())) for axis, kinds in sorted(total.items())}
+    """``step_collectives``' counter as the plan's table (``plan.collective_table``)."""
+    return collective_table(((module, axis_names[axis], kind, nbytes), count) for (module, kind, axis, nbytes), count in found.items())
 
 
 def _parameter_module(choices, node: str) -> str:

@@ -101,8 +101,8 @@ def redistribute_collectives(
     partial value is replicated, and a gradient is never made partial)."""
     found = [(kind, axis, nbytes, "forward") for kind, axis, nbytes in _moves(src, dst, global_bytes, mesh_shape)]
     if backward:
-        plain = lambda spec: tuple(REPLICATE if is_partial(p) else p for p in spec)
-        found += [(kind, axis, nbytes, "backward") for kind, axis, nbytes in _moves(plain(dst), plain(src), global_bytes, mesh_shape)]
+        grad = tuple(REPLICATE if is_partial(p) else p for p in dst)
+        found += [(kind, axis, nbytes, "backward") for kind, axis, nbytes in gradient_collectives(grad, src, global_bytes, mesh_shape)]
     return found
 
 

@@ -103,6 +103,11 @@ def output_values(data) -> list:
     return tree_flatten(data["fx_node"].meta.get("val"))[0]
 
 
+def splits_work(strategy, axis: int) -> bool:
+    """Whether the strategy divides its work over mesh ``axis`` (some operand is not replicated there)."""
+    return any(s[axis] != "R" for s in strategy.inputs) or any(s and s[axis] != "R" for s in strategy.outputs)
+
+
 def is_view(data) -> bool:
     """Whether a decision is a view op (moves no data; its layout follows its input's)."""
     return data["fx_node"].target in VIEW_OPS
@@ -202,8 +207,7 @@ def _node_cost(choices, profile, name, data, reducers) -> NodeCost:
     for strategy in strategies:
         split = 1
         for axis, size in enumerate(mesh_shape):
-            placements = [s[axis] for s in strategy.inputs] + [s[axis] for s in strategy.outputs if s]
-            if any(p != "R" for p in placements):
+            if splits_work(strategy, axis):
                 split *= size
         local_in = sum(b / shard_factor(s, mesh_shape) for b, s in zip(in_bytes, strategy.inputs))
         local_out = sum(b / shard_factor(s, mesh_shape) for b, s in zip(out_bytes, strategy.outputs) if s)
@@ -224,8 +228,7 @@ def _node_cost(choices, profile, name, data, reducers) -> NodeCost:
             for axis, size in enumerate(mesh_shape):
                 if spec[axis] != "R" or size == 1:
                     continue
-                splits = any(s[axis] != "R" for s in strategy.inputs) or any(s and s[axis] != "R" for s in strategy.outputs)
-                if splits:
+                if splits_work(strategy, axis):
                     local = nbytes / shard_factor(spec, mesh_shape)
                     reduce += collective_seconds(profile, "all_reduce", local, mesh_shape, axis) / reducers[u]
         comm.append(reduce)

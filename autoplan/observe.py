@@ -24,11 +24,13 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 from torch import nn
-from torch.distributed.distributed_c10d import _resolve_process_group
+from torch.distributed.distributed_c10d import ProcessGroup, _resolve_process_group
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.tensor import DTensor
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
+
+from autoplan.plan import collective_table
 
 KINDS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
 ROOT = "<root>"
@@ -93,6 +95,10 @@ class CollectiveCounter(TorchDispatchMode):
                 self._param_module.setdefault(id(param), fqn or ROOT)
         self._model = model
 
+    def table(self) -> dict:
+        """The counts as the plan stores its prediction: module -> axis -> kind -> {"count", "bytes"}."""
+        return collective_table(((c.module, c.axis, c.kind, c.nbytes), n) for c, n in self.collectives.items())
+
     def __exit__(self, *exc):
         for hook in self._hooks:
             hook.remove()
@@ -129,7 +135,7 @@ class CollectiveCounter(TorchDispatchMode):
 
     def _record(self, func, kind, args, kwargs):
         tensors = [a for a in tree_flatten((args, kwargs))[0] if isinstance(a, torch.Tensor)]
-        group = _group_name(func, args, kwargs)
+        group = _group_name(args, kwargs)
         if group not in self._axis_of_group:
             self._axis_of_group[group] = _axis_of(group, self._axes)
         axis = self._axis_of_group[group]
@@ -174,28 +180,21 @@ def _axis_of(group: str | None, axes: dict[frozenset, str]) -> str:
     return axes.get(members, group)
 
 
-def _group_name(func, args, kwargs) -> str | None:
-    if func.overloadpacket in (getattr(_functional, n, None) for n in (
-        "all_reduce", "all_reduce_", "all_gather_into_tensor", "all_gather_into_tensor_out",
-        "reduce_scatter_tensor", "all_to_all_single",
-    )):
-        group = kwargs.get("group_name", args[-1])
-        return group if isinstance(group, str) else None
-    for value in list(args) + list(kwargs.values()):  # c10d ops carry the ProcessGroup object
-        if isinstance(value, torch._C._distributed_c10d.ProcessGroup):
-            return value.group_name
-    return None
+def _group_name(args, kwargs) -> str | None:
+    """The process group a collective runs on: functional collectives name it last among
+    their string arguments (after the reduce op), c10d ops carry the ProcessGroup object."""
+    values = list(args) + list(kwargs.values())
+    names = [v for v in values if isinstance(v, str)]
+    if names:
+        return names[-1]
+    return next((v.group_name for v in values if isinstance(v, ProcessGroup)), None)
 
 
 def _group_size(func, args, kwargs) -> int:
-    if func.overloadpacket is getattr(_functional, "all_gather_into_tensor", None):
+    """Ranks an all_gather gathers from: the functional op's ``group_size`` argument, or the c10d op's group."""
+    if func.namespace == "_c10d_functional":
         return int(args[1])
-    if func.overloadpacket is getattr(_functional, "all_gather_into_tensor_out", None):
-        return int(args[1])
-    for value in list(args) + list(kwargs.values()):
-        if isinstance(value, torch._C._distributed_c10d.ProcessGroup):
-            return value.size()
-    return 1
+    return next((v.size() for v in list(args) + list(kwargs.values()) if isinstance(v, ProcessGroup)), 1)
 
 
 def _grad_fns(tree) -> set:
@@ -216,13 +215,3 @@ def _tag_autograd_nodes(output, fqn: str, inputs: set) -> None:
             continue  # an inner module's op
         node.metadata[_TAG] = fqn
         roots.extend(next_node for next_node, _ in node.next_functions)
-
-
-def module_table(collectives: Counter) -> dict:
-    """The counts as a plan's prediction table: module -> axis -> kind -> {"count", "bytes"}."""
-    table: dict = {}
-    for c, n in sorted(collectives.items()):
-        entry = table.setdefault(c.module, {}).setdefault(c.axis, {}).setdefault(c.kind, {"count": 0, "bytes": 0})
-        entry["count"] += n
-        entry["bytes"] += n * c.nbytes
-    return table

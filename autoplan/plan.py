@@ -201,3 +201,26 @@ def _parse(data, source: str) -> Plan:
         )
     except TypeError as err:
         fail(f"unexpected fields ({err})")
+
+
+def collective_table(counts) -> dict:
+    """``((module, axis name, kind, bytes), count)`` pairs as the table ``Predicted`` stores:
+    module -> axis -> kind -> {"count", "bytes"} (the prediction, and ``autoplan verify``'s count)."""
+    table: dict = {}
+    for (module, axis, kind, nbytes), count in sorted(counts):
+        entry = table.setdefault(module, {}).setdefault(axis, {}).setdefault(kind, {"count": 0, "bytes": 0})
+        entry["count"] += count
+        entry["bytes"] += count * nbytes
+    return table
+
+
+def total_table(modules: dict) -> dict:
+    """A ``collective_table`` summed over modules: axis -> kind -> {"count", "bytes"}."""
+    total: dict = {}
+    for per_axis in modules.values():
+        for axis, per_kind in per_axis.items():
+            for kind, entry in per_kind.items():
+                into = total.setdefault(axis, {}).setdefault(kind, {"count": 0, "bytes": 0})
+                into["count"] += entry["count"]
+                into["bytes"] += entry["bytes"]
+    return {axis: dict(sorted(kinds.items())) for axis, kinds in sorted(total.items())}

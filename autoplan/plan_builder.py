@@ -5,9 +5,9 @@ from __future__ import annotations
 import operator
 
 from autoplan.choices import INPUT
-from autoplan.collectives import module_table, step_collectives, total_table
+from autoplan.collectives import module_table, step_collectives
 from autoplan.cost import CostedGraph
-from autoplan.plan import BatchInput, ModuleLayout, Plan, Predicted, SolverReport, rounded
+from autoplan.plan import BatchInput, ModuleLayout, Plan, Predicted, SolverReport, rounded, total_table
 from autoplan.solve import Solution
 from autoplan.trace import ModuleCall
 from autoplan.views import spec_before_views, view_chain

@@ -26,8 +26,7 @@ from dataclasses import dataclass, replace
 
 from torch import nn
 
-from autoplan.collectives import total_table
-from autoplan.plan import Plan
+from autoplan.plan import Plan, total_table
 
 KEPT_LAYERS = 2
 MIN_LAYERS = 3  # with two layers, cutting saves nothing

@@ -22,7 +22,7 @@ from torch.distributed.device_mesh import DeviceMesh
 
 from autoplan.apply import apply_plan, shard_batch
 from autoplan.loss import training_loss
-from autoplan.observe import CollectiveCounter, module_table
+from autoplan.observe import CollectiveCounter
 from autoplan.plan import Plan
 
 
@@ -104,7 +104,7 @@ def verify_plan(model: nn.Module, batch, plan: Plan, device_mesh: DeviceMesh) ->
     predicted = plan.predicted.module_collectives
     if device_mesh.device_type == "cpu":
         predicted = as_on_cpu(predicted, dict(zip(plan.axis_names, plan.mesh_shape)))
-    return compare(predicted, module_table(counter.collectives))
+    return compare(predicted, counter.table())
 
 
 def as_on_cpu(table: dict, axis_sizes: dict[str, int]) -> dict:

@@ -21,7 +21,7 @@ from autoplan.cli import main
 from autoplan.comm import redistribute_collectives
 from autoplan.model_file import import_model_file
 from autoplan.numerics import build_seeded, seeded_batch
-from autoplan.observe import CollectiveCounter, module_table
+from autoplan.observe import CollectiveCounter
 from autoplan.placements import candidate_specs, is_partial, local_shape, to_placements
 from autoplan.verify import verify_plan
 from conftest import EXAMPLES
@@ -50,7 +50,7 @@ def test_counter_sees_each_collective_with_its_axis_and_bytes(fake_world):
         partial.redistribute(mesh, [Shard(0), Shard(1)])  # reduce_scatter on dp: 512 B in
         # DTensor's order: innermost axis first, tp (1024 B out), then dp (2048 B out)
         x.redistribute(mesh, [Replicate(), Replicate()])
-    table = module_table(counter.collectives)["<root>"]
+    table = counter.table()["<root>"]
     assert table == {
         "tp": {"all_gather": {"count": 2, "bytes": 1024 + 1024}},
         "dp": {
