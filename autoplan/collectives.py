@@ -32,11 +32,8 @@ from collections import Counter
 from autoplan.choices import PARAMETER
 from autoplan.comm import gradient_collectives, redistribute_collectives
 from autoplan.cost import CostedGraph, gradient_roots, output_values, splits_work, tensor_bytes
-from autoplan.plan import collective_table
+from autoplan.plan import ROOT_MODULE as ROOT, collective_table
 from autoplan.placements import PARTIAL, REPLICATE, is_partial, is_shard, shard_factor
-
-ROOT = "<root>"
-
 
 def step_collectives(costed: CostedGraph, choice: dict[str, int]) -> Counter:
     """``(module, kind, axis index, bytes) -> count`` for one step of the assignment ``choice``."""

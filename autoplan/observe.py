@@ -30,10 +30,8 @@ from torch.distributed.tensor import DTensor
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-from autoplan.plan import collective_table
+from autoplan.plan import ROOT_MODULE as ROOT, collective_table
 
-KINDS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
-ROOT = "<root>"
 _TAG = "autoplan_module"
 
 
@@ -86,14 +84,10 @@ class CollectiveCounter(TorchDispatchMode):
         self._stack: list[str] = []
         self._boundaries: list[set] = []
         self._hooks = []
-        self._param_module = {}
         for fqn, module in model.named_modules():
             # first, before apply_plan's own pre-hooks (parameter gathers, input layouts)
             self._hooks.append(module.register_forward_pre_hook(self._enter(fqn or ROOT), with_kwargs=True, prepend=True))
             self._hooks.append(module.register_forward_hook(self._leave(fqn or ROOT)))
-            for name, param in module.named_parameters(recurse=False):
-                self._param_module.setdefault(id(param), fqn or ROOT)
-        self._model = model
 
     def table(self) -> dict:
         """The counts as the plan stores its prediction: module -> axis -> kind -> {"count", "bytes"}."""

@@ -203,6 +203,10 @@ def _parse(data, source: str) -> Plan:
         fail(f"unexpected fields ({err})")
 
 
+ROOT_MODULE = "<root>"
+"""The module name collective tables give ops outside every module (the model's own forward)."""
+
+
 def collective_table(counts) -> dict:
     """``((module, axis name, kind, bytes), count)`` pairs as the table ``Predicted`` stores:
     module -> axis -> kind -> {"count", "bytes"} (the prediction, and ``autoplan verify``'s count)."""
