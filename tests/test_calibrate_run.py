@@ -62,6 +62,40 @@ def test_quick_run_on_four_gloo_processes_writes_a_loadable_profile(tmp_path, ca
     assert collective_seconds(profile, "all_reduce", 1e6, (2, 2), 0) == pytest.approx(expected)
 
 
+@pytest.mark.gloo
+def test_one_device_run_measures_compute_and_takes_the_links_from_a_profile(tmp_path, capfd):
+    """A machine with one device (a single-GPU box) measures compute and eager costs; the
+    links and devices per node come from the named profile, and the profile says so."""
+    out = tmp_path / "one.json"
+    argv = ["calibrate", "--spawn", "1", "--mesh", "1", "--links-from", "h100-sxm", "--backend", "gloo", "--quick"]
+    status = main([*argv, "--out", str(out)])
+    captured = capfd.readouterr()
+    assert status == 0, captured.err
+    assert "links and devices per node from profile h100-sxm" in captured.out
+
+    profile, preset = load_profile(str(out)), load_profile("h100-sxm")
+    assert profile.links == preset.links and profile.devices_per_node == preset.devices_per_node == 8
+    assert profile.axes == {}  # no axis was measured
+    prov = profile.provenance
+    assert prov["links_from"] == "h100-sxm" and prov["mesh"] == [1] and prov["fits"]["axes"] == {}
+    assert prov["links"] == {link: "copied from profile 'h100-sxm'" for link in ("intra_node", "inter_node")}
+    assert any("published figures, not measured" in note for note in prov["notes"])
+    assert prov["measurements"]["collectives"] == {}
+    # What was measured is this device's, not the preset's.
+    assert profile.device_name != preset.device_name and profile.dispatch.forward_op_s > 0
+    assert len(prov["measurements"]["matmul"]) == 3 and profile.peak_flops.keys() == {"float32"}
+
+
+def test_links_from_is_for_a_one_device_run(tmp_path, capsys):
+    line = failing(tmp_path, capsys, ["--spawn", "4", "--mesh", "2x2", "--links-from", "h100-sxm"])
+    assert "--links-from is for a one-device run" in line and "--mesh 1" in line
+
+
+def test_links_from_an_unknown_profile(tmp_path, capsys):
+    line = failing(tmp_path, capsys, ["--spawn", "1", "--mesh", "1", "--links-from", "no-such-cluster"])
+    assert "no cluster profile 'no-such-cluster'" in line and "h100-sxm" in line
+
+
 def rank_that_fails(rank, config, world_size, port):
     """A spawned rank; rank 1 dies in the middle of the sweep (after its collectives)."""
     if rank == 1:
@@ -132,7 +166,7 @@ def test_malformed_mesh(tmp_path, capsys, mesh):
 
 def test_mesh_without_an_axis_to_measure(tmp_path, capsys):
     line = failing(tmp_path, capsys, ["--spawn", "1", "--mesh", "1x1"])
-    assert "no axis with more than one device" in line
+    assert "no axis with more than one device" in line and "--links-from" in line
 
 
 def test_axis_names_must_match_the_mesh(tmp_path, capsys):

@@ -33,7 +33,7 @@ import torch.distributed as dist
 
 from autoplan._files import write_atomic
 from autoplan.calibrate.host import gather_cluster_info, versions
-from autoplan.calibrate.profile_writer import RunInfo, build_profile
+from autoplan.calibrate.profile_writer import LinksSource, RunInfo, build_profile
 from autoplan.calibrate.progress import Progress
 from autoplan.calibrate.sizes import sweep_for
 from autoplan.calibrate.sweep import count_points, measure_all
@@ -58,6 +58,8 @@ class CalibrateConfig:
     """"gloo" (CPU) or "nccl" (one GPU per rank)."""
     quick: bool
     """A small sweep, for tests."""
+    links_from: LinksSource | None = None
+    """For a one-device mesh: the profile whose links and devices per node are copied."""
 
     @property
     def world_size(self) -> int:
@@ -176,6 +178,7 @@ def _measure_and_write(config: CalibrateConfig, device: torch.device, rank: int)
         threads_per_rank=torch.get_num_threads(),
         wall_time_s=time.perf_counter() - start,
         versions=versions(),
+        links_from=config.links_from,
     )
     data = build_profile(run, measured, cluster)
     profile_from_dict(data, source=config.out)  # never write a profile that would not load

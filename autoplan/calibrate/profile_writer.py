@@ -7,7 +7,9 @@ What goes where:
 - ``links``: per link class (intra-node, inter-node), one fit pooled over the axes whose
   groups use that link (bus factors put groups of different sizes on one line), so other
   mesh shapes on the same cluster are priced from measurements too. A class no axis used
-  (a single-host run has no inter-node axis) copies the other class and says so.
+  (a single-host run has no inter-node axis) copies the other class and says so. A
+  one-device run (``--mesh 1 --links-from PROFILE``) measures no collective: it copies
+  every link class, and the devices per node, from that profile (``LinksSource``).
 - ``device.peak_flops`` per dtype and ``memory_bandwidth_bytes_per_s``: the best throughput
   measured in the sweep, not a datasheet figure. A CPU has no meaningful datasheet peak
   for eight processes sharing two cores, and a measured best keeps a GPU profile honest
@@ -34,7 +36,7 @@ from autoplan.calibrate.host import ClusterInfo
 from autoplan.calibrate.sizes import Sweep
 from autoplan.calibrate.sweep import CollectiveSample, Measurements
 from autoplan.comm import axis_link, bus_factor
-from autoplan.profile import COLLECTIVES, LINKS, SCHEMA_VERSION, mesh_key
+from autoplan.profile import COLLECTIVES, LINKS, SCHEMA_VERSION, ClusterProfile, mesh_key
 
 METHOD = (
     "autoplan calibrate: collectives through DTensor redistribute on each mesh axis (all groups at once), "
@@ -42,6 +44,29 @@ METHOD = (
     "and AdamW steps over DTensor parameters on the mesh; median over repeats of the slowest rank; "
     "least-squares fits in log time (fit quality reported as relative RMS error)"
 )
+
+
+@dataclass(frozen=True, slots=True)
+class LinksSource:
+    """The profile a one-device run takes its links and node size from."""
+
+    name: str
+    links: dict
+    """Link class -> collective -> {"latency_s", "bus_bandwidth_bytes_per_s"}, as in a profile."""
+    devices_per_node: int
+    measured: bool
+    """Whether that profile's links were measured (a calibration) or are published figures."""
+
+    @classmethod
+    def of(cls, profile: ClusterProfile) -> "LinksSource":
+        links = {
+            link: {
+                kind: {"latency_s": cost.latency_s, "bus_bandwidth_bytes_per_s": cost.bus_bandwidth_bytes_per_s}
+                for kind, cost in table.items()
+            }
+            for link, table in profile.links.items()
+        }
+        return cls(profile.name, links, profile.devices_per_node, bool(profile.provenance.get("measured")))
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +89,8 @@ class RunInfo:
     """From process-group start to the end of the sweep."""
     versions: dict
     """torch / CUDA / NCCL / Python versions (``host.versions``)."""
+    links_from: LinksSource | None = None
+    """A one-device run's source of links (None: the links were measured)."""
 
 
 @dataclass(frozen=True)
@@ -73,9 +100,9 @@ class Fits:
     axes: tuple[dict[str, AlphaBetaFit], ...]
     """Per mesh axis, collective -> fit; empty for one-device axes."""
     links: dict[str, dict[str, AlphaBetaFit]]
-    """Link class -> collective -> fit."""
+    """Link class -> collective -> fit; empty for a one-device run."""
     link_sources: dict[str, str]
-    """Link class -> which axes it was fitted to, or where it was copied from."""
+    """Link class -> which axes it was fitted to, or where it was copied from; empty for a one-device run."""
     peak_flops: dict[str, float]
     """Best measured FLOP/s per dtype."""
     matmul: SaturationFit
@@ -102,9 +129,7 @@ def fit_all(measured: Measurements, mesh_shape: tuple[int, ...], axis_names: tup
                 for kind in COLLECTIVES
             }
             sources[link] = "fitted to axes " + ", ".join(axis_names[a] for a in on_link)
-    if not links:
-        raise ValueError(f"no mesh axis of {mesh_shape} has more than one device: no collective was measured")
-    for link in LINKS:
+    for link in LINKS if links else ():
         if link not in links:
             other = next(iter(links))
             links[link] = links[other]
@@ -147,20 +172,28 @@ def build_profile(run: RunInfo, measured: Measurements, cluster: ClusterInfo) ->
     """The profile's JSON data; ``profile_from_dict`` must accept it."""
     fits = fit_all(measured, run.mesh_shape, run.axis_names, cluster.devices_per_node)
     mesh = mesh_key(run.mesh_shape)
-    fallback = fits.links["intra_node"]
-    return {
+    source = run.links_from
+    if not fits.links and source is None:
+        raise ValueError(f"no mesh axis of {run.mesh_shape} has more than one device and no profile to take links from")
+    description = (
+        f"Calibrated with `autoplan calibrate` on {len(cluster.hosts)} host(s), "
+        f"{cluster.devices_per_node} rank(s) per host: mesh {mesh} ({', '.join(run.axis_names)}), "
+        f"{run.backend}, {cluster.device_name}."
+    )
+    if source is not None:
+        description += (
+            f" Compute and eager costs measured on one device; links and {source.devices_per_node} devices "
+            f"per node copied from profile {source.name!r}."
+        )
+    data = {
         "schema_version": SCHEMA_VERSION,
         "name": run.name,
-        "description": (
-            f"Calibrated with `autoplan calibrate` on {len(cluster.hosts)} host(s), "
-            f"{cluster.devices_per_node} rank(s) per host: mesh {mesh} ({', '.join(run.axis_names)}), "
-            f"{run.backend}, {cluster.device_name}."
-        ),
+        "description": description,
         "device": {
             "name": cluster.device_name,
             "memory_bytes": cluster.memory_bytes,
             "memory_bandwidth_bytes_per_s": _sig(fits.memory_bandwidth),
-            "devices_per_node": cluster.devices_per_node,
+            "devices_per_node": cluster.devices_per_node if source is None else source.devices_per_node,
             "peak_flops": {dtype: _sig(flops) for dtype, flops in sorted(fits.peak_flops.items())},
         },
         "efficiency": {
@@ -169,17 +202,20 @@ def build_profile(run: RunInfo, measured: Measurements, cluster: ClusterInfo) ->
             "kernel_overhead_s": _sig(fits.overhead_s),
         },
         "dispatch": dispatch_section(measured, fits, run.device_type),
-        "links": {link: _link_table(fits.links[link]) for link in LINKS},
-        "axes": {
+        "links": source.links if source is not None else {link: _link_table(fits.links[link]) for link in LINKS},
+    }
+    if source is None:  # a one-device run has no axis to record
+        fallback = fits.links["intra_node"]
+        data["axes"] = {
             mesh: [
                 # A one-device axis never communicates (its cost is zero before any table is
                 # read); it carries the intra-node figures only because the schema wants a table.
                 {"name": name, "measured": bool(per_axis), "collectives": _link_table(per_axis or fallback)}
                 for name, per_axis in zip(run.axis_names, fits.axes)
             ]
-        },
-        "provenance": _provenance(run, measured, cluster, fits),
-    }
+        }
+    data["provenance"] = _provenance(run, measured, cluster, fits)
+    return data
 
 
 def _provenance(run: RunInfo, measured: Measurements, cluster: ClusterInfo, fits: Fits) -> dict:
@@ -192,6 +228,14 @@ def _provenance(run: RunInfo, measured: Measurements, cluster: ClusterInfo, fits
         notes.append("device memory: the host's RAM (or cgroup limit) divided by the ranks on the host")
     if run.quick:
         notes.append("--quick: a small sweep for tests; do not plan with this profile")
+    extra = {}
+    if run.links_from is not None:
+        kind = "measured by a calibration" if run.links_from.measured else "published figures, not measured"
+        notes.append(
+            f"one device: no collective was measured; links and devices per node are profile "
+            f"{run.links_from.name!r}'s ({kind})"
+        )
+        extra["links_from"] = run.links_from.name
     return {
         "measured": True,
         "method": METHOD,
@@ -208,8 +252,9 @@ def _provenance(run: RunInfo, measured: Measurements, cluster: ClusterInfo, fits
         "quick": run.quick,
         "wall_time_s": round(run.wall_time_s, 1),
         "sweep": run.sweep.to_dict(),
-        "links": dict(fits.link_sources),
+        "links": dict(fits.link_sources) or {link: f"copied from profile {run.links_from.name!r}" for link in LINKS},
         "notes": notes,
+        **extra,
         "fits": _fit_report(run, measured, fits),
         "measurements": _raw(run, measured),
     }

@@ -6,7 +6,10 @@ Two ways to launch it:
     autoplan calibrate --spawn 8 --mesh 2x4 --out cost_models/NAME.json      # one host, 127.0.0.1
 
 Under torchrun every rank runs this command (rank, world size and rendezvous come from
-its environment); with ``--spawn N`` this process starts N ranks itself. Everything that
+its environment); with ``--spawn N`` this process starts N ranks itself. On a machine with
+one device there is no collective to measure: ``--mesh 1 --links-from h100-sxm`` measures
+the device's compute and eager costs and takes the links (and devices per node) from the
+named profile, saying so in the provenance. Everything that
 can be checked before the sweep (mesh, axis names, world size, backend, the --out path)
 is, so a bad flag costs seconds, not a sweep.
 """
@@ -39,6 +42,11 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument(
         "--backend", choices=BACKENDS, help="process-group backend (default: nccl with CUDA, else gloo)"
     )
+    parser.add_argument(
+        "--links-from", metavar="PROFILE",
+        help="with --mesh 1 (one device, no collective to measure): take the links and devices per node "
+        "from this profile (a name in cost_models/ or a path), measure compute only",
+    )
     parser.add_argument("--quick", action="store_true", help="a small sweep (seconds), for tests")
     parser.add_argument(
         "--spawn", type=_positive_int, metavar="N", help="start N ranks on this host instead of running under torchrun"
@@ -52,12 +60,20 @@ def run(args: argparse.Namespace) -> int:
 
     mesh = parse_mesh(args.mesh)
     axis_names = parse_axis_names(args.axis_names, mesh)
-    if all(size == 1 for size in mesh):
+    one_device = all(size == 1 for size in mesh)
+    if one_device and args.links_from is None:
         raise MeshError(
             f"mesh {args.mesh} has no axis with more than one device: there is no collective to measure",
-            "calibrate on the mesh you will plan for, e.g. --mesh 2x4",
+            "calibrate on the mesh you will plan for, e.g. --mesh 2x4, or measure this device's compute "
+            "alone with --links-from PROFILE (e.g. --links-from h100-sxm) for the links",
         )
-    config = CalibrateConfig(mesh, axis_names, args.out, _backend(args.backend, args.spawn), args.quick)
+    if not one_device and args.links_from is not None:
+        raise MeshError(
+            f"--links-from is for a one-device run, and mesh {args.mesh} has collectives to measure",
+            "drop --links-from (the run measures this mesh's links), or pass --mesh 1",
+        )
+    links_from = _links_source(args.links_from) if one_device else None
+    config = CalibrateConfig(mesh, axis_names, args.out, _backend(args.backend, args.spawn), args.quick, links_from)
     if args.spawn is not None:
         _check_world(mesh, args.spawn, f"--spawn {args.spawn}")
         check_out_path(args.out)
@@ -85,6 +101,14 @@ def _interruptible(show: bool):
         if show:
             print("\nautoplan: calibrate interrupted; no profile was written", file=sys.stderr)
         raise SystemExit(130) from None
+
+
+def _links_source(name_or_path: str):
+    """The profile whose links a one-device run copies, checked before measuring."""
+    from autoplan.calibrate.profile_writer import LinksSource
+    from autoplan.profile import load_profile
+
+    return LinksSource.of(load_profile(name_or_path))
 
 
 def _backend(requested: str | None, spawn: int | None) -> str:
@@ -130,6 +154,8 @@ def _print_summary(out: str) -> None:
     prov = profile.provenance
     print(f"calibrated mesh {'x'.join(map(str, prov['mesh']))} ({', '.join(prov['axis_names'])}), "
           f"{prov['backend']}, {profile.device_name}, in {prov['wall_time_s']:.0f} s")
+    if "links_from" in prov:
+        print(f"  links and devices per node from profile {prov['links_from']} (one device: no collective measured)")
     for name, per_kind in prov["fits"]["axes"].items():
         for kind, fit in per_kind.items():
             print(f"  {name:>6} {kind:<15} latency {fit['latency_s'] * 1e6:9.1f} us  "
@@ -145,7 +171,10 @@ def _print_summary(out: str) -> None:
     print(f"  DTensor eager: {d.forward_op_s * 1e6:.1f} us per forward op, {d.backward_op_s * 1e6:.1f} us of backward per "
           f"forward op; AdamW {d.optimizer_param_s * 1e6:.1f} us per parameter + {d.optimizer_bytes_per_s / 1e9:.3g} GB/s "
           f"(fit error {fits['optimizer']['rel_rms']:.0%})")
-    print(f"  device memory {profile.memory_bytes / 2**30:.1f} GiB per rank, {profile.devices_per_node} ranks per host")
+    node = f"{profile.devices_per_node} ranks per host"
+    if "links_from" in prov:
+        node = f"{profile.devices_per_node} devices per node (from {prov['links_from']})"
+    print(f"  device memory {profile.memory_bytes / 2**30:.1f} GiB per rank, {node}")
     print(f"profile written to {out}")
 
 
