@@ -2,7 +2,8 @@
 (2,4) and (2,2,2): one training step (forward, backward, AdamW) on a fake process group of
 8 ranks runs exactly the collectives the plan predicts, in count and bytes per module,
 mesh axis and kind (the per-module rows say where each ran). Plans are made under a budget that forces half the model state to be
-sharded, so they gather, reduce and reshard for real. The uneven Llama runs on 2x4 too.
+sharded, so they gather, reduce and reshard for real. The uneven Llama and the MoE run on
+2x4 too.
 
 Also: the counter itself on a hand-made DTensor program, and the command line (a passing
 plan exits 0, a plan whose prediction was edited exits 1 naming the module).
@@ -10,7 +11,9 @@ plan exits 0, a plan whose prediction was edited exits 1 naming the module).
 Under the ``cpu-gloo`` profile: the plan ``examples/train.py`` trains with (the tiny Llama
 on 2x4 at its 0.0015 GiB budget) runs exactly its prediction, module by module; its
 attention flattens head-split tensors (planned gathered) and its loss is split over the
-batch on tp (the loss and its count of targets are all-reduced).
+batch on tp (the loss and its count of targets are all-reduced). And the MoE's forced plan
+on 2x4: its router normalises the top-k weights in place (``div_``), which DTensor runs
+where the weights are.
 """
 
 import json
@@ -37,9 +40,7 @@ from zoo import MESHES, PUBLIC_ZOO, example_path, forced_plan
 
 TRAIN_BUDGET_GB = float(BUDGET_GB)  # examples/train.py's budget in its test
 
-# The mixture-of-experts hard case is left out: its router's outputs run two small
-# all_gathers fewer than predicted (README, known limits).
-CASES = [(name, mesh) for name in PUBLIC_ZOO for mesh in MESHES] + [("llama_uneven", (2, 4))]
+CASES = [(name, mesh) for name in PUBLIC_ZOO for mesh in MESHES] + [("llama_uneven", (2, 4)), ("moe", (2, 4))]
 
 
 @pytest.fixture
@@ -115,6 +116,13 @@ def test_the_train_example_plan_runs_exactly_its_prediction():
     assert result.passed and not result.moved, "\n" + result.summary(all_rows=True)
     root = plan.predicted.module_collectives["<root>"]["tp"]["all_reduce"]
     assert root == {"count": 2, "bytes": 8}  # the loss and nll_loss's count of targets, 4 B each
+
+
+def test_the_moe_router_runs_its_in_place_division_as_planned():
+    plan = forced_plan(example_path("moe"), (2, 4), ("dp", "tp"), profile="cpu-gloo")
+    assert not [w for w in plan.warnings if "in-place" in w], plan.warnings
+    result = _verify("moe", plan)
+    assert result.passed and not result.moved, "\n" + result.summary(all_rows=True)
 
 
 def test_cli_verify_passes_and_fails_on_an_edited_prediction(tmp_path, capsys):
