@@ -15,12 +15,12 @@ One entry per collective: the module whose op causes it, its kind, mesh axis and
   where it was made (``apply_plan`` hooks module outputs and parameters to do so): a
   reduce_scatter where the value is sharded on that axis, else an all_reduce. Charged to
   the module that made the value; for a parameter, to its own module;
-- the loss: ``apply_plan`` hands back the global loss, so a loss left partial on an
-  axis is all-reduced there (at the root). A mean ``nll_loss`` split over the batch also
-  leaves its count of targets partial; its backward all-reduces that count.
+- the loss (``loss_reductions.py``): a loss left partial on an axis is all-reduced there
+  (at the root), and so is a mean ``nll_loss``'s count of targets, in its backward.
 
 The cost stage prices the same collectives, except that it charges each reader a share
-of a shared gradient reduction and ignores the order of axes on a gradient's way back.
+of a shared gradient reduction, ignores the order of axes on a gradient's way back, and
+leaves out the loss's all_reduces (``loss_reductions.py`` says why).
 
 For a tied plan (``tie.py``) the table covers the traced layers; ``repeats.expand_plan``
 copies the last one's entries to every later layer.
@@ -28,19 +28,14 @@ copies the last one's entries to every later layer.
 
 from __future__ import annotations
 
-import operator
 from collections import Counter
-
-import torch
 
 from autoplan.choices import PARAMETER
 from autoplan.comm import gradient_collectives, redistribute_collectives
 from autoplan.cost import CostedGraph, gradient_roots, output_values, splits_work, tensor_bytes
+from autoplan.loss_reductions import loss_output, loss_reductions
 from autoplan.plan import ROOT_MODULE as ROOT, collective_table
 from autoplan.placements import PARTIAL, REPLICATE, is_partial, is_shard, shard_factor
-
-_NLL_LOSSES = (torch.ops.aten.nll_loss_forward.default, torch.ops.aten.nll_loss2d_forward.default)
-_MEAN = 1  # torch's Reduction.MEAN
 
 
 def step_collectives(costed: CostedGraph, choice: dict[str, int]) -> Counter:
@@ -88,49 +83,15 @@ def step_collectives(costed: CostedGraph, choice: dict[str, int]) -> Counter:
         module = _parameter_module(choices, source) if data["kind"] == PARAMETER else module_of(source)
         found[(module, kind, axis, round(nbytes))] += 1
 
-    loss = _loss_output(choices)
+    loss = loss_output(choices)
     if loss is not None:
-        node, out_index = loss
+        node = loss[0]
         data = graph.nodes[node]
         strategy = data["strategies"][choice[node]]
         values = output_values(data)
-        for axis, placement in enumerate(strategy.outputs[out_index]):
-            if is_partial(placement) and mesh_shape[axis] > 1:
-                found[(ROOT, "all_reduce", axis, round(tensor_bytes(values[out_index])))] += 1
-        for index in _replicated_in_backward(data["fx_node"]):
-            for axis, placement in enumerate(strategy.outputs[index]):
-                if is_partial(placement) and mesh_shape[axis] > 1:
-                    found[(module_of(node), "all_reduce", axis, round(tensor_bytes(values[index])))] += 1
+        for at_root, axis, index in loss_reductions(loss, data["fx_node"], strategy, mesh_shape):
+            found[(ROOT if at_root else module_of(node), "all_reduce", axis, round(tensor_bytes(values[index])))] += 1
     return found
-
-
-def _loss_output(choices) -> tuple[str, int] | None:
-    """The decision that computes the loss (the traced step's only output), and which of its
-    outputs the loss is (a multi-output op's loss comes out through ``getitem``)."""
-    output = next(n for n in reversed(choices.traced.graph_module.graph.nodes) if n.op == "output")
-    value = output.args[0]
-    value = value[0] if isinstance(value, (tuple, list)) and value else value
-    out_index = 0
-    if getattr(value, "target", None) is operator.getitem:
-        value, out_index = value.args
-    name = getattr(value, "name", None)
-    return (name, out_index) if name in choices.graph else None
-
-
-def _replicated_in_backward(fx_node) -> tuple[int, ...]:
-    """Outputs of the loss op that its backward op reads replicated: ``nll_loss``'s
-    ``total_weight`` (the count of counted targets) under mean reduction. Split over the
-    batch, each rank counts its own targets (a partial sum), and DTensor all-reduces the
-    count when the backward divides by it."""
-    if fx_node.target in _NLL_LOSSES and _argument(fx_node, 3, "reduction", 1) == _MEAN:
-        return (1,)
-    return ()
-
-
-def _argument(fx_node, index: int, name: str, default):
-    if len(fx_node.args) > index:
-        return fx_node.args[index]
-    return fx_node.kwargs.get(name, default)
 
 
 def module_table(found: Counter, axis_names: tuple[str, ...]) -> dict:
