@@ -95,7 +95,10 @@ def _moved_inplace_selves(graph, choice: dict[str, int]) -> list[str]:
         made = outputs[data["out_index"]] if data["out_index"] < len(outputs) else outputs[0]
         wanted = graph.nodes[v]["strategies"][choice[v]].inputs[0]
         if made != wanted:
-            found.append(f"in-place op {v} ({target}) is planned on self laid out {format_spec(wanted)}, made {format_spec(made)}: DTensor runs it where self is, and the run will differ from the prediction there")
+            found.append(
+                f"in-place op {v} ({target}) is planned on self laid out {format_spec(wanted)}, made "
+                f"{format_spec(made)}: DTensor runs it where self is, and the run will differ from the prediction there"
+            )
     return found
 
 
