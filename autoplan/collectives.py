@@ -15,11 +15,12 @@ One entry per collective: the module whose op causes it, its kind, mesh axis and
   where it was made (``apply_plan`` hooks module outputs and parameters to do so): a
   reduce_scatter where the value is sharded on that axis, else an all_reduce. Charged to
   the module that made the value; for a parameter, to its own module;
-- the loss: ``apply_plan`` hands back the global loss, so a loss left partial on an
-  axis is all-reduced there (at the root).
+- the loss (``loss_reductions.py``): a loss left partial on an axis is all-reduced there
+  (at the root), and so is a mean ``nll_loss``'s count of targets, in its backward.
 
 The cost stage prices the same collectives, except that it charges each reader a share
-of a shared gradient reduction and ignores the order of axes on a gradient's way back.
+of a shared gradient reduction, ignores the order of axes on a gradient's way back, and
+leaves out the loss's all_reduces (``loss_reductions.py`` says why).
 
 For a tied plan (``tie.py``) the table covers the traced layers; ``repeats.expand_plan``
 copies the last one's entries to every later layer.
@@ -32,8 +33,10 @@ from collections import Counter
 from autoplan.choices import PARAMETER
 from autoplan.comm import gradient_collectives, redistribute_collectives
 from autoplan.cost import CostedGraph, gradient_roots, output_values, splits_work, tensor_bytes
+from autoplan.loss_reductions import loss_output, loss_reductions
 from autoplan.plan import ROOT_MODULE as ROOT, collective_table
 from autoplan.placements import PARTIAL, REPLICATE, is_partial, is_shard, shard_factor
+
 
 def step_collectives(costed: CostedGraph, choice: dict[str, int]) -> Counter:
     """``(module, kind, axis index, bytes) -> count`` for one step of the assignment ``choice``."""
@@ -80,23 +83,15 @@ def step_collectives(costed: CostedGraph, choice: dict[str, int]) -> Counter:
         module = _parameter_module(choices, source) if data["kind"] == PARAMETER else module_of(source)
         found[(module, kind, axis, round(nbytes))] += 1
 
-    loss = _loss_node(choices)
+    loss = loss_output(choices)
     if loss is not None:
-        spec = graph.nodes[loss]["strategies"][choice[loss]].outputs[0]
-        nbytes = tensor_bytes(output_values(graph.nodes[loss])[0])
-        for axis, placement in enumerate(spec):
-            if is_partial(placement) and mesh_shape[axis] > 1:
-                found[(ROOT, "all_reduce", axis, round(nbytes))] += 1
+        node = loss[0]
+        data = graph.nodes[node]
+        strategy = data["strategies"][choice[node]]
+        values = output_values(data)
+        for at_root, axis, index in loss_reductions(loss, data["fx_node"], strategy, mesh_shape):
+            found[(ROOT if at_root else module_of(node), "all_reduce", axis, round(tensor_bytes(values[index])))] += 1
     return found
-
-
-def _loss_node(choices) -> str | None:
-    """The decision that computes the loss (the traced step's only output)."""
-    output = next(n for n in reversed(choices.traced.graph_module.graph.nodes) if n.op == "output")
-    value = output.args[0]
-    value = value[0] if isinstance(value, (tuple, list)) and value else value
-    name = getattr(value, "name", None)
-    return name if name in choices.graph else None
 
 
 def module_table(found: Counter, axis_names: tuple[str, ...]) -> dict:

@@ -11,8 +11,12 @@
   run it that way: every input is gathered to Replicate and the op runs on whole tensors,
   so results are exact, only slower. Its backward op (``<name>_backward``), when it has
   no rule either, gets the same fallback.
+- Reshapes without strided shards (``view_rules.py``): DTensor's rules for the reshaping
+  views are wrapped so that no view makes a ``_StridedShard``, a placement the planner
+  cannot plan; the input is replicated on that axis first, as the plan priced it.
 
-Registration is process-wide and idempotent; rules DTensor already has are never replaced.
+Registration is process-wide and idempotent; rules DTensor already has are never replaced,
+only the reshaping views' are wrapped.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from torch.distributed.tensor import DTensor, Replicate, Shard
 from torch.distributed.tensor._op_schema import OpSchema, OpSpec, OpStrategy, RuntimeSchemaInfo
 
 from autoplan.errors import PlanError
+from autoplan.view_rules import keep_views_unstrided
 
 aten = torch.ops.aten
 _PROPAGATOR = DTensor._op_dispatcher.sharding_propagator
@@ -86,6 +91,7 @@ def register_builtin_rules() -> None:
         _cpu_attention_backward,
         RuntimeSchemaInfo(6, static_kwargkey=["scale"]),
     )
+    keep_views_unstrided()
 
 
 def _replicate_everything(op_schema: OpSchema) -> OpStrategy:

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import operator
 
+import torch
+
 from autoplan.choices import INPUT
 from autoplan.collectives import module_table, step_collectives
 from autoplan.cost import CostedGraph
+from autoplan.placements import format_spec
 from autoplan.plan import BatchInput, ModuleLayout, Plan, Predicted, SolverReport, rounded, total_table
 from autoplan.solve import Solution
+from autoplan.strategies import is_inplace
 from autoplan.trace import ModuleCall
 from autoplan.views import spec_before_views, view_chain
 
@@ -35,7 +39,7 @@ def build_plan(costed: CostedGraph, choice: dict[str, int], solution: Solution, 
             value = graph.nodes[node]["fx_node"].meta["val"]
             inputs[key] = BatchInput(tuple(value.shape), output_spec(node))
 
-    warnings = list(choices.warnings) + list(extra_warnings)
+    warnings = list(choices.warnings) + list(extra_warnings) + _moved_inplace_selves(graph, choice)
     order = {name: i for i, name in enumerate(graph.nodes)}
     items = {
         node.name: (node.args[0].name, node.args[1])
@@ -77,6 +81,25 @@ def build_plan(costed: CostedGraph, choice: dict[str, int], solution: Solution, 
         },
         parameter_shapes=shapes,
     )
+
+
+def _moved_inplace_selves(graph, choice: dict[str, int]) -> list[str]:
+    """A plan that lays out an in-place op's self other than its producer made it: DTensor
+    runs the op where self is instead, so the run will differ from the prediction there."""
+    found = []
+    for u, v, k, data in graph.edges(keys=True, data=True):
+        target = graph.nodes[v]["fx_node"].target
+        if k != 0 or not isinstance(target, torch._ops.OpOverload) or not is_inplace(target):
+            continue
+        outputs = graph.nodes[u]["strategies"][choice[u]].outputs
+        made = outputs[data["out_index"]] if data["out_index"] < len(outputs) else outputs[0]
+        wanted = graph.nodes[v]["strategies"][choice[v]].inputs[0]
+        if made != wanted:
+            found.append(
+                f"in-place op {v} ({target}) is planned on self laid out {format_spec(wanted)}, made "
+                f"{format_spec(made)}: DTensor runs it where self is, and the run will differ from the prediction there"
+            )
+    return found
 
 
 def _parameter_uses(choices, choice: dict[str, int], storage: dict) -> dict:

@@ -147,14 +147,16 @@ def _from_single_dim_rule(op, args, kwargs, out_value, mesh, info) -> list[Strat
         out_meta = tuple(out_meta)
     prepared = _PreparedSingleDimStrategy(info, schema, out_meta)
     leaves = [t for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)]
-    inplace_self = None
-    if op.name().split("::")[1].split(".")[0].endswith("_") and leaves:
-        # DTensor keeps an in-place op's self where it is: here, where the probe put it.
-        inplace_self = spec_from_placements(probe_placements if leaves[0].dim() > 0 else (Replicate(),) * mesh.ndim)
-    return _expand_over_mesh(prepared.expanded_strategies, prepared.num_outputs, mesh.ndim, len(leaves), inplace_self)
+    inplace = is_inplace(op) and bool(leaves)
+    return _expand_over_mesh(prepared.expanded_strategies, prepared.num_outputs, mesh.ndim, len(leaves), inplace)
 
 
-def _expand_over_mesh(single_axis_rules, num_outputs: int, ndim: int, num_inputs: int, inplace_self) -> list[Strategy]:
+def is_inplace(op) -> bool:
+    """An in-place op (``div_``): DTensor runs it where its self is, and its result is self."""
+    return op.name().split("::")[1].split(".")[0].endswith("_")
+
+
+def _expand_over_mesh(single_axis_rules, num_outputs: int, ndim: int, num_inputs: int, inplace: bool) -> list[Strategy]:
     """Every combination of one single-axis rule per mesh axis, as specs.
 
     This is what DTensor's ``expand_to_full_mesh_op_strategy`` enumerates, in the same
@@ -163,7 +165,8 @@ def _expand_over_mesh(single_axis_rules, num_outputs: int, ndim: int, num_inputs
     the enumeration time on a 2-D mesh). A rule holding a placement outside our
     vocabulary (strided shards, masked or max/min partials) is dropped whole: every
     combination using it would be. Mixed Partial kinds cannot arise (only sum and avg
-    remain, which DTensor lets mix).
+    remain, which DTensor lets mix). An in-place op keeps the combinations that take self
+    as it is and give it back so (DTensor never moves an in-place op's self).
     """
     rules = []
     for rule in single_axis_rules:
@@ -187,7 +190,7 @@ def _expand_over_mesh(single_axis_rules, num_outputs: int, ndim: int, num_inputs
                 raise RuntimeError("output spec is None")
             if len(inputs) != num_inputs:
                 continue
-            if inplace_self is not None and (inputs[0] != inplace_self or (outputs and outputs[0] not in (None, inplace_self))):
+            if inplace and outputs and outputs[0] not in (None, inputs[0]):
                 continue
             found.append(Strategy(outputs, inputs))
     return found

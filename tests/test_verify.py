@@ -2,16 +2,26 @@
 (2,4) and (2,2,2): one training step (forward, backward, AdamW) on a fake process group of
 8 ranks runs exactly the collectives the plan predicts, in count and bytes per module,
 mesh axis and kind (the per-module rows say where each ran). Plans are made under a budget that forces half the model state to be
-sharded, so they gather, reduce and reshard for real. The uneven Llama runs on 2x4 too.
+sharded, so they gather, reduce and reshard for real. The uneven Llama and the MoE run on
+2x4 too.
 
 Also: the counter itself on a hand-made DTensor program, and the command line (a passing
 plan exits 0, a plan whose prediction was edited exits 1 naming the module).
+
+Under the ``cpu-gloo`` profile: the plan ``examples/train.py`` trains with (the tiny Llama
+on 2x4 at its 0.0015 GiB budget) runs exactly its prediction, module by module; its
+attention flattens head-split tensors (planned gathered) and its loss is split over the
+batch on tp (the loss and its count of targets are all-reduced). And the MoE's forced plan
+on 2x4: its router normalises the top-k weights in place (``div_``), which DTensor runs
+where the weights are.
 """
 
 import json
 
 import pytest
 import torch
+
+import autoplan
 import torch.distributed as dist
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import DTensor, Partial, Replicate, Shard, distribute_tensor
@@ -25,11 +35,12 @@ from autoplan.observe import CollectiveCounter
 from autoplan.placements import candidate_specs, is_partial, local_shape, to_placements
 from autoplan.verify import verify_plan
 from conftest import EXAMPLES
+from test_train_example import BUDGET_GB
 from zoo import MESHES, PUBLIC_ZOO, example_path, forced_plan
 
-# The mixture-of-experts hard case is left out: its router's outputs run two small
-# all_gathers fewer than predicted (README, known limits).
-CASES = [(name, mesh) for name in PUBLIC_ZOO for mesh in MESHES] + [("llama_uneven", (2, 4))]
+TRAIN_BUDGET_GB = float(BUDGET_GB)  # examples/train.py's budget in its test
+
+CASES = [(name, mesh) for name in PUBLIC_ZOO for mesh in MESHES] + [("llama_uneven", (2, 4)), ("moe", (2, 4))]
 
 
 @pytest.fixture
@@ -80,6 +91,38 @@ def test_one_training_step_runs_the_predicted_collectives(name, mesh):
         for axis, kinds in plan.predicted.collectives.items()
         for kind, entry in kinds.items()
     }
+
+
+def _verify(example_name: str, plan):
+    example = import_model_file(EXAMPLES / f"{example_name}.py")
+    model, batch = build_seeded(example, "build_model", 0), seeded_batch(example, 1)
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=8)
+    try:
+        mesh = init_device_mesh("cpu", tuple(plan.mesh_shape), mesh_dim_names=tuple(plan.axis_names))
+        return verify_plan(model, batch, plan, mesh)
+    finally:
+        dist.destroy_process_group()
+
+
+def test_the_train_example_plan_runs_exactly_its_prediction():
+    example = import_model_file(EXAMPLES / "llama.py")
+    with torch.device("meta"):  # as examples/train.py plans
+        model, batch = example.build_model(), example.example_inputs()
+    plan = autoplan.suggest(
+        model, batch, mesh=(2, 4), axis_names=("dp", "tp"), profile="cpu-gloo", memory_gb=TRAIN_BUDGET_GB, cache=False
+    )
+    assert plan.inputs["[1]['labels']"].placements[1] == "S(0)"  # the loss is split over the batch on tp
+    result = _verify("llama", plan)
+    assert result.passed and not result.moved, "\n" + result.summary(all_rows=True)
+    root = plan.predicted.module_collectives["<root>"]["tp"]["all_reduce"]
+    assert root == {"count": 2, "bytes": 8}  # the loss and nll_loss's count of targets, 4 B each
+
+
+def test_the_moe_router_runs_its_in_place_division_as_planned():
+    plan = forced_plan(example_path("moe"), (2, 4), ("dp", "tp"), profile="cpu-gloo")
+    assert not [w for w in plan.warnings if "in-place" in w], plan.warnings
+    result = _verify("moe", plan)
+    assert result.passed and not result.moved, "\n" + result.summary(all_rows=True)
 
 
 def test_cli_verify_passes_and_fails_on_an_edited_prediction(tmp_path, capsys):

@@ -23,16 +23,19 @@ def sharding_budget_gb(plan) -> float:
     return (predicted.peak_memory_bytes - 0.5 * predicted.model_state_bytes) / 2**30
 
 
-def forced_plan(path: str, mesh=(2, 4), axis_names=("dp", "tp")):
+def forced_plan(path: str, mesh=(2, 4), axis_names=("dp", "tp"), profile=None):
     """The plan under ``sharding_budget_gb``; where no plan gets that low, under a budget
     halfway between the least any plan needs and the unconstrained peak."""
     loaded = load_model_file(path)
-    free = autoplan.suggest(loaded.model, loaded.example_inputs, mesh=mesh, axis_names=axis_names)
+    free = autoplan.suggest(loaded.model, loaded.example_inputs, mesh=mesh, axis_names=axis_names, profile=profile)
     loaded = load_model_file(path)
     try:
         return autoplan.suggest(
-            loaded.model, loaded.example_inputs, mesh=mesh, axis_names=axis_names, memory_gb=sharding_budget_gb(free)
+            loaded.model, loaded.example_inputs, mesh=mesh, axis_names=axis_names, profile=profile,
+            memory_gb=sharding_budget_gb(free),
         )
     except InfeasibleError as err:
         budget = (err.smallest_bytes + free.predicted.peak_memory_bytes) / 2 / 2**30
-        return autoplan.suggest(loaded.model, loaded.example_inputs, mesh=mesh, axis_names=axis_names, memory_gb=budget)
+        return autoplan.suggest(
+            loaded.model, loaded.example_inputs, mesh=mesh, axis_names=axis_names, profile=profile, memory_gb=budget
+        )

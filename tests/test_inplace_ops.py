@@ -1,0 +1,50 @@
+"""In-place ops (``strategies.py``, ``plan_builder.py``): DTensor runs an in-place op where
+its self is and gives self back, so every candidate takes self as it is, in any layout (a
+MoE router divides its replicated top-k weights in place); a plan that would move self
+anyway says so in its warnings."""
+
+import torch
+from torch import nn
+
+from autoplan.choices import build_choices
+from autoplan.plan_builder import _moved_inplace_selves
+from autoplan.trace import trace_model
+
+
+class NormalisedRows(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(16, 8)
+
+    def forward(self, x):
+        weights = self.proj(x).softmax(-1)
+        weights /= weights.sum(-1, keepdim=True)
+        return weights.sum()
+
+
+def _division():
+    choices = build_choices(trace_model(NormalisedRows(), (torch.randn(4, 16),)), (2, 4), ("dp", "tp"))
+    graph = choices.graph
+    name = next(n for n in graph.nodes if graph.nodes[n]["fx_node"].target == torch.ops.aten.div_.Tensor)
+    return choices, name
+
+
+def test_every_candidate_takes_self_as_it_is_in_any_layout():
+    choices, name = _division()
+    strategies = choices.graph.nodes[name]["strategies"]
+    assert all(s.outputs[0] == s.inputs[0] for s in strategies)
+    assert {("R", "R"), ("S(0)", "R"), ("R", "S(0)")} <= {s.inputs[0] for s in strategies}
+
+
+def test_a_plan_that_moves_self_says_so():
+    choices, name = _division()
+    graph = choices.graph
+    source = next(u for u, _, k in graph.in_edges(name, keys=True) if k == 0)
+    choice = {n: 0 for n in graph.nodes}
+    made = graph.nodes[source]["strategies"][0].outputs[0]
+    strategies = graph.nodes[name]["strategies"]
+    choice[name] = next(i for i, s in enumerate(strategies) if s.inputs[0] == made)
+    assert not _moved_inplace_selves(graph, choice)
+    choice[name] = next(i for i, s in enumerate(strategies) if s.inputs[0] != made)
+    warnings = _moved_inplace_selves(graph, choice)
+    assert len(warnings) == 1 and name in warnings[0] and "in-place" in warnings[0]
