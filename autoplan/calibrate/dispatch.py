@@ -23,11 +23,12 @@ step runs it:
 
 Activations are split on the first mesh axis and parameters replicated (a data-parallel
 layout), so no op needs a collective: communication is priced by the collective fits.
+The op points (chain and op classes) run about ``sweep.dispatch_target_s`` per repeat.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 from torch.distributed.device_mesh import DeviceMesh
@@ -81,10 +82,11 @@ def measure_dispatch(mesh: DeviceMesh, optimizer_elements: tuple[int, ...], time
     """Every rank measures the same points at once; every rank returns the same figures."""
     forward, forward_backward = _chain(mesh)
     ops = CHAIN_BLOCKS * OPS_PER_BLOCK
+    op_timer = replace(timer, sweep=replace(timer.sweep, target_s=timer.sweep.dispatch_target_s))
     with torch.enable_grad():
-        forward_s = timer.seconds(forward)
+        forward_s = op_timer.seconds(forward)
         progress.step("DTensor op, forward")
-        both_s = timer.seconds(forward_backward)
+        both_s = op_timer.seconds(forward_backward)
         progress.step("DTensor op, forward + backward")
     samples = []
     for elements in optimizer_elements:
@@ -92,7 +94,7 @@ def measure_dispatch(mesh: DeviceMesh, optimizer_elements: tuple[int, ...], time
         itemsize = torch.finfo(torch.float32).bits // 8
         samples.append(OptimizerSample(elements, elements * itemsize, seconds))
         progress.step(f"AdamW step, {elements} elements per parameter")
-    op_classes = measure_op_classes(mesh, timer, progress)
+    op_classes = measure_op_classes(mesh, op_timer, progress)
     # The backward is what the forward + backward adds; a noisy pair could put it below
     # zero, which would mean "no measurable backward": keep it at zero then.
     return DispatchSample(forward_s / ops, max(both_s - forward_s, 0.0) / ops, tuple(samples), op_classes)
