@@ -19,7 +19,7 @@ aten = torch.ops.aten
         (aten.add.Tensor, "elementwise"), (aten.mul.Scalar, "elementwise"), (aten.gelu.default, "elementwise"),
         (aten.rsqrt.default, "elementwise"), (aten.clone.default, "elementwise"), (aten.div_.Tensor, "elementwise"),
         (aten.mm.default, "matmul"), (aten.addmm.default, "matmul"), (aten.bmm.default, "matmul"),
-        (aten.mean.dim, "reduction"), (aten.sum.dim_IntList, "reduction"), (aten.sum.default, "reduction"),
+        (aten.mean.dim, "elementwise"), (aten.sum.dim_IntList, "elementwise"), (aten.sum.default, "elementwise"),
         (aten._softmax.default, "softmax"), (aten._log_softmax.default, "softmax"), (aten._safe_softmax.default, "softmax"),
         (aten.native_layer_norm.default, "norm"), (aten.native_batch_norm.default, "norm"),
         (aten.embedding.default, "embedding"), (aten.nll_loss_forward.default, "loss"),
