@@ -15,7 +15,7 @@ that never planned.
 
 from __future__ import annotations
 
-from contextlib import ExitStack
+from contextlib import ExitStack, contextmanager
 
 import torch
 from torch import nn
@@ -292,8 +292,7 @@ def _wrap_root(model: nn.Module, plan: Plan, mesh: DeviceMesh) -> None:
 
     def enter(module, args, kwargs):
         stack = ExitStack()
-        stack.enter_context(implicit_replication())
-        stack.enter_context(_ReplicatePlainOperands(mesh))
+        stack.enter_context(plan_execution(mesh))
         contexts.append(stack)
         leaves, spec = tree_flatten_with_path((args, kwargs))
         out = []
@@ -311,6 +310,15 @@ def _wrap_root(model: nn.Module, plan: Plan, mesh: DeviceMesh) -> None:
 
     model.register_forward_pre_hook(enter, with_kwargs=True, prepend=True)
     model.register_forward_hook(leave, always_call=True)
+
+
+@contextmanager
+def plan_execution(mesh: DeviceMesh):
+    """What a planned model's forward runs under (entered by the root module's pre-hook, left
+    by its forward hook): DTensor's implicit replication and ``_ReplicatePlainOperands``.
+    ``autoplan calibrate`` times its DTensor ops under it too, so that they pay what a step's ops pay."""
+    with implicit_replication(), _ReplicatePlainOperands(mesh):
+        yield
 
 
 class _ReplicatePlainOperands(TorchFunctionMode):

@@ -6,10 +6,10 @@ Per decision and strategy (arrays indexed like the decision's strategies):
   work is split over every mesh axis on which any operand is not replicated; backward work
   is one matmul per matrix operand needing a gradient for matmul-like ops, and twice the
   forward traffic for the rest. Every op, views included, also pays the profile's fixed
-  eager-DTensor costs (``profile.DispatchCost``): ``forward_op_s``, and ``backward_op_s``
-  when it carries a gradient; ``op_seconds`` adds them to the work (CPU) or overlaps them
-  with it (an asynchronous device). Trainable parameters add ``AdamW.step()``:
-  ``optimizer_param_s + local bytes / optimizer_bytes_per_s``.
+  eager-DTensor costs (``profile.DispatchCost``) of its op class (``op_classes.py``): the
+  forward figure, and the backward figure when it carries a gradient; ``op_seconds`` adds
+  them to the work (CPU) or overlaps them with it (an asynchronous device). Trainable
+  parameters add ``AdamW.step()``: ``optimizer_param_s + local bytes / optimizer_bytes_per_s``.
 - ``comm_s``: gradient reductions the strategy causes: an input that is replicated on
   an axis over which the op splits its work gets a partial gradient there, reduced by
   one all_reduce per producer (shared between the consumers that cause it).
@@ -31,6 +31,7 @@ from torch.utils.flop_counter import flop_registry
 
 from autoplan.choices import BUFFER, CONSTANT, INPUT, PARAMETER, ChoiceGraph
 from autoplan.comm import collective_seconds, redistribute_seconds
+from autoplan.op_classes import op_class
 from autoplan.placements import Spec, shard_factor
 from autoplan.profile import ClusterProfile
 
@@ -203,6 +204,10 @@ def _node_cost(choices, profile, name, data, reducers) -> NodeCost:
     # matmul backward: one matmul per matrix operand needing a gradient (a bias is a reduction)
     grad_matrices = sum(g and getattr(v, "ndim", 0) >= 2 for g, v in zip(grad_inputs, in_values))
     dispatch = profile.dispatch
+    forward_fixed, backward_fixed = dispatch.fixed_seconds(op_class(node.target))
+    # A tensor factory (no tensor input) runs as a plain op: DTensor only sees its result later.
+    if kind == CONSTANT:
+        forward_fixed = profile.kernel_overhead_s
     compute, comm, memory = [], [], []
     for strategy in strategies:
         split = 1
@@ -213,13 +218,11 @@ def _node_cost(choices, profile, name, data, reducers) -> NodeCost:
         local_out = sum(b / shard_factor(s, mesh_shape) for b, s in zip(out_bytes, strategy.outputs) if s)
         # A view moves no data, but it is a DTensor op all the same: it pays the fixed costs.
         work = 0.0 if view else _work(profile, flops / split, local_in + local_out, dtype)
-        # A tensor factory (no tensor input) runs as a plain op: DTensor only sees its result later.
-        fixed = profile.kernel_overhead_s if kind == CONSTANT else dispatch.forward_op_s
-        forward = dispatch.op_seconds(fixed, profile.kernel_overhead_s, work)
+        forward = dispatch.op_seconds(forward_fixed, profile.kernel_overhead_s, work)
         backward = 0.0
         if data["requires_grad"]:
             factor = max(1, grad_matrices) if node.target in MATMUL_OPS else 2
-            backward = dispatch.op_seconds(dispatch.backward_op_s, factor * profile.kernel_overhead_s, factor * work)
+            backward = dispatch.op_seconds(backward_fixed, factor * profile.kernel_overhead_s, factor * work)
         compute.append(forward + backward)
         reduce = 0.0
         for (u, _, _), spec, needs, nbytes in zip(ins, strategy.inputs, grad_inputs, in_bytes):

@@ -20,7 +20,12 @@ planning and wrapping on every op, autograd's backward ops, and ``AdamW.step()``
 every parameter. ``autoplan calibrate`` measures them on the mesh (``calibrate/dispatch.py``)::
 
     "dispatch": {"forward_op_s": .., "backward_op_s": .., "optimizer_param_s": ..,
-                 "optimizer_bytes_per_s": .., "overlaps_device": false}
+                 "optimizer_bytes_per_s": .., "overlaps_device": false,
+                 "op_classes": {"view": {"forward_op_s": .., "backward_op_s": ..}, ...}}
+
+``op_classes`` (optional) prices each op class of ``op_classes.py`` by its own measured
+figures; ops of no class, and every op where the table is absent (the GPU presets, older
+profiles), pay the generic ``forward_op_s`` / ``backward_op_s``.
 
 Schema 1 profiles lack it and are refused with the fix (re-calibrate, or add the object).
 """
@@ -33,6 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from autoplan.errors import ProfileError
+from autoplan.op_classes import OP_CLASSES
 
 COST_MODELS_DIR = Path(__file__).resolve().parent.parent / "cost_models"
 DEFAULT_PROFILE = "h100-sxm"
@@ -63,6 +69,16 @@ class Saturation:
 
 
 @dataclass(frozen=True, slots=True)
+class OpClassCost:
+    """Fixed costs of one traced op of one class (``op_classes.py``)."""
+
+    forward_op_s: float
+    """Time of one forward op of the class on tiny tensors, autograd recording included."""
+    backward_op_s: float
+    """Backward time of one such op (its derivative ops and the autograd engine's work)."""
+
+
+@dataclass(frozen=True, slots=True)
 class DispatchCost:
     """Fixed costs of eager DTensor execution, per op and per parameter (``calibrate/dispatch.py``)."""
 
@@ -80,6 +96,13 @@ class DispatchCost:
     """True where ops run asynchronously on a device (CUDA): the host's fixed time and the
     kernel's time overlap, and an op costs the larger of the two. False on CPU, where the
     rank's own thread does both, one after the other."""
+    op_classes: dict[str, OpClassCost] = field(default_factory=dict)
+    """Op class -> its own fixed costs; a class not here pays ``forward_op_s`` / ``backward_op_s``."""
+
+    def fixed_seconds(self, op_class: str) -> tuple[float, float]:
+        """(forward, backward) fixed time of one op of ``op_class``."""
+        own = self.op_classes.get(op_class)
+        return (own.forward_op_s, own.backward_op_s) if own else (self.forward_op_s, self.backward_op_s)
 
     def op_seconds(self, fixed_s: float, kernel_overhead_s: float, work_s: float) -> float:
         """Time of one op, or of one op's backward: its fixed host time with its kernel's."""
@@ -181,6 +204,7 @@ def profile_from_dict(data: dict, source: str = "<dict>") -> ClusterProfile:
             optimizer_param_s=read.non_negative(dispatch, "optimizer_param_s", "dispatch."),
             optimizer_bytes_per_s=read.positive(dispatch, "optimizer_bytes_per_s", "dispatch."),
             overlaps_device=read.boolean(dispatch, "overlaps_device", "dispatch."),
+            op_classes=read.op_classes(dispatch.get("op_classes", {})),
         ),
         provenance=dict(read.optional_object(data, "provenance")),
         axes=read.axes(data.get("axes", {})),
@@ -242,6 +266,25 @@ class _Reader:
             table[kind] = LinkCost(
                 self.positive(cost, "latency_s", f"{where}{kind}."),
                 self.positive(cost, "bus_bandwidth_bytes_per_s", f"{where}{kind}."),
+            )
+        return table
+
+    def op_classes(self, data) -> dict[str, OpClassCost]:
+        where = "dispatch.op_classes"
+        if not isinstance(data, dict):
+            raise ProfileError(f"cluster profile {self.source}: expected an object at {where}, got {data!r}", hint=_FIX)
+        table = {}
+        for name, entry in data.items():
+            if name not in OP_CLASSES:
+                raise ProfileError(
+                    f"cluster profile {self.source}: unknown op class {name!r} at {where}, expected one of {', '.join(OP_CLASSES)}",
+                    hint="remove the entry or re-create the profile with `autoplan calibrate`",
+                )
+            if not isinstance(entry, dict):
+                raise ProfileError(f"cluster profile {self.source}: expected an object at {where}.{name}, got {entry!r}", hint=_FIX)
+            table[name] = OpClassCost(
+                self.non_negative(entry, "forward_op_s", f"{where}.{name}."),
+                self.non_negative(entry, "backward_op_s", f"{where}.{name}."),
             )
         return table
 

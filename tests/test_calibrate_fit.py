@@ -136,6 +136,7 @@ def test_launch_bound_timings_do_not_bend_the_curve():
 def synthetic_measurements(optimizer_param_s=2e-3, optimizer_bytes_per_s=1.5e9):
     """A 2x4 run's measurements, generated from known figures."""
     from autoplan.calibrate.dispatch import DispatchSample, OptimizerSample
+    from autoplan.calibrate.dispatch_classes import OpClassSample
     from autoplan.calibrate.sweep import CollectiveSample, MatmulSample, Measurements, MemorySample
 
     sweep = sweep_for("cpu", quick=False)
@@ -149,7 +150,12 @@ def synthetic_measurements(optimizer_param_s=2e-3, optimizer_bytes_per_s=1.5e9):
                     for s, t in zip(shapes, roofline_times([2.0 * math.prod(s) for s in shapes])))
     memory = tuple(MemorySample("add", e, 12 * e, 4e-6 + 12 * e / 1e10) for e in sweep.memory_elements)
     optimizer = tuple(OptimizerSample(e, 4 * e, optimizer_param_s + 4 * e / optimizer_bytes_per_s) for e in sweep.optimizer_elements)
-    return Measurements(collectives, matmuls, memory, OVERHEAD, DispatchSample(1.9e-4, 6e-4, optimizer))
+    op_classes = (
+        OpClassSample("view", "aten.view.default", 1e-4, 2e-4),
+        OpClassSample("view", "aten.t.default", 5e-5, 1e-4),
+        OpClassSample("matmul", "aten.mm.default", 2e-4, 8e-4),
+    )
+    return Measurements(collectives, matmuls, memory, OVERHEAD, DispatchSample(1.9e-4, 6e-4, optimizer, op_classes))
 
 
 def test_built_profile_loads_and_carries_the_dispatch_fits():
@@ -168,3 +174,21 @@ def test_built_profile_loads_and_carries_the_dispatch_fits():
     assert profile.dispatch.overlaps_device is False
     assert data["provenance"]["fits"]["optimizer"]["samples"] == len(sweep_for("cpu", quick=False).optimizer_elements)
     assert data["provenance"]["measurements"]["dtensor_backward_op_s"] == pytest.approx(6e-4)
+
+
+def test_built_profile_prices_each_measured_op_class_by_the_mean_of_its_ops():
+    from autoplan.calibrate.host import ClusterInfo
+    from autoplan.calibrate.profile_writer import RunInfo, build_profile
+    from autoplan.profile import profile_from_dict
+
+    run = RunInfo("synthetic", (2, 4), ("dp", "tp"), "gloo", "cpu", sweep_for("cpu", quick=False), False, 1, 60.0, {})
+    cluster = ClusterInfo(("abc",), 8, "CPU: test", 2**30, ("CPU: test",))
+    data = build_profile(run, synthetic_measurements(), cluster)
+    dispatch = profile_from_dict(data).dispatch
+    assert set(dispatch.op_classes) == {"view", "matmul"}
+    assert dispatch.fixed_seconds("view") == pytest.approx((7.5e-5, 1.5e-4))
+    assert dispatch.fixed_seconds("matmul") == pytest.approx((2e-4, 8e-4))
+    assert dispatch.fixed_seconds("norm") == pytest.approx((1.9e-4, 6e-4))  # not measured: the generic chain's
+    assert data["provenance"]["measurements"]["dtensor_op_classes"] == [
+        ["view", "aten.view.default", 1e-4, 2e-4], ["view", "aten.t.default", 5e-5, 1e-4], ["matmul", "aten.mm.default", 2e-4, 8e-4],
+    ]

@@ -12,6 +12,7 @@ from autoplan.calibrate.launch import CalibrateConfig, _sigterm_as_exit, spawn_c
 from autoplan.cli import main
 from autoplan.comm import collective_seconds
 from autoplan.errors import AutoplanError
+from autoplan.op_classes import OP_CLASSES
 from autoplan.profile import COLLECTIVES, load_profile
 
 
@@ -23,7 +24,7 @@ def test_quick_run_on_four_gloo_processes_writes_a_loadable_profile(tmp_path, ca
     captured = capfd.readouterr()  # capfd: the progress bar comes from the spawned rank 0
     assert status == 0, captured.err
     assert sorted(p.name for p in out.parent.iterdir()) == ["quick-2x2.json"]  # no temp file left
-    assert "calibrate [" in captured.err and "] 38/38" in captured.err  # the progress bar, to the end
+    assert "calibrate [" in captured.err and "] 66/66" in captured.err  # the progress bar, to the end
     assert f"profile written to {out}" in captured.out
 
     profile = load_profile(str(out))
@@ -54,6 +55,11 @@ def test_quick_run_on_four_gloo_processes_writes_a_loadable_profile(tmp_path, ca
     assert dispatch.optimizer_param_s > dispatch.forward_op_s
     assert dispatch.backward_op_s > 0 and not dispatch.overlaps_device
     assert len(prov["measurements"]["optimizer"]) == 2 and prov["fits"]["optimizer"]["samples"] == 2
+    # Every op class is priced by its own representative ops, each timed on the mesh.
+    assert set(dispatch.op_classes) == set(OP_CLASSES)
+    assert all(cost.forward_op_s > 0 and cost.backward_op_s >= 0 for cost in dispatch.op_classes.values())
+    raw = prov["measurements"]["dtensor_op_classes"]
+    assert {row[0] for row in raw} == set(OP_CLASSES) and all(row[2] > 0 for row in raw)
 
     # The planner prices collectives on the calibrated mesh from the per-axis table.
     assert set(profile.axes) == {(2, 2)}

@@ -13,6 +13,7 @@ import torch
 import autoplan
 from autoplan.choices import CONSTANT, OP, PARAMETER, build_choices
 from autoplan.cost import VIEW_OPS, estimate_costs, tensor_bytes
+from autoplan.op_classes import op_class
 from autoplan.profile import DispatchCost
 from autoplan.trace import trace_model
 from test_mlp_optimum import FREE, FREE_DISPATCH, MeanSquareMLP, compute_s, exact_profile
@@ -53,6 +54,22 @@ def test_each_op_pays_forward_and_backward_fixed_costs():
         else:  # parameters, inputs, tensor factories: no DTensor op of their own
             assert added == pytest.approx([0.0] * len(added)), name
     assert seen_view  # views are DTensor ops too, and were charged
+
+
+def test_ops_of_a_class_in_the_table_pay_its_figures_the_rest_the_generic_ones():
+    table = {"matmul": {"forward_op_s": 5e-5, "backward_op_s": 2e-4}, "view": {"forward_op_s": 1e-5, "backward_op_s": 4e-5}}
+    free = costed_mlp()
+    charged = costed_mlp(forward_op_s=FORWARD, backward_op_s=BACKWARD, op_classes=table)
+    seen = set()
+    for name, (kind, grad, _) in node_kinds(free).items():
+        if kind != OP:
+            continue
+        cls = op_class(free.choices.graph.nodes[name]["fx_node"].target)
+        forward, backward = (table[cls]["forward_op_s"], table[cls]["backward_op_s"]) if cls in table else (FORWARD, BACKWARD)
+        added = [b - a for a, b in zip(free.nodes[name].compute_s, charged.nodes[name].compute_s)]
+        assert added == pytest.approx([forward + (backward if grad else 0.0)] * len(added)), name
+        seen.add(cls if cls in table else "generic")
+    assert seen == {"matmul", "view", "generic"}  # two matmuls, their transposes, relu/pow/mean
 
 
 def test_optimizer_pays_per_parameter_and_per_local_byte():

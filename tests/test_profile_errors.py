@@ -184,3 +184,39 @@ def test_axes_table_is_used_only_on_its_mesh():
     expected = intra["latency_s"] + 1.5 * nbytes / intra["bus_bandwidth_bytes_per_s"]
     assert collective_seconds(profile, "all_reduce", nbytes, (4, 2), 0) == pytest.approx(expected)
     assert collective_seconds(profile, "all_reduce", nbytes, (1, 4), 0) == 0.0  # one-device axis
+
+
+CLASS_TABLE = {"view": {"forward_op_s": 2e-5, "backward_op_s": 3e-5}, "matmul": {"forward_op_s": 4e-5, "backward_op_s": 9e-5}}
+
+
+def test_op_class_table_loads_and_classes_not_in_it_pay_the_generic_figures(tmp_path):
+    profile = load_profile(str(write(tmp_path, changed(lambda d: d["dispatch"].update(op_classes=CLASS_TABLE)))))
+    dispatch = profile.dispatch
+    assert dispatch.fixed_seconds("view") == (2e-5, 3e-5)
+    assert dispatch.fixed_seconds("matmul") == (4e-5, 9e-5)
+    assert dispatch.fixed_seconds("norm") == (dispatch.forward_op_s, dispatch.backward_op_s)
+    assert dispatch.fixed_seconds("generic") == (dispatch.forward_op_s, dispatch.backward_op_s)
+
+
+def test_profile_without_op_class_table_prices_every_op_by_the_generic_figures():
+    assert "op_classes" not in GOOD["dispatch"]
+    dispatch = profile_from_dict(copy.deepcopy(GOOD)).dispatch
+    assert dispatch.op_classes == {}
+    assert dispatch.fixed_seconds("matmul") == (GOOD["dispatch"]["forward_op_s"], GOOD["dispatch"]["backward_op_s"])
+
+
+@pytest.mark.parametrize(
+    "table,expected",
+    [
+        ([1, 2], "expected an object at dispatch.op_classes, got [1, 2]"),
+        ({"softmaxx": CLASS_TABLE["view"]}, "unknown op class 'softmaxx' at dispatch.op_classes, expected one of view, "),
+        ({"view": 2e-5}, "expected an object at dispatch.op_classes.view, got 2e-05"),
+        ({"view": {"forward_op_s": 2e-5}}, "lacks dispatch.op_classes.view.backward_op_s"),
+        ({"matmul": {"forward_op_s": -1.0, "backward_op_s": 0.0}}, "expected a number >= 0 at dispatch.op_classes.matmul.forward_op_s"),
+        ({"matmul": {"forward_op_s": 1e-5, "backward_op_s": "slow"}}, "expected a finite number at dispatch.op_classes.matmul.backward_op_s"),
+    ],
+)
+def test_corrupt_op_class_table_is_refused_naming_the_key(tmp_path, table, expected):
+    message = refused(write(tmp_path, changed(lambda d: d["dispatch"].update(op_classes=table))))
+    assert expected in message
+    assert "autoplan calibrate" in message

@@ -11,25 +11,31 @@ step runs it:
 
     figure                what is timed (tiny tensors: fixed cost only)
     forward_op_s          a chain of DTensor ops (mm, two views, mul, add per block),
-                          leaves requiring grad so that autograd records as in training;
-                          time per op
+                          leaves requiring grad so that autograd records as in training,
+                          under the apply engine's ``plan_execution``; time per op
     backward_op_s         the same chain, forward + backward, minus the forward;
                           time per forward op (its derivative ops, the autograd engine)
     optimizer             AdamW.step() over DTensor parameters of several sizes: fixed
                           time per parameter and local bytes updated per second (a line fit)
+    op_classes            forward and backward of representative ops of each op class
+                          (``dispatch_classes.py``); the chain's figures price the ops of
+                          no class
 
 Activations are split on the first mesh axis and parameters replicated (a data-parallel
 layout), so no op needs a collective: communication is priced by the collective fits.
+The op points (chain and op classes) run about ``sweep.dispatch_target_s`` per repeat.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.tensor import DTensor, Replicate, Shard
 
+from autoplan.apply import plan_execution
+from autoplan.calibrate.dispatch_classes import OpClassSample, count_op_class_points, measure_op_classes
 from autoplan.calibrate.progress import Progress
 from autoplan.calibrate.timing import Timer
 
@@ -64,20 +70,23 @@ class DispatchSample:
     backward_op_s: float
     """Backward time per forward op of the chain."""
     optimizer: tuple[OptimizerSample, ...]
+    op_classes: tuple[OpClassSample, ...] = ()
+    """Per representative op of each op class: its forward and backward fixed times."""
 
 
 def count_dispatch_points(optimizer_elements: tuple[int, ...]) -> int:
-    return 2 + len(optimizer_elements)
+    return 2 + len(optimizer_elements) + count_op_class_points()
 
 
 def measure_dispatch(mesh: DeviceMesh, optimizer_elements: tuple[int, ...], timer: Timer, progress: Progress) -> DispatchSample:
     """Every rank measures the same points at once; every rank returns the same figures."""
     forward, forward_backward = _chain(mesh)
     ops = CHAIN_BLOCKS * OPS_PER_BLOCK
+    op_timer = replace(timer, sweep=replace(timer.sweep, target_s=timer.sweep.dispatch_target_s))
     with torch.enable_grad():
-        forward_s = timer.seconds(forward)
+        forward_s = op_timer.seconds(forward)
         progress.step("DTensor op, forward")
-        both_s = timer.seconds(forward_backward)
+        both_s = op_timer.seconds(forward_backward)
         progress.step("DTensor op, forward + backward")
     samples = []
     for elements in optimizer_elements:
@@ -85,9 +94,10 @@ def measure_dispatch(mesh: DeviceMesh, optimizer_elements: tuple[int, ...], time
         itemsize = torch.finfo(torch.float32).bits // 8
         samples.append(OptimizerSample(elements, elements * itemsize, seconds))
         progress.step(f"AdamW step, {elements} elements per parameter")
+    op_classes = measure_op_classes(mesh, op_timer, progress)
     # The backward is what the forward + backward adds; a noisy pair could put it below
     # zero, which would mean "no measurable backward": keep it at zero then.
-    return DispatchSample(forward_s / ops, max(both_s - forward_s, 0.0) / ops, tuple(samples))
+    return DispatchSample(forward_s / ops, max(both_s - forward_s, 0.0) / ops, tuple(samples), op_classes)
 
 
 def _activation_placements(mesh: DeviceMesh) -> list:
@@ -111,9 +121,10 @@ def _chain(mesh: DeviceMesh):
 
     def forward():
         h = x
-        for _ in range(CHAIN_BLOCKS):
-            y = torch.mm(h, weight).view(rows, 2, TINY // 2).view(rows, TINY)
-            h = y * scale + h
+        with plan_execution(mesh):  # as a planned model's forward runs
+            for _ in range(CHAIN_BLOCKS):
+                y = torch.mm(h, weight).view(rows, 2, TINY // 2).view(rows, TINY)
+                h = y * scale + h
         return h
 
     def forward_backward():

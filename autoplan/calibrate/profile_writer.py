@@ -20,7 +20,9 @@ What goes where:
   cost stage's roofline.
 - ``dispatch``: the fixed costs of eager DTensor execution measured on the mesh
   (``dispatch.py``): per forward op, per forward op's backward, and ``AdamW.step()``'s
-  time per parameter and bytes per second (a line fitted over parameter sizes).
+  time per parameter and bytes per second (a line fitted over parameter sizes); and
+  ``op_classes``, per op class the mean forward and backward of its representative ops
+  (``dispatch_classes.py``).
 - ``provenance``: how, when and on what it was measured, the sweep, every fit's relative
   RMS error and the raw timings (so a profile can be refitted without rerunning).
 """
@@ -32,6 +34,7 @@ import math
 from dataclasses import dataclass
 
 from autoplan.calibrate.fit import AlphaBetaFit, LineFit, SaturationFit, fit_alpha_beta, fit_line, fit_saturation
+from autoplan.calibrate.dispatch_classes import class_figures
 from autoplan.calibrate.host import ClusterInfo
 from autoplan.calibrate.sizes import Sweep
 from autoplan.calibrate.sweep import CollectiveSample, Measurements
@@ -40,7 +43,8 @@ from autoplan.profile import COLLECTIVES, LINKS, SCHEMA_VERSION, ClusterProfile,
 
 METHOD = (
     "autoplan calibrate: collectives through DTensor redistribute on each mesh axis (all groups at once), "
-    "torch.mm and elementwise add/clone on every rank at once; DTensor op chains (forward, forward + backward) "
+    "torch.mm and elementwise add/clone on every rank at once; DTensor op chains (forward, forward + backward), "
+    "representative DTensor ops of each op class (forward, forward + backward) "
     "and AdamW steps over DTensor parameters on the mesh; median over repeats of the slowest rank; "
     "least-squares fits in log time (fit quality reported as relative RMS error)"
 )
@@ -158,7 +162,7 @@ def fit_all(measured: Measurements, mesh_shape: tuple[int, ...], axis_names: tup
 def dispatch_section(measured: Measurements, fits: Fits, device_type: str) -> dict:
     """The profile's ``dispatch`` object (see ``profile.DispatchCost``)."""
     slope = fits.optimizer.slope
-    return {
+    section = {
         "forward_op_s": _sig(measured.dispatch.forward_op_s),
         "backward_op_s": _sig(measured.dispatch.backward_op_s),
         "optimizer_param_s": _sig(fits.optimizer.intercept),
@@ -166,6 +170,13 @@ def dispatch_section(measured: Measurements, fits: Fits, device_type: str) -> di
         "optimizer_bytes_per_s": _sig(1.0 / slope) if slope > 0 else 1e18,
         "overlaps_device": device_type == "cuda",
     }
+    classes = class_figures(measured.dispatch.op_classes)
+    if classes:
+        section["op_classes"] = {
+            name: {"forward_op_s": _sig(forward), "backward_op_s": _sig(backward)}
+            for name, (forward, backward) in classes.items()
+        }
+    return section
 
 
 def build_profile(run: RunInfo, measured: Measurements, cluster: ClusterInfo) -> dict:
@@ -292,6 +303,7 @@ def _raw(run: RunInfo, measured: Measurements) -> dict:
             "matmul": "[dtype, m, k, n, seconds]",
             "memory": "[op, bytes read and written, seconds]",
             "optimizer": "[local bytes per parameter, seconds per parameter of AdamW.step()]",
+            "dtensor_op_classes": "[op class, ATen op, forward seconds, backward seconds] per call",
         },
         "collectives": collectives,
         "matmul": [[s.dtype, *s.shape, _sig(s.seconds)] for s in measured.matmuls],
@@ -300,6 +312,9 @@ def _raw(run: RunInfo, measured: Measurements) -> dict:
         "dtensor_forward_op_s": _sig(measured.dispatch.forward_op_s),
         "dtensor_backward_op_s": _sig(measured.dispatch.backward_op_s),
         "optimizer": [[s.nbytes, _sig(s.seconds)] for s in measured.dispatch.optimizer],
+        "dtensor_op_classes": [
+            [s.op_class, s.op, _sig(s.forward_s), _sig(s.backward_s)] for s in measured.dispatch.op_classes
+        ],
     }
 
 

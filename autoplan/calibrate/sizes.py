@@ -43,6 +43,10 @@ class Sweep:
     """Wall time aimed at per repeat: fast ops run several iterations per repeat."""
     max_iters: int
     """Cap on the iterations per repeat."""
+    dispatch_target_s: float
+    """Wall time aimed at per repeat of the eager-DTensor op points (``dispatch.py``): longer
+    than ``target_s``, since ranks sharing cores run these host-bound ops in scheduler time
+    slices, and a short repeat sees whichever rank the scheduler left waiting."""
 
     def to_dict(self) -> dict:
         return {
@@ -54,6 +58,7 @@ class Sweep:
             "warmup": self.warmup,
             "repeats": self.repeats,
             "target_s_per_repeat": self.target_s,
+            "dispatch_target_s_per_repeat": self.dispatch_target_s,
         }
 
 
@@ -81,6 +86,7 @@ _GPU_FULL = Sweep(
     repeats=5,
     target_s=0.02,
     max_iters=2000,
+    dispatch_target_s=0.05,
 )
 _CPU_FULL = Sweep(
     message_bytes=_doubling(4 * KIB, 16 * MIB),
@@ -92,6 +98,7 @@ _CPU_FULL = Sweep(
     repeats=7,
     target_s=0.02,
     max_iters=5000,
+    dispatch_target_s=0.25,
 )
 _QUICK = Sweep(
     message_bytes=(4 * KIB, 64 * KIB, 1 * MIB),
@@ -103,6 +110,7 @@ _QUICK = Sweep(
     repeats=2,
     target_s=0.002,
     max_iters=5,
+    dispatch_target_s=0.002,
 )
 
 

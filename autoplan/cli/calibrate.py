@@ -171,6 +171,9 @@ def _print_summary(out: str) -> None:
     print(f"  DTensor eager: {d.forward_op_s * 1e6:.1f} us per forward op, {d.backward_op_s * 1e6:.1f} us of backward per "
           f"forward op; AdamW {d.optimizer_param_s * 1e6:.1f} us per parameter + {d.optimizer_bytes_per_s / 1e9:.3g} GB/s "
           f"(fit error {fits['optimizer']['rel_rms']:.0%})")
+    if d.op_classes:
+        per_class = ", ".join(f"{name} {c.forward_op_s * 1e6:.0f} + {c.backward_op_s * 1e6:.0f}" for name, c in d.op_classes.items())
+        print(f"  per op class, us forward + backward: {per_class}")
     node = f"{profile.devices_per_node} ranks per host"
     if "links_from" in prov:
         node = f"{profile.devices_per_node} devices per node (from {prov['links_from']})"
