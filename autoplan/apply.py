@@ -31,6 +31,7 @@ from autoplan.errors import PlanError
 from autoplan.materialize import empty_shard, initialize, materialize_buffers
 from autoplan.placements import Spec, format_spec, to_placements
 from autoplan.plan import Plan
+from autoplan.tree_paths import map_keyed_leaves, tensor_leaves
 
 
 def apply_plan(model: nn.Module, plan: Plan, device_mesh: DeviceMesh, init=None) -> nn.Module:
@@ -236,21 +237,26 @@ def _as_dtensor(value, mesh: DeviceMesh):
 
 
 def _redistribute_tree(tree, layouts: dict[str, Spec], mesh: DeviceMesh, settle_gradients: bool = False):
-    leaves, spec = tree_flatten_with_path(tree)
-    changed = False
-    out = []
-    for path, leaf in leaves:
-        target = layouts.get(keystr(path))
-        if target is not None and isinstance(leaf, torch.Tensor) and (leaf.is_floating_point() or isinstance(leaf, DTensor)):
-            leaf = _as_dtensor(leaf, mesh)
-            placements = to_placements(target)
-            if tuple(leaf.placements) != placements:
-                leaf = leaf.redistribute(mesh, placements)
-            if settle_gradients and leaf.requires_grad:
-                leaf.register_hook(_settle_gradient(placements, mesh))
-            changed = True
-        out.append(leaf)
-    return tree_unflatten(out, spec) if changed else tree
+    """``tree`` with each tensor the plan lays out (by pytree path) in that layout."""
+
+    def place(key: str, leaf):
+        target = layouts.get(key)
+        if target is None or not isinstance(leaf, torch.Tensor) or not (leaf.is_floating_point() or isinstance(leaf, DTensor)):
+            return leaf
+        leaf = _as_dtensor(leaf, mesh)
+        placements = to_placements(target)
+        if tuple(leaf.placements) != placements:
+            leaf = leaf.redistribute(mesh, placements)
+        if settle_gradients and leaf.requires_grad:
+            leaf.register_hook(_settle_gradient(placements, mesh))
+        return leaf
+
+    placed = map_keyed_leaves(tree, place)
+    if placed is not None:
+        return placed
+    leaves, spec = tree_flatten_with_path(tree)  # a container the fast walk does not know
+    out = [place(keystr(path), leaf) for path, leaf in leaves]
+    return tree if all(new is old for new, (_, old) in zip(out, leaves)) else tree_unflatten(out, spec)
 
 
 def _settle_gradient(placements, mesh: DeviceMesh):
@@ -345,10 +351,9 @@ class _ReplicatePlainOperands(TorchFunctionMode):
             # every rank must read the global value, or ranks take different branches and
             # their collectives no longer match.
             return func(args[0].full_tensor(), *args[1:], **kwargs)
-        leaves, spec = tree_flatten((args, kwargs))
-        if any(isinstance(x, DTensor) for x in leaves) and any(_is_plain(x) for x in leaves):
-            leaves = [_as_dtensor(x, self.mesh) if _is_plain(x) else x for x in leaves]
-            args, kwargs = tree_unflatten(leaves, spec)
+        if _mixes_plain_and_dtensors((args, kwargs)):
+            leaves, spec = tree_flatten((args, kwargs))
+            args, kwargs = tree_unflatten([_as_dtensor(x, self.mesh) if _is_plain(x) else x for x in leaves], spec)
         return func(*args, **kwargs)
 
 
@@ -360,6 +365,18 @@ _TO_PYTHON = {
 
 def _is_plain(value) -> bool:
     return isinstance(value, torch.Tensor) and not isinstance(value, DTensor)
+
+
+def _is_dtensor(value) -> bool:
+    return isinstance(value, DTensor)
+
+
+def _mixes_plain_and_dtensors(tree) -> bool:
+    """Whether ``tree`` holds both a DTensor and a plain tensor (most calls hold one kind)."""
+    tensors = tensor_leaves(tree)
+    if tensors is None:  # a container the fast walk does not know
+        tensors = [x for x in tree_flatten(tree)[0] if isinstance(x, torch.Tensor)]
+    return any(_is_dtensor(x) for x in tensors) and any(_is_plain(x) for x in tensors)
 
 
 def _plain_loss(output):
