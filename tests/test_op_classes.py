@@ -45,3 +45,31 @@ def test_cost_stage_views_and_matmuls_agree_with_the_classes():
 
 def test_calibration_times_every_class_and_only_classed_ops():
     assert {op_class(case.op) for case in _CASES} == set(OP_CLASSES)
+
+
+def test_an_op_dtensor_cannot_run_here_is_skipped(monkeypatch):
+    """On CUDA batch norm runs as cudnn_batch_norm, which has no DTensor rule; an op like it
+    is left out of its class (the class's other ops price it) instead of failing the run."""
+    import io
+
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    from autoplan.calibrate import dispatch_classes
+    from autoplan.calibrate.progress import Progress
+    from autoplan.calibrate.sizes import sweep_for
+    from autoplan.calibrate.timing import Timer
+
+    add = next(case for case in _CASES if case.op == aten.add.Tensor)
+    no_rule = dispatch_classes._Case(aten.histc.default, torch.histc, lambda i: (i.activation(8, 8),))
+    monkeypatch.setattr(dispatch_classes, "_CASES", (no_rule, add))
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=2)
+    try:
+        mesh = init_device_mesh("cpu", (2,))
+        stream = io.StringIO()
+        samples = dispatch_classes.measure_op_classes(mesh, Timer(torch.device("cpu"), sweep_for("cpu", True)), Progress(2, True, stream))
+    finally:
+        dist.destroy_process_group()
+    assert [s.op for s in samples] == ["aten.add.Tensor"]
+    assert "aten.histc.default: DTensor cannot run it here, skipped" in stream.getvalue()
