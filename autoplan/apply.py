@@ -240,8 +240,10 @@ def _redistribute_tree(tree, layouts: dict[str, Spec], mesh: DeviceMesh, settle_
     """``tree`` with each tensor the plan lays out (by pytree path) in that layout."""
 
     def place(key: str, leaf):
+        # Integer tensors too: position ids the model makes (plain, the same on every rank)
+        # and looks up split, as planned, so that the embedding's gradient is partial there.
         target = layouts.get(key)
-        if target is None or not isinstance(leaf, torch.Tensor) or not (leaf.is_floating_point() or isinstance(leaf, DTensor)):
+        if target is None or not isinstance(leaf, torch.Tensor):
             return leaf
         leaf = _as_dtensor(leaf, mesh)
         placements = to_placements(target)
