@@ -30,6 +30,7 @@ from autoplan.dtensor_rules import op_by_name, register_builtin_rules, register_
 from autoplan.errors import PlanError
 from autoplan.materialize import empty_shard, initialize, materialize_buffers
 from autoplan.placements import Spec, format_spec, to_placements
+from autoplan.saved_inputs import remember_saved_moves
 from autoplan.plan import Plan
 from autoplan.tree_paths import map_keyed_leaves, tensor_leaves
 
@@ -325,7 +326,7 @@ def plan_execution(mesh: DeviceMesh):
     """What a planned model's forward runs under (entered by the root module's pre-hook, left
     by its forward hook): DTensor's implicit replication and ``_ReplicatePlainOperands``.
     ``autoplan calibrate`` times its DTensor ops under it too, so that they pay what a step's ops pay."""
-    with implicit_replication(), _ReplicatePlainOperands(mesh):
+    with implicit_replication(), _ReplicatePlainOperands(mesh), remember_saved_moves():
         yield
 
 

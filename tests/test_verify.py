@@ -195,7 +195,7 @@ def test_cli_verify_numerics_compares_with_one_device_on_gloo(tmp_path, capsys):
     assert "numerics on 8 gloo processes" in out and "(ok)" in out
 
 
-BASELINE_CASES = [(model, baseline) for model in ("transformer", "gpt2") for baseline in ("data_parallel", "megatron")]
+BASELINE_CASES = [(model, baseline) for model in ("transformer", "gpt2", "llama") for baseline in ("data_parallel", "megatron")]
 
 
 @pytest.mark.parametrize("model,baseline", BASELINE_CASES, ids=[f"{m}-{b}" for m, b in BASELINE_CASES])
@@ -205,7 +205,9 @@ def test_baseline_plans_run_their_prediction(model, baseline):
     split on dp for its position embedding and gathered where they meet the batch-split
     token embeddings: DTensor must gather them whole, not split both on the idle tp axis
     to gather a quarter (``strategy_choice.py``), and the embedding must look them up
-    split as planned, plain integer tensor though they are."""
+    split as planned, plain integer tensor though they are. Llama's rotary cos and sin,
+    split likewise, are gathered for ``q * cos`` once: the product's backward reuses the
+    gathered ``cos`` (``saved_inputs.py``)."""
     from autoplan.baselines import baseline_for_problem
     from autoplan.model_file import load_model_file
     from autoplan.pinning import prepare_problem
