@@ -30,6 +30,7 @@ from autoplan.dtensor_rules import op_by_name, register_builtin_rules, register_
 from autoplan.errors import PlanError
 from autoplan.materialize import empty_shard, initialize, materialize_buffers
 from autoplan.placements import Spec, format_spec, to_placements
+from autoplan.saved_inputs import remember_saved_moves
 from autoplan.plan import Plan
 from autoplan.tree_paths import map_keyed_leaves, tensor_leaves
 
@@ -240,8 +241,10 @@ def _redistribute_tree(tree, layouts: dict[str, Spec], mesh: DeviceMesh, settle_
     """``tree`` with each tensor the plan lays out (by pytree path) in that layout."""
 
     def place(key: str, leaf):
+        # Integer tensors too: position ids the model makes (plain, the same on every rank)
+        # and looks up split, as planned, so that the embedding's gradient is partial there.
         target = layouts.get(key)
-        if target is None or not isinstance(leaf, torch.Tensor) or not (leaf.is_floating_point() or isinstance(leaf, DTensor)):
+        if target is None or not isinstance(leaf, torch.Tensor):
             return leaf
         leaf = _as_dtensor(leaf, mesh)
         placements = to_placements(target)
@@ -323,7 +326,7 @@ def plan_execution(mesh: DeviceMesh):
     """What a planned model's forward runs under (entered by the root module's pre-hook, left
     by its forward hook): DTensor's implicit replication and ``_ReplicatePlainOperands``.
     ``autoplan calibrate`` times its DTensor ops under it too, so that they pay what a step's ops pay."""
-    with implicit_replication(), _ReplicatePlainOperands(mesh):
+    with implicit_replication(), _ReplicatePlainOperands(mesh), remember_saved_moves():
         yield
 
 

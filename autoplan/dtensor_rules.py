@@ -14,6 +14,8 @@
 - Reshapes without strided shards (``view_rules.py``): DTensor's rules for the reshaping
   views are wrapped so that no view makes a ``_StridedShard``, a placement the planner
   cannot plan; the input is replicated on that axis first, as the plan priced it.
+- Strategy choice (``strategy_choice.py``): where DTensor must move an input anyway, it no
+  longer splits a value on an axis where it arrives replicated just to shrink that move.
 
 Registration is process-wide and idempotent; rules DTensor already has are never replaced,
 only the reshaping views' are wrapped.
@@ -26,6 +28,7 @@ from torch.distributed.tensor import DTensor, Replicate, Shard
 from torch.distributed.tensor._op_schema import OpSchema, OpSpec, OpStrategy, RuntimeSchemaInfo
 
 from autoplan.errors import PlanError
+from autoplan.strategy_choice import keep_replicated_axes_whole
 from autoplan.view_rules import keep_views_unstrided
 
 aten = torch.ops.aten
@@ -92,6 +95,7 @@ def register_builtin_rules() -> None:
         RuntimeSchemaInfo(6, static_kwargkey=["scale"]),
     )
     keep_views_unstrided()
+    keep_replicated_axes_whole()
 
 
 def _replicate_everything(op_schema: OpSchema) -> OpStrategy:

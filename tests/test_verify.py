@@ -193,3 +193,27 @@ def test_cli_verify_numerics_compares_with_one_device_on_gloo(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "collectives: passed" in out
     assert "numerics on 8 gloo processes" in out and "(ok)" in out
+
+
+BASELINE_CASES = [(model, baseline) for model in ("transformer", "gpt2", "llama") for baseline in ("data_parallel", "megatron")]
+
+
+@pytest.mark.parametrize("model,baseline", BASELINE_CASES, ids=[f"{m}-{b}" for m, b in BASELINE_CASES])
+def test_baseline_plans_run_their_prediction(model, baseline):
+    """A baseline (``autoplan.baselines``, built as ``benchmarks/fidelity.py`` builds it) on
+    2x4 runs exactly its prediction. GPT-2's position ids (made in the model, batch 1) are
+    split on dp for its position embedding and gathered where they meet the batch-split
+    token embeddings: DTensor must gather them whole, not split both on the idle tp axis
+    to gather a quarter (``strategy_choice.py``), and the embedding must look them up
+    split as planned, plain integer tensor though they are. Llama's rotary cos and sin,
+    split likewise, are gathered for ``q * cos`` once: the product's backward reuses the
+    gathered ``cos`` (``saved_inputs.py``)."""
+    from autoplan.baselines import baseline_for_problem
+    from autoplan.model_file import load_model_file
+    from autoplan.pinning import prepare_problem
+
+    loaded = load_model_file(example_path(model))
+    problem = prepare_problem(loaded.model, loaded.example_inputs, (2, 4), ("dp", "tp"), "cpu-gloo")
+    plan = baseline_for_problem(baseline, problem).plan
+    result = _verify(model, plan)
+    assert result.passed, "\n" + result.summary()

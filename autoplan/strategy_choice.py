@@ -1,0 +1,63 @@
+"""DTensor's choice of an op strategy, kept from splitting values on axes the plan leaves them whole.
+
+When no strategy of an op takes its inputs as they arrive, DTensor runs the one whose
+input redistributions cost least, judged op by op. Chunking a replicated input on
+another mesh axis is free and makes the collective that remains smaller, so DTensor
+prefers it: ``x (S(0), R) + pos (S(1), R)`` on a dp x tp mesh runs as ``(S(0), S(2))``,
+all-gathering ``pos`` on dp a quarter the size, and the output, now split on tp, is
+all-gathered back on tp by the next op or module boundary that wants it whole (and its
+gradient comes back split on tp as well). The planner priced that path too, found it
+dearer over the whole step, and chose the strategy that leaves tp alone.
+
+``keep_replicated_axes_whole`` wraps DTensor's selection: where the strategy it picks has
+to move an input anyway (its cost is positive) and splits an input that arrives
+replicated on some axis, the cheapest strategy that splits no such input runs instead,
+if there is one. Strategies that move nothing, or only chunk (cost zero), are DTensor's
+choice as before. Installed process-wide (``dtensor_rules.register_builtin_rules``).
+"""
+
+from __future__ import annotations
+
+import torch.distributed.tensor._sharding_prop as _sharding_prop
+from torch.distributed.tensor._op_schema import OpSchema, OpSpec, OpStrategy
+
+_dtensor_choice = _sharding_prop._select_min_cost_strategy
+
+
+def _cost(spec: OpSpec) -> float:
+    return sum(sum(costs) for costs in spec.redistribute_cost)
+
+
+def _splits_replicated(spec: OpSpec, op_schema: OpSchema) -> bool:
+    """Whether ``spec`` shards an input on an axis where it arrives replicated."""
+    if spec.input_specs is None:
+        return False
+    for arrived, wanted in zip(op_schema.args_spec, spec.input_specs):
+        for have, want in zip(arrived.placements, wanted.placements):
+            if have.is_replicate() and want.is_shard():
+                return True
+    return False
+
+
+def _select(strategy: OpStrategy, op_schema: OpSchema | None = None) -> OpSpec:
+    chosen = _dtensor_choice(strategy, op_schema)
+    if op_schema is None or not _splits_replicated(chosen, op_schema):
+        return chosen
+    try:
+        cost = _cost(chosen)
+        if not cost > 0:
+            return chosen
+        whole = [s for s in strategy.strategies if not _splits_replicated(s, op_schema) and _cost(s) < float("inf")]
+    except TypeError:  # symbolic costs: leave the choice to DTensor
+        return chosen
+    return min(whole, key=_cost) if whole else chosen
+
+
+def keep_replicated_axes_whole() -> None:
+    """Install the selection above (idempotent); cached propagations are dropped."""
+    if _sharding_prop._select_min_cost_strategy is _select:
+        return
+    _sharding_prop._select_min_cost_strategy = _select
+    from torch.distributed.tensor import DTensor
+
+    DTensor._op_dispatcher.sharding_propagator.propagate_op_sharding.cache_clear()
