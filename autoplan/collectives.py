@@ -53,9 +53,8 @@ def step_collectives(costed: CostedGraph, choice: dict[str, int]) -> Counter:
     partial: dict[tuple[str, int], float] = {}
     for u, v, k, data in graph.edges(keys=True, data=True):
         producer, consumer = graph.nodes[u], graph.nodes[v]
-        src_outputs = producer["strategies"][choice[u]].outputs
         out_index = data["out_index"]
-        src = src_outputs[out_index] if out_index < len(src_outputs) else src_outputs[0]
+        src = producer["strategies"][choice[u]].output(out_index)
         strategy = consumer["strategies"][choice[v]]
         dst = strategy.inputs[k]
         nbytes = tensor_bytes(output_values(producer)[out_index])

@@ -247,8 +247,7 @@ def _edge_cost(choices, profile, u, v, k, out_index, mesh_shape, moves: dict) ->
     rows: dict[Spec, int] = {}
     row_of = []
     for s in producer["strategies"]:
-        spec = s.outputs[out_index] if out_index < len(s.outputs) else s.outputs[0]
-        row_of.append(rows.setdefault(spec, len(rows)))
+        row_of.append(rows.setdefault(s.output(out_index), len(rows)))
     cols: dict[Spec, int] = {}
     col_of = [cols.setdefault(s.inputs[k], len(cols)) for s in graph.nodes[v]["strategies"]]
     nbytes = tensor_bytes(value)

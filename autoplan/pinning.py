@@ -136,7 +136,7 @@ class Pins:
     def value(self, node: str, out_index: int, spec: Spec, what: str, strict: bool = False) -> bool:
         """The value ``node`` outputs at ``out_index`` has placements ``spec``."""
         spec = tuple(spec)
-        return self.require(node, lambda s: _output(s, out_index) == spec, f"{what} as {format_spec(spec)}", strict)
+        return self.require(node, lambda s: s.output(out_index) == spec, f"{what} as {format_spec(spec)}", strict)
 
     def consumed(self, node: str, input_index: int, spec: Spec, what: str) -> bool:
         """``node`` reads its input ``input_index`` with placements ``spec``."""
@@ -271,8 +271,3 @@ def solve_pinned(problem: Problem, pins: Pins | None = None, time_limit_s: float
     if not fits:
         extra.append(f"this layout does not fit the {problem.budget_bytes / GIB:.3g} GiB per-device budget")
     return build_plan(problem.costed, choice, solution, extra_warnings=tuple(extra)), solution, fits
-
-
-def _output(strategy: Strategy, out_index: int):
-    outputs = strategy.outputs
-    return outputs[out_index] if out_index < len(outputs) else outputs[0]

@@ -24,8 +24,7 @@ def build_plan(costed: CostedGraph, choice: dict[str, int], solution: Solution, 
     traced = choices.traced
 
     def output_spec(name: str, out_index: int = 0):
-        outputs = graph.nodes[name]["strategies"][choice[name]].outputs
-        return outputs[out_index] if out_index < len(outputs) else outputs[0]
+        return graph.nodes[name]["strategies"][choice[name]].output(out_index)
 
     parameters, shapes = {}, {}
     for node, fqns in traced.parameters.items():
@@ -91,8 +90,7 @@ def _moved_inplace_selves(graph, choice: dict[str, int]) -> list[str]:
         target = graph.nodes[v]["fx_node"].target
         if k != 0 or not isinstance(target, torch._ops.OpOverload) or not is_inplace(target):
             continue
-        outputs = graph.nodes[u]["strategies"][choice[u]].outputs
-        made = outputs[data["out_index"]] if data["out_index"] < len(outputs) else outputs[0]
+        made = graph.nodes[u]["strategies"][choice[u]].output(data["out_index"])
         wanted = graph.nodes[v]["strategies"][choice[v]].inputs[0]
         if made != wanted:
             found.append(

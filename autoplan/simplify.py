@@ -52,8 +52,7 @@ def merge_followers(costed: CostedGraph, regions: dict | None = None, keep=froze
     def spec_seen(node: str, out_index: int, leader_strategy: int):
         """Spec ``node`` outputs at ``out_index`` when its leader uses ``leader_strategy``."""
         own = followers[node][1][leader_strategy] if node in followers else leader_strategy
-        outputs = graph.nodes[node]["strategies"][own].outputs
-        return outputs[out_index] if out_index < len(outputs) else outputs[0]
+        return graph.nodes[node]["strategies"][own].output(out_index)
 
     for name in graph.nodes:  # graph order: producers first
         in_edges = list(graph.in_edges(name, keys=True, data=True))

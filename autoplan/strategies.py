@@ -42,6 +42,11 @@ class Strategy:
     inputs: tuple[Spec, ...]
     """Required placement of each tensor input, in flattened argument order."""
 
+    def output(self, index: int) -> Spec | None:
+        """Placement of output ``index`` (as ``getitem`` reads it); a strategy that lists
+        fewer outputs than the op has gives its first for the rest."""
+        return self.outputs[index] if index < len(self.outputs) else self.outputs[0]
+
 
 def tensor_meta(value: torch.Tensor) -> TensorMeta:
     return TensorMeta(tuple(value.shape), tuple(value.stride()), value.dtype)
