@@ -30,8 +30,8 @@ from autoplan.dtensor_rules import op_by_name, register_builtin_rules, register_
 from autoplan.errors import PlanError
 from autoplan.materialize import empty_shard, initialize, materialize_buffers
 from autoplan.placements import Spec, format_spec, to_placements
-from autoplan.saved_inputs import remember_saved_moves
 from autoplan.plan import Plan
+from autoplan.saved_inputs import remember_saved_moves
 from autoplan.tree_paths import map_keyed_leaves, tensor_leaves
 
 
@@ -324,7 +324,8 @@ def _wrap_root(model: nn.Module, plan: Plan, mesh: DeviceMesh) -> None:
 @contextmanager
 def plan_execution(mesh: DeviceMesh):
     """What a planned model's forward runs under (entered by the root module's pre-hook, left
-    by its forward hook): DTensor's implicit replication and ``_ReplicatePlainOperands``.
+    by its forward hook): DTensor's implicit replication, ``_ReplicatePlainOperands`` and
+    ``saved_inputs.remember_saved_moves``.
     ``autoplan calibrate`` times its DTensor ops under it too, so that they pay what a step's ops pay."""
     with implicit_replication(), _ReplicatePlainOperands(mesh), remember_saved_moves():
         yield
