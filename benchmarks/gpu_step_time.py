@@ -133,13 +133,13 @@ def report(models, profiles, plans: Path, measured: dict) -> None:
     rows = []
     for model in models:
         m = measured[model]
+        predicted = {profile: Plan.load(plan_path(plans, model, profile)).predicted for profile in profiles}
         cells, row = [], {"model": model, **m, "predicted_s": {}}
-        for profile in profiles:
-            predicted = Plan.load(plan_path(plans, model, profile)).predicted
-            row["predicted_s"][profile] = predicted.step_time_s
-            error = predicted.step_time_s / m["applied_s"] - 1
-            cells.append(f"{predicted.step_time_s * 1e3:>20.1f} ({error:+6.1%})")
-        peak = Plan.load(plan_path(plans, model, profiles[0])).predicted.peak_memory_bytes
+        for profile, prediction in predicted.items():
+            row["predicted_s"][profile] = prediction.step_time_s
+            error = prediction.step_time_s / m["applied_s"] - 1
+            cells.append(f"{prediction.step_time_s * 1e3:>20.1f} ({error:+6.1%})")
+        peak = predicted[profiles[0]].peak_memory_bytes
         print(f"{model:<12} {m['plain_s'] * 1e3:>9.1f} {m['applied_s'] * 1e3:>10.1f}  " + "  ".join(cells)
               + f"  {peak / 2**30:>8.1f} / {m['peak_bytes'] / 2**30:<7.1f}")
         rows.append(row)
