@@ -28,11 +28,13 @@ from torch.utils._pytree import keystr, tree_flatten, tree_flatten_with_path, tr
 
 from autoplan.dtensor_rules import op_by_name, register_builtin_rules, register_replicate_fallback
 from autoplan.errors import PlanError
+from autoplan.fake_kernels import install_for_process
 from autoplan.materialize import empty_shard, initialize, materialize_buffers
 from autoplan.placements import Spec, format_spec, to_placements
 from autoplan.plan import Plan
 from autoplan.saved_inputs import remember_saved_moves
 from autoplan.tree_paths import map_keyed_leaves, tensor_leaves
+from autoplan.training_call import training_kwargs
 
 
 def apply_plan(model: nn.Module, plan: Plan, device_mesh: DeviceMesh, init=None) -> nn.Module:
@@ -44,6 +46,7 @@ def apply_plan(model: nn.Module, plan: Plan, device_mesh: DeviceMesh, init=None)
     _check_mesh(plan, device_mesh)
     _check_model(model, plan)
     register_builtin_rules()
+    install_for_process()
     for name in plan.fallback_ops:
         register_replicate_fallback(op_by_name(name))
     born_meta = _distribute_parameters(model, plan, device_mesh)
@@ -310,7 +313,8 @@ def _wrap_root(model: nn.Module, plan: Plan, mesh: DeviceMesh) -> None:
             if isinstance(leaf, torch.Tensor) and not isinstance(leaf, DTensor) and layout is not None:
                 leaf = DTensor.from_local(leaf, mesh, to_placements(layout.placements), run_check=False)
             out.append(leaf)
-        return tree_unflatten(out, spec)
+        args, kwargs = tree_unflatten(out, spec)
+        return args, training_kwargs(module, kwargs)
 
     def leave(module, args, output):
         if contexts:

@@ -92,6 +92,14 @@ def build_choices(traced: TracedGraph, mesh_shape: tuple[int, ...], axis_names: 
             if node.name in traced.trainable:
                 requires_grad.add(node.name)
             continue
+        if node.op == "get_attr":
+            # A tensor the forward built from Python data (``torch.tensor(...)``: ALiBi
+            # slopes, a cache's empty start): the same on every rank, like an arange.
+            graph.add_node(
+                node.name, kind=CONSTANT, fx_node=node, module=module_of[node.name],
+                strategies=[_replicate_all(node, 0, len(mesh_shape))], requires_grad=False,
+            )
+            continue
         if node.op != "call_function":
             continue
         if node.target is operator.getitem:

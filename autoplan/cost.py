@@ -27,10 +27,11 @@ from dataclasses import dataclass
 
 import torch
 from torch.utils._pytree import tree_flatten
-from torch.utils.flop_counter import flop_registry
+from torch.utils.flop_counter import flop_registry, sdpa_flop_count
 
 from autoplan.choices import BUFFER, CONSTANT, INPUT, PARAMETER, ChoiceGraph
 from autoplan.comm import collective_seconds, redistribute_seconds
+from autoplan.fused_attention import FUSED_FORWARD
 from autoplan.op_classes import op_class
 from autoplan.placements import Spec, shard_factor
 from autoplan.profile import ClusterProfile
@@ -165,6 +166,9 @@ def optimizer_seconds(profile: ClusterProfile, local_bytes: float) -> float:
 
 
 def _flops(node) -> float:
+    if node.target is FUSED_FORWARD:  # torch's counter has no formula for the CPU kernel
+        query, key, value = (a.meta["val"] for a in node.args[:3])
+        return float(sdpa_flop_count(query.shape, key.shape, value.shape))
     formula = flop_registry.get(node.target.overloadpacket) if hasattr(node.target, "overloadpacket") else None
     if formula is None:
         return 0.0

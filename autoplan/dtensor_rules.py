@@ -2,10 +2,10 @@
 
 - CPU fused attention. On a CPU mesh (gloo) PyTorch runs ``scaled_dot_product_attention``
   as ``_scaled_dot_product_flash_attention_for_cpu``, for which DTensor has no rule; on
-  meta tensors, where autoplan traces, the same call decomposes into matmuls and softmax.
-  The rule below allows what attention allows on each mesh axis: replicate everything,
-  shard the batch dim, or shard the heads dim (of q, k, v, the output and the log-sum-exp
-  alike), so the fused kernel runs where the planner priced the decomposition.
+  meta tensors autoplan traces the call as that op too (``fused_attention.py``). The rule
+  below allows what attention allows on each mesh axis: replicate everything, shard the
+  batch dim, or shard the heads dim (of q, k, v, the output and the log-sum-exp alike; an
+  ``attn_mask`` follows where it has the dim whole), as DTensor's GPU attention rules do.
 - Replicate fallback. An op DTensor has no rule for is planned replicated (the plan lists
   it in ``fallback_ops`` and in its warnings); ``register_replicate_fallback`` lets DTensor
   run it that way: every input is gathered to Replicate and the op runs on whole tensors,
@@ -53,33 +53,40 @@ def _tensor_args(op_schema: OpSchema) -> list[OpStrategy]:
     return [arg for arg in op_schema.args_schema if isinstance(arg, OpStrategy)]
 
 
-def _attention_rows(num_outputs: int, num_inputs: int, has_mask: bool) -> list[list]:
-    """Per-axis placements (outputs then inputs): all replicated, batch-sharded, head-sharded."""
-    rows = [[Replicate()] * (num_outputs + num_inputs)]
-    if not has_mask:  # a mask may broadcast over batch or heads: keep it simple and replicate
-        for dim in (_BATCH_DIM, _HEADS_DIM):
-            rows.append([Shard(dim)] * (num_outputs + num_inputs))
+def _attention_rows(num_outputs: int, num_inputs: int, mask_shape: tuple | None) -> list[list]:
+    """Per-axis placements (outputs, inputs, then the mask): all replicated, batch-sharded,
+    head-sharded. The mask (``attn_mask``, broadcast against the scores) follows a sharded
+    dim where it has that dim whole, and is read replicated where it broadcasts over it."""
+    extra = [] if mask_shape is None else [Replicate()]
+    rows = [[Replicate()] * (num_outputs + num_inputs) + extra]
+    for dim in (_BATCH_DIM, _HEADS_DIM):
+        if mask_shape is not None:
+            mask_dim = dim - (4 - len(mask_shape))
+            extra = [Shard(mask_dim) if mask_dim >= 0 and mask_shape[mask_dim] > 1 else Replicate()]
+        rows.append([Shard(dim)] * (num_outputs + num_inputs) + extra)
     return rows
 
 
-def _cpu_attention_forward(op_schema: OpSchema) -> OpStrategy:
+def _mask_shape(op_schema: OpSchema) -> tuple | None:
+    mask = op_schema.kwargs_schema.get("attn_mask")
+    return tuple(mask.strategies[0].output_spec.tensor_meta.shape) if isinstance(mask, OpStrategy) else None
+
+
+def _cpu_attention(op_schema: OpSchema, num_outputs: int, input_index: int) -> OpStrategy:
     from torch.distributed.tensor._ops.utils import expand_to_full_mesh_op_strategy
 
     mesh = op_schema.get_mesh_from_args()
     inputs = _tensor_args(op_schema)
-    has_mask = op_schema.kwargs_schema.get("attn_mask") is not None
-    rows = _attention_rows(2, len(inputs), has_mask)  # outputs: attention output, log-sum-exp
-    return expand_to_full_mesh_op_strategy(mesh, op_schema, rows, input_index=2)
+    rows = _attention_rows(num_outputs, len(inputs), _mask_shape(op_schema))
+    return expand_to_full_mesh_op_strategy(mesh, op_schema, rows, input_index=input_index)
+
+
+def _cpu_attention_forward(op_schema: OpSchema) -> OpStrategy:
+    return _cpu_attention(op_schema, 2, 2)  # outputs: attention output, log-sum-exp
 
 
 def _cpu_attention_backward(op_schema: OpSchema) -> OpStrategy:
-    from torch.distributed.tensor._ops.utils import expand_to_full_mesh_op_strategy
-
-    mesh = op_schema.get_mesh_from_args()
-    inputs = _tensor_args(op_schema)  # grad_out, q, k, v, out, logsumexp
-    has_mask = op_schema.kwargs_schema.get("attn_mask") is not None
-    rows = _attention_rows(3, len(inputs), has_mask)  # outputs: grad q, k, v
-    return expand_to_full_mesh_op_strategy(mesh, op_schema, rows, input_index=3)
+    return _cpu_attention(op_schema, 3, 3)  # inputs: grad_out, q, k, v, out, logsumexp; outputs: grad q, k, v
 
 
 def register_builtin_rules() -> None:

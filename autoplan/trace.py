@@ -18,7 +18,10 @@ from torch.utils._pytree import keystr, tree_flatten_with_path
 
 from autoplan import opaque
 from autoplan.errors import TraceError
+from autoplan.fake_kernels import device_dtype_kernels
+from autoplan.fused_attention import FusedAttention
 from autoplan.loss import training_loss
+from autoplan.training_call import training_kwargs
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,7 +85,7 @@ def trace_model(model: nn.Module, example_inputs) -> TracedGraph:
     recorder = _CallRecorder(model)
 
     def step(params, buffers, args, kwargs):
-        output = torch.func.functional_call(model, {**params, **buffers}, args, kwargs)
+        output = torch.func.functional_call(model, {**params, **buffers}, args, training_kwargs(model, kwargs))
         return training_loss(output)
 
     opaque_classes: set[type] = set()
@@ -90,8 +93,10 @@ def trace_model(model: nn.Module, example_inputs) -> TracedGraph:
         model.train()
         regions = opaque.install(model, opaque_classes)
         try:
-            with recorder:
-                gm = make_fx(step, tracing_mode="fake")(params, buffers, args, kwargs)
+            with recorder, device_dtype_kernels(), FusedAttention():
+                # Tensors the forward builds from Python data on the meta device (``torch.tensor``
+                # in a module's forward) become graph constants instead of failing the trace.
+                gm = make_fx(step, tracing_mode="fake", _allow_non_fake_inputs=True)(params, buffers, args, kwargs)
             break
         except Exception as err:  # tracing errors come from anywhere in user code
             culprit = opaque.failing_module(err, model) if opaque.is_data_dependent(err) else None

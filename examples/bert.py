@@ -44,7 +44,6 @@ def _bert(vocab, width, heads, layers, inter, batch, seq):
         max_position_embeddings=max(seq, 64),
         hidden_dropout_prob=0.0,
         attention_probs_dropout_prob=0.0,
-        attn_implementation="eager",
         tie_word_embeddings=True,
     )
     return BertForMaskedLM(config)

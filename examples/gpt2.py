@@ -39,8 +39,6 @@ def _gpt2(vocab, width, heads, layers, batch, seq):
         resid_pdrop=0.0,
         embd_pdrop=0.0,
         attn_pdrop=0.0,
-        attn_implementation="eager",
-        use_cache=False,
         tie_word_embeddings=True,
         bos_token_id=vocab - 1,
         eos_token_id=vocab - 1,

@@ -40,8 +40,6 @@ def _llama(vocab, width, inter, heads, kv_heads, layers, batch, seq):
         num_attention_heads=heads,
         num_key_value_heads=kv_heads,
         max_position_embeddings=max(seq, 256),
-        attn_implementation="eager",
-        use_cache=False,
         tie_word_embeddings=False,
     )
     return AutoModelForCausalLM.from_config(config)

@@ -54,8 +54,6 @@ def _llama3(size: str, **overrides):
         max_position_embeddings=8192,
         rope_theta=500000.0,
         rms_norm_eps=1e-5,
-        attn_implementation="eager",
-        use_cache=False,
         tie_word_embeddings=False,
         dtype=torch.bfloat16,
         **{**SHAPES[size], **overrides},

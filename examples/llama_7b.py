@@ -21,8 +21,6 @@ def build_model():
         num_attention_heads=32,
         num_key_value_heads=32,
         max_position_embeddings=4096,
-        attn_implementation="eager",
-        use_cache=False,
         tie_word_embeddings=False,
         dtype=torch.bfloat16,
     )

@@ -22,8 +22,6 @@ def build_model():
         num_attention_heads=4,
         num_key_value_heads=2,
         max_position_embeddings=64,
-        attn_implementation="eager",
-        use_cache=False,
         tie_word_embeddings=False,
     )
     return AutoModelForCausalLM.from_config(config)

@@ -44,9 +44,6 @@ def _mixtral(vocab, width, inter, experts, heads, kv_heads, layers, batch, seq):
         max_position_embeddings=max(seq, 64),
         router_aux_loss_coef=0.0,
         output_router_logits=False,
-        attn_implementation="eager",
-        experts_implementation="eager",  # transformers' reference loop over experts
-        use_cache=False,
         tie_word_embeddings=False,
     )
     return MixtralForCausalLM(config)

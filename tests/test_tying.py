@@ -19,7 +19,7 @@ def tiny_llama(layers: int) -> nn.Module:
     config = LlamaConfig(
         vocab_size=VOCAB, hidden_size=64, intermediate_size=160, num_hidden_layers=layers,
         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
-        attn_implementation="eager", use_cache=False, tie_word_embeddings=False,
+        tie_word_embeddings=False,
     )
     return AutoModelForCausalLM.from_config(config)
 

@@ -1,0 +1,47 @@
+"""Trace ``scaled_dot_product_attention`` as the fused kernel a device runs, not as its math.
+
+On meta tensors PyTorch has no fused attention backend, so ``F.scaled_dot_product_attention``
+(transformers' default ``attn_implementation="sdpa"``) decomposes into matmuls, a softmax
+and an s x s score matrix. A real device runs one fused kernel instead (flash or
+memory-efficient attention on a GPU, ``_scaled_dot_product_flash_attention_for_cpu`` on
+a CPU), which DTensor shards by batch or heads and which saves only its output and the
+log-sum-exp for the backward. Planning the decomposition would price collectives and
+memory that never happen.
+
+``FusedAttention``, active while ``trace.py`` traces, records each such call as the CPU
+fused op. Its sharding rule (``dtensor_rules.py``) allows what the GPU kernels' rules
+allow, so the plan is the same wherever it runs; at run time the applied model calls
+``F.scaled_dot_product_attention`` as written and the device picks its kernel. Calls the
+fused kernel cannot take (query and key/value head counts that differ, which only the
+math path broadcasts) are left to decompose.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch.overrides import TorchFunctionMode
+
+aten = torch.ops.aten
+FUSED_FORWARD = aten._scaled_dot_product_flash_attention_for_cpu.default
+FUSED_BACKWARD = aten._scaled_dot_product_flash_attention_for_cpu_backward.default
+
+
+class FusedAttention(TorchFunctionMode):
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is F.scaled_dot_product_attention:
+            fused = _fused(*args, **kwargs)
+            if fused is not None:
+                return fused
+        return func(*args, **kwargs)
+
+
+def _fused(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+    if query.dim() != 4 or query.shape[1] != key.shape[1] or key.shape[1] != value.shape[1]:
+        return None
+    if attn_mask is not None and attn_mask.dtype == torch.bool:
+        # As the fused path does before its kernel: True keeps a score, False masks it out.
+        attn_mask = torch.zeros_like(attn_mask, dtype=query.dtype).masked_fill(attn_mask.logical_not(), float("-inf"))
+    output, _ = FUSED_FORWARD(query, key, value, dropout_p, is_causal, attn_mask=attn_mask, scale=scale)
+    return output
