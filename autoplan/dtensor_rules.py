@@ -6,6 +6,10 @@
   below allows what attention allows on each mesh axis: replicate everything, shard the
   batch dim, or shard the heads dim (of q, k, v, the output and the log-sum-exp alike; an
   ``attn_mask`` follows where it has the dim whole), as DTensor's GPU attention rules do.
+- ``fill_`` with a tensor value. ``x[..., 0] = 0`` (T5 shifting its labels) fills a view
+  with a 0-dim tensor; DTensor has a rule for ``fill_.Scalar`` only. The tensor keeps its
+  layout (a partial one is gathered first: filling a share would not fill the sum) and the
+  value is read replicated.
 - Replicate fallback. An op DTensor has no rule for is planned replicated (the plan lists
   it in ``fallback_ops`` and in its warnings); ``register_replicate_fallback`` lets DTensor
   run it that way: every input is gathered to Replicate and the op runs on whole tensors,
@@ -89,6 +93,21 @@ def _cpu_attention_backward(op_schema: OpSchema) -> OpStrategy:
     return _cpu_attention(op_schema, 3, 3)  # inputs: grad_out, q, k, v, out, logsumexp; outputs: grad q, k, v
 
 
+def _fill_with_tensor(op_schema: OpSchema) -> OpStrategy:
+    from torch.distributed.tensor._dtensor_spec import DTensorSpec
+
+    target, value = op_schema.args_schema[:2]
+    mesh = op_schema.get_mesh_from_args()
+    strategies = []
+    for option in target.strategies:
+        spec = option.output_spec
+        placements = tuple(Replicate() if p.is_partial() else p for p in spec.placements)
+        kept = DTensorSpec(mesh, placements, spec.tensor_meta)
+        value_spec = DTensorSpec(mesh, (Replicate(),) * mesh.ndim, value.strategies[0].output_spec.tensor_meta)
+        strategies.append(OpSpec(output_specs=kept, input_specs=[kept, value_spec]))
+    return OpStrategy(strategies)
+
+
 def register_builtin_rules() -> None:
     """Rules autoplan always adds (see the module docstring)."""
     _register(
@@ -101,6 +120,7 @@ def register_builtin_rules() -> None:
         _cpu_attention_backward,
         RuntimeSchemaInfo(6, static_kwargkey=["scale"]),
     )
+    _register(aten.fill_.Tensor, _fill_with_tensor, RuntimeSchemaInfo())
     keep_views_unstrided()
     keep_replicated_axes_whole()
 

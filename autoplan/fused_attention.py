@@ -12,8 +12,9 @@ memory that never happen.
 fused op. Its sharding rule (``dtensor_rules.py``) allows what the GPU kernels' rules
 allow, so the plan is the same wherever it runs; at run time the applied model calls
 ``F.scaled_dot_product_attention`` as written and the device picks its kernel. Calls the
-fused kernel cannot take (query and key/value head counts that differ, which only the
-math path broadcasts) are left to decompose.
+fused kernel cannot take are left to decompose, as they do at run time: query and key/value
+head counts that differ (only the math path broadcasts them), and a mask that needs a
+gradient (T5's learned position bias; the fused kernels give none).
 """
 
 from __future__ import annotations
@@ -39,6 +40,8 @@ class FusedAttention(TorchFunctionMode):
 
 def _fused(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
     if query.dim() != 4 or query.shape[1] != key.shape[1] or key.shape[1] != value.shape[1]:
+        return None
+    if attn_mask is not None and attn_mask.requires_grad:
         return None
     if attn_mask is not None and attn_mask.dtype == torch.bool:
         # As the fused path does before its kernel: True keeps a score, False masks it out.

@@ -1,0 +1,46 @@
+"""HuggingFace models with their configs as shipped: only the sizes changed.
+
+Every other field keeps its default, as a user writes it: the key/value cache on
+(``use_cache=True``), ``return_dict`` on, transformers' default attention (``sdpa``) and,
+for Mixtral, its default experts implementation (``grouped_mm``). T5 sets
+``decoder_start_token_id`` as every shipped T5 checkpoint's config does (without it T5
+cannot shift its labels into decoder inputs, on any device).
+"""
+
+import torch
+from transformers import (
+    GPTNeoXConfig, GPTNeoXForCausalLM, LlamaConfig, LlamaForCausalLM, MixtralConfig, MixtralForCausalLM,
+    Qwen2Config, Qwen2ForCausalLM, T5Config, T5ForConditionalGeneration,
+)
+
+VOCAB, BATCH, SEQ = 256, 8, 16
+_DECODER = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4)
+
+
+def llama():
+    return LlamaForCausalLM(LlamaConfig(**_DECODER, num_key_value_heads=2))
+
+
+def qwen2():
+    return Qwen2ForCausalLM(Qwen2Config(**_DECODER, num_key_value_heads=2))
+
+
+def mixtral():
+    return MixtralForCausalLM(MixtralConfig(**_DECODER, num_key_value_heads=2, num_local_experts=4))
+
+
+def gpt_neox():
+    return GPTNeoXForCausalLM(GPTNeoXConfig(**_DECODER))
+
+
+def t5():
+    config = T5Config(vocab_size=VOCAB, d_model=64, d_kv=16, d_ff=128, num_layers=2, num_heads=4, decoder_start_token_id=0)
+    return T5ForConditionalGeneration(config)
+
+
+def example_inputs():
+    # Labels are drawn separately: the batch's tensors must not alias each other.
+    return dict(
+        input_ids=torch.randint(0, VOCAB, (BATCH, SEQ)),
+        labels=torch.randint(0, VOCAB, (BATCH, SEQ)),
+    )
