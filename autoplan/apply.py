@@ -19,6 +19,7 @@ from contextlib import ExitStack, contextmanager
 
 import torch
 from torch import nn
+import torch.nn.functional as F
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.tensor import DTensor, Replicate, distribute_tensor
 from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
@@ -29,6 +30,7 @@ from torch.utils._pytree import keystr, tree_flatten, tree_flatten_with_path, tr
 from autoplan.dtensor_rules import op_by_name, register_builtin_rules, register_replicate_fallback
 from autoplan.errors import PlanError
 from autoplan.fake_kernels import install_for_process
+from autoplan.fused_attention import contiguous_operands
 from autoplan.materialize import empty_shard, initialize, materialize_buffers
 from autoplan.placements import Spec, format_spec, to_placements
 from autoplan.plan import Plan
@@ -362,6 +364,8 @@ class _ReplicatePlainOperands(TorchFunctionMode):
         if _mixes_plain_and_dtensors((args, kwargs)):
             leaves, spec = tree_flatten((args, kwargs))
             args, kwargs = tree_unflatten([_as_dtensor(x, self.mesh) if _is_plain(x) else x for x in leaves], spec)
+        if func is F.scaled_dot_product_attention:
+            args, kwargs = contiguous_operands(args, kwargs)
         return func(*args, **kwargs)
 
 

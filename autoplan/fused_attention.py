@@ -12,9 +12,9 @@ memory that never happen.
 fused op. Its sharding rule (``dtensor_rules.py``) allows what the GPU kernels' rules
 allow, so the plan is the same wherever it runs; at run time the applied model calls
 ``F.scaled_dot_product_attention`` as written and the device picks its kernel. Calls the
-fused kernel cannot take are left to decompose, as they do at run time: query and key/value
-head counts that differ (only the math path broadcasts them), and a mask that needs a
-gradient (T5's learned position bias; the fused kernels give none).
+fused kernel cannot take are left to decompose, as they do at run time: a mask that needs
+a gradient (T5's learned position bias; the fused kernels give none). Grouped-query
+attention (fewer key/value heads, ``enable_gqa``) runs fused, as on the device.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
+from torch.utils._pytree import tree_flatten, tree_unflatten
 
 aten = torch.ops.aten
 FUSED_FORWARD = aten._scaled_dot_product_flash_attention_for_cpu.default
@@ -39,8 +40,10 @@ class FusedAttention(TorchFunctionMode):
 
 
 def _fused(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
-    if query.dim() != 4 or query.shape[1] != key.shape[1] or key.shape[1] != value.shape[1]:
+    if query.dim() != 4 or key.shape[1] != value.shape[1] or query.shape[1] % key.shape[1]:
         return None
+    if query.shape[1] != key.shape[1] and not enable_gqa:
+        return None  # an error at run time too: let torch raise it
     if attn_mask is not None and attn_mask.requires_grad:
         return None
     if attn_mask is not None and attn_mask.dtype == torch.bool:
@@ -48,3 +51,18 @@ def _fused(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, sc
         attn_mask = torch.zeros_like(attn_mask, dtype=query.dtype).masked_fill(attn_mask.logical_not(), float("-inf"))
     output, _ = FUSED_FORWARD(query, key, value, dropout_p, is_causal, attn_mask=attn_mask, scale=scale)
     return output
+
+
+def contiguous_operands(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    """``F.scaled_dot_product_attention``'s tensor operands made contiguous, for a planned model.
+
+    A DTensor keeps the global strides its meta kernels gave it, but a redistributed local
+    tensor can be laid out otherwise (an all-gather along heads stacks the shards). The
+    fused kernels lay their output out after their inputs, so the output's local strides
+    disagree with its global ones; ``.transpose(1, 2).contiguous()`` is then skipped, the
+    global strides saying it is contiguous, and the next ``view`` fails on the shards.
+    Contiguous operands give the output the layout the global strides describe.
+    """
+    leaves, spec = tree_flatten((args, kwargs))
+    leaves = [x.contiguous() if isinstance(x, torch.Tensor) else x for x in leaves]
+    return tree_unflatten(leaves, spec)
