@@ -167,11 +167,16 @@ class _WithoutDropout(TorchFunctionMode):
     dropout on, T5's at 0.1). Everything else a training-mode forward does still runs."""
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
         if func in _DROPOUTS:
             return args[0]
-        return func(*args, **(kwargs or {}))
+        if func is F.scaled_dot_product_attention:  # its own dropout, on the attention weights
+            named = dict(zip(_SDPA_AFTER_MASK, args[4:]))
+            args, kwargs = args[:4], {**kwargs, **named, "dropout_p": 0.0}
+        return func(*args, **kwargs)
 
 
+_SDPA_AFTER_MASK = ("dropout_p", "is_causal", "scale", "enable_gqa")
 _DROPOUTS = {F.dropout, F.dropout1d, F.dropout2d, F.dropout3d, F.alpha_dropout, F.feature_alpha_dropout}
 
 

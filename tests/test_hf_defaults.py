@@ -53,10 +53,7 @@ def numerics(plans):
 
 
 @pytest.mark.gloo
-@pytest.mark.parametrize("name", [
-    *MODELS[:-1],
-    pytest.param("t5", marks=pytest.mark.xfail(strict=True, reason="open: T5's sharded plan is 0.5 % off one device")),
-])
+@pytest.mark.parametrize("name", MODELS)
 def test_matches_one_device_on_gloo(numerics, name):
     result = numerics[name]
     assert result.loss <= TOLERANCE, result.loss
