@@ -18,7 +18,11 @@ Per decision and strategy (arrays indexed like the decision's strategies):
 
 Per edge: ``seconds[row][col]`` for every (distinct producer output spec, distinct
 consumer input spec) pair, from ``comm.redistribute_seconds``; backward included when
-the value carries a gradient.
+the value carries a gradient. A pair DTensor never runs costs ``NOT_RUN_S`` on top
+(``_not_run``): on an edge DTensor moves itself (inside a module, ``_moved_by_dtensor``),
+where the consumer's strategies of that column must gather the arriving value
+(``_gathers``) and another strategy takes it as it arrives (or only slices it), the other
+inputs as they were wanted, DTensor's selection, cost-driven op by op, runs that other one.
 """
 
 from __future__ import annotations
@@ -98,6 +102,62 @@ def estimate_costs(choices: ChoiceGraph, profile: ClusterProfile, reads=None) ->
     for u, v, k, data in graph.edges(keys=True, data=True):
         edges[(u, v, k)] = _edge_cost(choices, profile, u, v, k, data["out_index"], mesh_shape, moves)
     return CostedGraph(choices, profile, nodes, edges)
+
+
+NOT_RUN_S = 1.0
+"""Charged on an edge pair DTensor would not run (``_not_run``): far above any step's cost,
+so that the solver takes it only where nothing else fits."""
+
+
+def _free(src: Spec, dst: Spec) -> bool:
+    """Whether DTensor moves ``src`` to ``dst`` at no cost: unchanged, or sliced (R -> S)."""
+    return all(a == b or (a == "R" and b.startswith("S(")) for a, b in zip(src, dst))
+
+
+def _free_inputs(strategies, k: int) -> list[set]:
+    """Per strategy j: the specs input ``k`` may take in a strategy that differs from j
+    only by free moves of the other inputs (each other input arriving as j wants it)."""
+    found = []
+    for strategy in strategies:
+        others = [m for m in range(len(strategy.inputs)) if m != k]
+        found.append({
+            alt.inputs[k] for alt in strategies
+            if len(alt.inputs) == len(strategy.inputs) and all(_free(strategy.inputs[m], alt.inputs[m]) for m in others)
+        })
+    return found
+
+
+def _moved_by_dtensor(choices, u: str, v: str) -> bool:
+    """Whether DTensor's op selection moves the value on edge ``u -> v`` (``_not_run``
+    applies): an op's output read by an op in the same module or an enclosing one. Where
+    the edge enters a module, that module's input hook moves the value (``apply_plan``),
+    as it does a parameter to its use layout; DTensor then finds it as planned."""
+    graph = choices.graph
+    if graph.nodes[u]["kind"] != "op" or graph.nodes[v]["kind"] != "op":
+        return False
+    owners = choices.traced.node_modules
+    made, read = owners.get(u) or "", owners.get(v) or ""
+    return made == read or read == "" or made.startswith(read + ".")
+
+
+def _gathers(src: Spec, dst: Spec) -> bool:
+    """Whether moving ``src`` to ``dst`` undoes a split on some axis. Only such a pair is
+    priced out: where DTensor skips a gather and computes on the split value instead,
+    the op's work is split there, and the gradients of its other inputs come out
+    partial (reduced where the plan has no reduction). A partial value left unreduced
+    through an op (a view of a matmul's partial output) is reduced at the next boundary
+    by the same collective, and its gradient is the same."""
+    return any(a.startswith("S(") and a != b for a, b in zip(src, dst))
+
+
+def _not_run(src: Spec, members: list[int], frees: list[set]) -> bool:
+    """Whether DTensor runs none of the strategies ``members`` (one column) for input ``k``
+    arriving as ``src``: every one of them has an alternative that takes ``src`` freely.
+    DTensor picks its strategy by the cost of the moves it needs, op by op, so it never
+    pays a collective where a strategy needs none; the planner may well have preferred to
+    move the value here (it prices each read of a value on its own), but the run would
+    not do so, and the prediction would not hold."""
+    return bool(members) and all(any(_free(src, spec) for spec in frees[j] if spec is not None) for j in members)
 
 
 def output_values(data) -> list:
@@ -264,4 +324,16 @@ def _edge_cost(choices, profile, u, v, k, out_index, mesh_shape, moves: dict) ->
         return moves[key]
 
     seconds = tuple(tuple(move(src, dst) for dst in cols) for src in rows)
+    consumer = graph.nodes[v]
+    if _moved_by_dtensor(choices, u, v) and any(t > 0 for row in seconds for t in row):
+        frees = _free_inputs(consumer["strategies"], k)
+        col_specs = tuple(cols)
+        members = [[j for j, c in enumerate(col_of) if c == col] for col in range(len(cols))]
+        seconds = tuple(
+            tuple(
+                t + NOT_RUN_S if t > 0 and _gathers(src, col_specs[c]) and _not_run(src, members[c], frees) else t
+                for c, t in enumerate(row)
+            )
+            for src, row in zip(rows, seconds)
+        )
     return EdgeCost(tuple(rows), tuple(cols), tuple(row_of), tuple(col_of), seconds)
