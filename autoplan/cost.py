@@ -33,7 +33,7 @@ import torch
 from torch.utils._pytree import tree_flatten
 from torch.utils.flop_counter import flop_registry, sdpa_flop_count
 
-from autoplan.choices import BUFFER, CONSTANT, INPUT, PARAMETER, ChoiceGraph
+from autoplan.choices import BUFFER, CONSTANT, INPUT, OP, PARAMETER, ChoiceGraph
 from autoplan.comm import collective_seconds, redistribute_seconds
 from autoplan.fused_attention import FUSED_FORWARD
 from autoplan.op_classes import op_class
@@ -133,7 +133,7 @@ def _moved_by_dtensor(choices, u: str, v: str) -> bool:
     the edge enters a module, that module's input hook moves the value (``apply_plan``),
     as it does a parameter to its use layout; DTensor then finds it as planned."""
     graph = choices.graph
-    if graph.nodes[u]["kind"] != "op" or graph.nodes[v]["kind"] != "op":
+    if graph.nodes[u]["kind"] != OP or graph.nodes[v]["kind"] != OP:
         return False
     owners = choices.traced.node_modules
     made, read = owners.get(u) or "", owners.get(v) or ""

@@ -9,7 +9,7 @@ from torch import nn
 
 from autoplan.choices import INPUT, PARAMETER, build_choices
 from autoplan.cost import estimate_costs
-from autoplan.errors import MeshError, PlanError
+from autoplan.errors import MeshError, PlanError, TraceError
 from autoplan.placements import Spec, format_spec
 from autoplan.plan import Plan
 from autoplan.plan_builder import build_plan
@@ -107,7 +107,11 @@ def trace_for_planning(model: nn.Module, example_inputs, tie: bool = True) -> Mo
     if blocks is None:
         return ModelTrace(trace_model(model, example_inputs), None)
     with truncated(model, blocks):
-        return ModelTrace(trace_model(model, example_inputs), blocks)
+        try:
+            return ModelTrace(trace_model(model, example_inputs), blocks)
+        except TraceError:
+            pass  # the forward reads entries the cut removed (experts indexed by number)
+    return ModelTrace(trace_model(model, example_inputs), None)
 
 
 def suggest_with_report(

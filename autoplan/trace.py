@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import fx, nn
 from torch.fx.experimental.proxy_tensor import get_proxy_mode, get_proxy_slot, make_fx
-from torch.utils._pytree import keystr, tree_flatten_with_path
+from torch.utils._pytree import keystr, tree_flatten, tree_flatten_with_path
 
 from autoplan import opaque
 from autoplan.errors import TraceError
@@ -97,6 +97,11 @@ def trace_model(model: nn.Module, example_inputs) -> TracedGraph:
                 # Tensors the forward builds from Python data on the meta device (``torch.tensor``
                 # in a module's forward) become graph constants instead of failing the trace.
                 gm = make_fx(step, tracing_mode="fake", _allow_non_fake_inputs=True)(params, buffers, args, kwargs)
+            culprit = _module_with_unknown_sizes(gm, recorder, model)
+            if culprit is not None and type(culprit) not in opaque_classes:
+                opaque_classes.add(type(culprit))  # traced, but with sizes no cost can be put on
+                recorder.reset()
+                continue
             break
         except Exception as err:  # tracing errors come from anywhere in user code
             culprit = opaque.failing_module(err, model) if opaque.is_data_dependent(err) else None
@@ -142,6 +147,19 @@ def trace_model(model: nn.Module, example_inputs) -> TracedGraph:
             for node in gm.graph.nodes if node.target is opaque.OPAQUE_OP
         },
     )
+
+
+def _module_with_unknown_sizes(gm: fx.GraphModule, recorder: "_CallRecorder", model: nn.Module) -> nn.Module | None:
+    """The innermost module that made a value whose size depends on the data (``torch.where``
+    traced with an unbacked size), or None. Such a module is traced again as an opaque
+    region, as one whose trace fails on a data-dependent size is."""
+    owners = recorder.node_owners(gm.graph)
+    for node in gm.graph.nodes:
+        values = [v for v in tree_flatten(node.meta.get("val"))[0] if isinstance(v, torch.Tensor)]
+        if any(not isinstance(size, int) for v in values for size in v.shape):
+            fqn = owners.get(node.name, "")
+            return model.get_submodule(fqn) if fqn else None
+    return None
 
 
 def _tied_parameter_names(model: nn.Module) -> dict[str, tuple[str, ...]]:

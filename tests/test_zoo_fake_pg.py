@@ -12,7 +12,7 @@ from torch.testing._internal.distributed.fake_pg import FakeStore
 
 import autoplan
 from autoplan.model_file import import_model_file, load_model_file
-from conftest import EXAMPLES
+from conftest import EXAMPLES, ROOT
 from zoo import HARD_CASES, MESHES, PUBLIC_ZOO, example_path
 
 CASES = [(name, mesh) for name in PUBLIC_ZOO for mesh in MESHES] + [(name, (2, 4)) for name in HARD_CASES]
@@ -50,14 +50,22 @@ def test_plan_applies_and_trains_on_fake_process_group(fake_world, name, mesh):
         assert tuple(param.grad.placements) == tuple(param.placements), fqn
 
 
-def test_moe_warns_about_its_data_dependent_region():
-    loaded = load_model_file(example_path("moe"))
+def test_data_dependent_moe_is_one_opaque_region_and_trains(fake_world):
+    """A plain-PyTorch MoE whose experts find their tokens with ``torch.where``."""
+    path = ROOT / "tests" / "models" / "loop_moe.py"
+    loaded = load_model_file(str(path))
     plan = autoplan.suggest(loaded.model, loaded.example_inputs, mesh=(2, 4), axis_names=("dp", "tp"))
-    assert plan.opaque_modules == ("model.layers.0.mlp.experts", "model.layers.1.mlp.experts")
-    assert any("data-dependent" in w and "model.layers.0.mlp.experts" in w for w in plan.warnings)
+    assert plan.opaque_modules == ("experts",)
+    assert any("data-dependent" in w and "experts" in w for w in plan.warnings)
     for fqn, spec in plan.parameters.items():
-        if ".experts." in fqn:  # gathered to whole tensors before the region runs
+        if fqn.startswith("experts."):  # gathered to whole tensors before the region runs
             assert plan.parameter_uses.get(fqn, spec) == ("R", "R"), fqn
+
+    example = import_model_file(path)
+    mesh = init_device_mesh("cpu", (2, 4), mesh_dim_names=("dp", "tp"))
+    model = autoplan.apply_plan(example.build_model(), plan, mesh)
+    autoplan.training_loss(model(*autoplan.shard_batch(example.example_inputs(), plan, mesh))).backward()
+    assert all(p.grad is not None for p in model.parameters())
 
 
 def test_uneven_sizes_are_never_sharded_unevenly():

@@ -6,7 +6,8 @@ model state must be sharded away), so the plan really distributes weights. All m
 in one launch of 8 processes. Tolerance: relative error <= 1e-5 in float32 for every
 model (gradients that are zero in exact arithmetic are judged against a floor, see
 ``autoplan.numerics``). The hard cases run too: a Llama with 2 kv heads and a 50257 vocab
-on tp 4, a mixture-of-experts with a data-dependent region, and an op DTensor has no rule for.
+on tp 4, Mixtral with its default grouped experts, a plain-PyTorch mixture-of-experts with
+a data-dependent region, and an op DTensor has no rule for.
 """
 
 import pytest
@@ -18,12 +19,14 @@ from zoo import HARD_CASES, PUBLIC_ZOO, example_path, forced_plan
 TOLERANCE = 1e-5
 MESH, AXIS_NAMES = (2, 4), ("dp", "tp")
 RENORM = str(ROOT / "tests" / "models" / "renorm_mlp.py")
+LOOP_MOE = str(ROOT / "tests" / "models" / "loop_moe.py")
 
 
 @pytest.fixture(scope="module")
 def results():
     paths = {name: example_path(name) for name in PUBLIC_ZOO + HARD_CASES}
     paths["renorm_mlp"] = RENORM
+    paths["loop_moe"] = LOOP_MOE
     plans = {name: forced_plan(path, MESH, AXIS_NAMES) for name, path in paths.items()}
     jobs = [NumericsJob(paths[name], "build_model", plans[name].to_json()) for name in paths]
     outcome = check_numerics(jobs, world=8)
@@ -31,7 +34,7 @@ def results():
 
 
 @pytest.mark.gloo
-@pytest.mark.parametrize("name", PUBLIC_ZOO + HARD_CASES + ("renorm_mlp",))
+@pytest.mark.parametrize("name", PUBLIC_ZOO + HARD_CASES + ("renorm_mlp", "loop_moe"))
 def test_matches_single_device(results, name):
     plans, outcome = results
     sharded = [fqn for fqn, spec in plans[name].parameters.items() if any(p.startswith("S(") for p in spec)]
