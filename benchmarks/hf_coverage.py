@@ -23,7 +23,7 @@ fails, crashes or hangs never stops the run.
     python benchmarks/hf_coverage.py                       # every architecture (hours)
     python benchmarks/hf_coverage.py --quick               # 12 well-known ones
     python benchmarks/hf_coverage.py --models vit,convnext,causal_lm:llama --jobs 2
-                                     [--tasks causal_lm,...] [--dtypes float32] [--no-numerics]
+                                     [--tasks causal_lm,...] [--dtypes float32] [--no-numerics] [--build-only]
                                      [--timeout 1800] [--json benchmarks/results/hf_coverage.json]
 """
 
@@ -87,7 +87,7 @@ def run_isolated(task: str, model_type: str, args, workdir: Path) -> dict:
     out = workdir / f"{task}-{model_type}.json"
     log = workdir / f"{task}-{model_type}.log"
     command = [sys.executable, str(Path(__file__).resolve()), "--row", f"{task}:{model_type}", "--row-out", str(out),
-               "--dtypes", ",".join(args.dtypes), "--numerics-max-step", str(args.numerics_max_step)]
+               "--dtypes", ",".join(args.dtypes) or "none", "--numerics-max-step", str(args.numerics_max_step)]
     if args.no_numerics:
         command.append("--no-numerics")
     started = time.perf_counter()
@@ -157,7 +157,7 @@ def row_cells(row: dict, keys: list[str], dtypes: list[str]) -> list[str]:
         row["model_type"], TASK_TAGS[row["task"]], "✓" if build else "✗",
         *[run_marks(row, k) for k in keys], numerics_marks(row, dtypes),
         " ".join("-" if s is None else f"{s:.1f}" for s in plan_s), f"{row.get('seconds', 0):.0f}",
-        _first_cause(row, keys)[:70],
+        _first_cause(row, keys)[:110],
     ]
 
 
@@ -290,13 +290,15 @@ def parse_args(argv=None):
     parser.add_argument("--timeout", type=int, default=1800, help="seconds per row")
     parser.add_argument("--dtypes", default="float32,bfloat16")
     parser.add_argument("--no-numerics", action="store_true", help="skip the gloo numerics")
+    parser.add_argument("--build-only", action="store_true", help="only build each tiny model and step it on one device")
     parser.add_argument("--numerics-max-step", type=float, default=20.0,
                         help="numerics only where the float32 fake-process-group step took at most this many seconds")
     parser.add_argument("--json", type=Path, default=DEFAULT_JSON)
     parser.add_argument("--row", help=argparse.SUPPRESS)
     parser.add_argument("--row-out", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    args.dtypes = [d.strip() for d in args.dtypes.split(",") if d.strip()]
+    args.dtypes = [] if args.build_only else [d.strip() for d in args.dtypes.split(",") if d.strip()]
+    args.dtypes = [d for d in args.dtypes if d != "none"]  # how a row hears --build-only
     unknown = [d for d in args.dtypes if d not in ("float32", "bfloat16")]
     if unknown:
         parser.error(f"expected dtypes float32 and/or bfloat16, got {', '.join(unknown)}")

@@ -3,9 +3,11 @@
 Stages, each recorded as ``{"ok", "cause", "seconds", ...}`` and written to the row's JSON
 file as soon as it ends (so a row killed by its timeout still tells how far it got):
 
-- ``build``: the tiny model (``hf_tiny.py``) built on the CPU;
+- ``build``: the tiny model (``hf_tiny.py``) built on the CPU, and one forward and backward
+  of it on the tiny batch there (a model that cannot take that batch is "not built");
 - per dtype (float32, bfloat16) and budget (``default``: the profile's device memory;
-  ``forced``: small enough that weights must shard on every mesh axis):
+  ``forced``: the least memory any plan needs plus a sixteenth of the replicated model
+  state, so that weights must shard on every mesh axis; checked on the plan):
   ``plan`` (``suggest_with_report`` on the meta device, 2x4), ``apply`` (the plan applied on a
   fake process group of 8, one step of forward, backward and AdamW) and ``collectives`` (the
   collectives of that step equal to ``plan.predicted``'s, per axis and kind);
@@ -46,14 +48,12 @@ BENCH_DIR = Path(__file__).resolve().parent
 
 
 def run_row(task: str, model_type: str, dtypes: list[str], numerics: bool, numerics_max_step_s: float, out: Path) -> dict:
+    """Every stage of one row; ``dtypes`` empty stops after the build."""
     row = {"task": task, "model_type": model_type, "class": _class_name(task, model_type), "stages": {}}
     recorder = _Recorder(row, out)
     with recorder.stage("build") as info:
-        torch.manual_seed(0)
-        model = build_tiny_model(task, model_type)
-        info["parameters"] = sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
-        del model
-    if not row["stages"]["build"]["ok"]:
+        _build_and_step(task, model_type, info)
+    if not row["stages"]["build"]["ok"] or not dtypes:
         return row
 
     import torch.distributed as dist
@@ -68,9 +68,12 @@ def run_row(task: str, model_type: str, dtypes: list[str], numerics: bool, numer
             default = None
             for budget in BUDGETS:
                 key = f"{dtype_name}/{budget}"
+                if budget == "forced" and default is None:
+                    # Sized from the default plan, and its planning would fail the same way.
+                    row["stages"][f"plan {key}"] = {**row["stages"][f"plan {dtype_name}/default"], "skipped": True}
+                    recorder.save()
+                    continue
                 with recorder.stage(f"plan {key}") as info:
-                    if budget == "forced" and default is None:
-                        raise NoDefaultPlan("the default plan failed: no budget to force sharding from")
                     plan = _plan(task, model_type, DTYPES[dtype_name], default, info)
                 if not row["stages"][f"plan {key}"]["ok"]:
                     continue
@@ -87,6 +90,19 @@ def run_row(task: str, model_type: str, dtypes: list[str], numerics: bool, numer
     if numerics:
         _run_numerics(row, recorder, plans, numerics_max_step_s)
     return row
+
+
+def _build_and_step(task: str, model_type: str, info: dict) -> None:
+    """The tiny model builds and takes a forward and backward on one device: what is left
+    to fail after this is autoplan's (or the parallel model's), not the batch's."""
+    from autoplan.loss import training_loss
+
+    torch.manual_seed(0)
+    model = build_tiny_model(task, model_type)
+    info["parameters"] = sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
+    started = time.perf_counter()
+    training_loss(model(**tiny_inputs(task, model.config))).backward()
+    info["eager_step_seconds"] = round(time.perf_counter() - started, 3)
 
 
 def _class_name(task: str, model_type: str) -> str:
@@ -173,14 +189,10 @@ def _judge_collectives(verification, info: dict) -> None:
     ]
     if not verification.passed:
         kinds = sorted({f"{r.axis} {r.kind}" for r in verification.mismatches})
-        raise CollectivesDiffer("observed collectives differ from predicted on " + ", ".join(kinds))
+        raise CollectivesDiffer("differ from the prediction on " + ", ".join(kinds))
 
 
 class CollectivesDiffer(Exception):
-    pass
-
-
-class NoDefaultPlan(Exception):
     pass
 
 
@@ -206,8 +218,11 @@ def _run_numerics(row: dict, recorder, plans: dict, max_step_s: float) -> None:
     for index, key in enumerate(keys):
         entry = {"ok": False, "cause": launch["cause"], "seconds": launch["seconds"]}
         if launch["ok"]:
-            worst = results[index].worst
+            result = results[index]
+            worst = result.worst
             entry.update(worst=worst, ok=worst <= TOLERANCE, cause=None if worst <= TOLERANCE else "relative error above 1e-5")
+            errors = {"loss": result.loss, **result.gradients, **result.buffers}
+            entry["worst_at"] = max(errors, key=errors.get)
         stages[f"numerics {key}"] = entry
     recorder.save()
 
@@ -219,7 +234,8 @@ def _model_file_text(task: str, model_type: str) -> str:
         "import sys\n"
         f"sys.path.insert(0, {str(BENCH_DIR)!r})\n"
         "from hf_tiny import build_tiny_model, tiny_config, tiny_inputs\n\n\n"
-        f"def build_model():\n    return build_tiny_model({task!r}, {model_type!r})\n\n\n"
+        "# Dropout off: 8 processes cannot draw the masks one device draws.\n"
+        f"def build_model():\n    return build_tiny_model({task!r}, {model_type!r}, dropout=False)\n\n\n"
         f"def example_inputs():\n    return tiny_inputs({task!r}, tiny_config({model_type!r}))\n"
     )
 
