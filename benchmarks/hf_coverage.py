@@ -108,12 +108,16 @@ def run_isolated(task: str, model_type: str, args, workdir: Path) -> dict:
 
 
 def _mark_ending(row: dict, ending: str, log: Path) -> None:
-    running = [info for info in row["stages"].values() if info.get("cause") == "running"]
-    if not row["stages"]:
-        row["stages"]["build"] = running_stage = {"ok": False, "seconds": None}
-        running = [running_stage]
-    for info in running or [{}]:
+    stages = row["stages"]
+    if not stages:
+        stages["build"] = {"ok": False, "cause": "running", "seconds": None}
+    for name, info in list(stages.items()):
+        if info.get("cause") != "running":
+            continue
         info["cause"] = ending
+        if name == "numerics launch":  # the jobs it was running fail with it
+            for key in info.get("jobs", []):
+                stages[f"numerics {key}"] = {"ok": False, "cause": ending, "seconds": None}
     row["log_tail"] = log.read_text(errors="replace")[-3000:]
 
 

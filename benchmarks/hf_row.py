@@ -77,7 +77,8 @@ def run_row(task: str, model_type: str, dtypes: list[str], numerics: bool, numer
                     plan = _plan(task, model_type, DTYPES[dtype_name], default, info)
                 if not row["stages"][f"plan {key}"]["ok"]:
                     continue
-                default = default or plan
+                if budget == "default":
+                    default = plan
                 plans[key] = plan
                 with recorder.stage(f"apply {key}") as info:
                     verification = _step(task, model_type, DTYPES[dtype_name], plan, device_mesh)
@@ -212,8 +213,8 @@ def _run_numerics(row: dict, recorder, plans: dict, max_step_s: float) -> None:
         model_file.write_text(_model_file_text(row["task"], row["model_type"]))
         jobs = [NumericsJob(str(model_file), "build_model", plans[key].to_json()) for key in keys]
         with recorder.stage("numerics launch") as info:
-            results = check_numerics(jobs, world=WORLD)
             info["jobs"] = keys
+            results = check_numerics(jobs, world=WORLD)
     launch = stages["numerics launch"]
     for index, key in enumerate(keys):
         entry = {"ok": False, "cause": launch["cause"], "seconds": launch["seconds"]}

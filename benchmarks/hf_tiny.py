@@ -11,40 +11,50 @@ way, recursively. A knob is touched only where the shipped config has it.
 attribute(s)                           tiny value
 =====================================  ==================================================
 hidden_size, d_model, n_embd, dim,     64
-hidden_dim, word_embed_proj_dim,
-pooler_output_size
-embed_dim, embedding_size              32 (a hierarchical vision model's first stage width)
+hidden_dim, emb_dim, word_embed_proj_
+dim, pooler_output_size
+embed_dim, embedding_size, input/      32 (also a hierarchical vision model's first stage)
+output_embedding_size, entity_emb_size
 intermediate_size, ffn_dim, d_ff,      128
-n_inner, encoder/decoder_ffn_dim,
-moe_intermediate_size,
-shared_expert_intermediate_size
-num_hidden_layers, num_layers,         2 (lists as long as the layer count, such as
-n_layer(s), encoder/decoder_layers,    ``layer_types``, are cut to the first 2 entries)
-num_decoder_layers
+d_inner, dim_ff, mlp_dim, n_inner,
+ffn_hidden_size, *_intermediate_size,
+*_ffn_dim
+num_hidden_layers, num_layers,         2; per-layer lists (``layer_types``) and dicts keyed
+n_layer(s), encoder/decoder_layers,    by layer (``per_layer_config``, its sizes shrunk too)
+num_decoder_layers                     keep layer 0 and the first layer of another kind
+                                       (a hybrid's attention layer), renumbered
 num_attention_heads, num_heads,        4 (a list of per-stage heads: 1, 2, 4, ...)
 n_head(s), encoder/decoder_attention_
 heads
 num_key_value_heads, num_kv_heads,     2 where the shipped config groups queries (kv < heads),
 n_kv_heads, multi_query_group_num      1 where it has one kv head, 4 where kv == heads
-head_dim, d_kv, *_head_dim             16 (= 64 / 4 heads)
-kv_lora_rank, q_lora_rank              16 (None stays None)
-vocab_size                             512, or just above the largest special token id
-max_position_embeddings, n_positions,  128 where larger (the batch is 16 tokens long)
+head_dim, d_kv, *_head_dim,            16 (= 64 / 4 heads; None stays None)
+kv_lora_rank, q_lora_rank,
+hidden_size_per_layer_input
+rotary_dim                             at most 8 (GPT-J, CodeGen: part of a 16-wide head)
+vocab_size, *vocab_size                512 or just above the largest special token id,
+                                       never more than shipped (type_vocab_size stays 2)
+max_position_embeddings, n_positions,  at most 128 (the batch is 16 tokens long)
 n_ctx, max_seq_len
-num_local_experts, num_experts,        4
+num_local_experts, num_experts,        at most 4
 n_routed_experts, moe_num_experts
-num_experts_per_tok, moe_topk          at most 2
-n_group, topk_group                    1 (expert groups; 4 experts make one group)
-first_k_dense_replace                  at most 1 (so one MoE layer of the 2 remains)
-n_shared_experts                       at most 1
+num_experts_per_tok(en), moe_topk,     at most 2
+moe_top_k, moe_k
+n_group, topk_group, num_expert_group, at most 1 (4 experts make one group; one of the 2
+first_k_dense_replace, num_dense_      layers stays MoE)
+layers, (n|num|moe_num)_shared_experts,
+num_kv_shared_layers
 image_size                             32;  patch_size 2;  window_size 2 (Swin's last stage
                                        then spans one window, as it ships at 224 / 4 / 7)
+hidden_sizes (per stage)               16, 32, 64, ... (one per stage, stages kept)
+depths (per stage)                     1 each
 decoder_start_token_id                 pad_token_id where an encoder-decoder config lacks it
                                        (a token id, not a size: T5's config ships without it,
                                        its checkpoints carry it; without it no step runs)
-hidden_sizes (per stage)               16, 32, 64, ... (one per stage, stages kept)
-depths (per stage)                     1 each
 =====================================  ==================================================
+
+Sizes a config derives from others (llama's ``head_dim``) are recomputed by the config
+class itself: only the knobs above are passed to it.
 
 ``build_tiny_model(task, model_type)`` builds the task's auto model from that config and
 ``tiny_inputs(task, config)`` one global batch: token ids and labels (batch 8, 16 tokens)
@@ -66,10 +76,12 @@ BATCH, SEQ = 8, 16
 WIDTH, FFN, LAYERS, HEADS, HEAD_DIM, EMBED, VOCAB = 64, 128, 2, 4, 16, 32, 512
 MAX_POSITIONS, EXPERTS, TOP_K, IMAGE, PATCH, WINDOW = 128, 4, 2, 32, 2, 2
 
-WIDTH_KNOBS = ("hidden_size", "d_model", "n_embd", "dim", "hidden_dim", "word_embed_proj_dim", "pooler_output_size")
-EMBED_KNOBS = ("embed_dim", "embedding_size")
-FFN_KNOBS = ("intermediate_size", "ffn_dim", "d_ff", "n_inner", "encoder_ffn_dim", "decoder_ffn_dim",
-             "moe_intermediate_size", "shared_expert_intermediate_size")
+WIDTH_KNOBS = ("hidden_size", "d_model", "n_embd", "dim", "hidden_dim", "emb_dim", "word_embed_proj_dim",
+               "pooler_output_size")
+EMBED_KNOBS = ("embed_dim", "embedding_size", "input_embedding_size", "output_embedding_size", "entity_emb_size")
+FFN_KNOBS = ("intermediate_size", "ffn_dim", "d_ff", "d_inner", "dim_ff", "mlp_dim", "n_inner", "ffn_hidden_size",
+             "expert_ffn_hidden_size", "intermediate_size_mlp")
+FFN_SUFFIXES = ("_intermediate_size", "_ffn_dim")
 LAYER_KNOBS = ("num_hidden_layers", "num_layers", "n_layer", "n_layers", "encoder_layers", "decoder_layers",
                "num_decoder_layers")
 HEAD_KNOBS = ("num_attention_heads", "num_heads", "n_head", "n_heads", "encoder_attention_heads",
@@ -77,6 +89,11 @@ HEAD_KNOBS = ("num_attention_heads", "num_heads", "n_head", "n_heads", "encoder_
 KV_HEAD_KNOBS = ("num_key_value_heads", "num_kv_heads", "n_kv_heads", "multi_query_group_num")
 POSITION_KNOBS = ("max_position_embeddings", "n_positions", "n_ctx", "max_seq_len")
 EXPERT_KNOBS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts")
+TOP_K_KNOBS = ("num_experts_per_tok", "num_experts_per_token", "moe_topk", "moe_top_k", "moe_k")
+AT_MOST_ONE = ("n_group", "topk_group", "num_expert_group", "first_k_dense_replace", "num_dense_layers",
+               "n_shared_experts", "num_shared_experts", "moe_num_shared_experts", "num_kv_shared_layers")
+"""Expert groups (4 experts make one), dense layers before the first MoE layer (one of the
+2 layers stays MoE), shared experts, layers that borrow another layer's keys and values."""
 
 
 def tiny_config(model_type: str, dropout: bool = True):
@@ -131,7 +148,7 @@ def _tiny_value(name: str, value, values: dict):
         return WIDTH
     if name in EMBED_KNOBS:
         return EMBED
-    if name in FFN_KNOBS:
+    if name in FFN_KNOBS or name.endswith(FFN_SUFFIXES):
         return FFN
     if name in LAYER_KNOBS:
         return min(value, LAYERS)
@@ -140,21 +157,21 @@ def _tiny_value(name: str, value, values: dict):
     if name in KV_HEAD_KNOBS:
         heads = next((values[h] for h in HEAD_KNOBS if _is_int(values.get(h))), value)
         return 1 if value == 1 else HEADS if value >= heads else HEADS // 2
-    if name in ("head_dim", "d_kv") or name.endswith("_head_dim"):
+    if name in ("head_dim", "d_kv", "kv_lora_rank", "q_lora_rank") or name.endswith("_head_dim"):
         return HEAD_DIM
-    if name in ("kv_lora_rank", "q_lora_rank"):
+    if name == "rotary_dim":  # GPT-J and CodeGen rotate part of each head
+        return min(value, HEAD_DIM // 2)
+    if name == "hidden_size_per_layer_input":
         return HEAD_DIM
-    if name == "vocab_size":
-        return max(VOCAB, _largest_token_id(values) + 1)
+    if name.endswith("vocab_size"):  # never grown: type_vocab_size stays 2
+        return min(value, max(VOCAB, _largest_token_id(values) + 1))
     if name in POSITION_KNOBS:
         return min(value, MAX_POSITIONS)
     if name in EXPERT_KNOBS:
         return min(value, EXPERTS)
-    if name in ("num_experts_per_tok", "moe_topk"):
+    if name in TOP_K_KNOBS:
         return min(value, TOP_K)
-    if name in ("n_group", "topk_group"):
-        return min(value, 1)
-    if name in ("first_k_dense_replace", "n_shared_experts"):
+    if name in AT_MOST_ONE:
         return min(value, 1)
     if name == "image_size":
         return IMAGE
@@ -180,14 +197,52 @@ def _tiny_list(name: str, value: list):
 
 
 def _cut_per_layer_lists(values: dict, out: dict) -> None:
-    """Lists with one entry per layer (``layer_types``, ...) keep the layers that remain."""
+    """Lists with one entry per layer (``layer_types``, ...) and dicts keyed by layer index
+    (``per_layer_config``) keep only the layers that remain (``_kept_layers``)."""
     for knob in LAYER_KNOBS:
         before, after = values.get(knob), out.get(knob)
         if not (_is_int(before) and _is_int(after)) or after >= before:
             continue
+        kept = _kept_layers(values, before, after)
         for name, value in values.items():
-            if isinstance(value, list) and len(value) == before and name not in out:
-                out[name] = value[:after]
+            if name in out:
+                continue
+            if isinstance(value, list) and len(value) == before:
+                out[name] = [value[i] for i in kept]
+            elif _is_per_layer_dict(value, before):
+                out[name] = _cut_per_layer_dict(value, kept, values)
+
+
+def _kept_layers(values: dict, before: int, after: int) -> list[int]:
+    """The first layer, then the first of each other kind a per-layer list of kinds names
+    (a hybrid model's attention layer among linear ones), then the next ones, in order."""
+    kept = [0]
+    for value in values.values():
+        if isinstance(value, list) and len(value) == before and all(isinstance(v, str) for v in value):
+            for i, kind in enumerate(value):
+                if len(kept) < after and kind not in {value[k] for k in kept}:
+                    kept.append(i)
+    kept += [i for i in range(before) if i not in kept][: after - len(kept)]
+    return sorted(kept)
+
+
+def _is_per_layer_dict(value, layers: int) -> bool:
+    return (
+        isinstance(value, dict) and bool(value)
+        and all(str(k).isdigit() and int(k) < layers and isinstance(v, dict) for k, v in value.items())
+    )
+
+
+def _cut_per_layer_dict(value: dict, kept: list[int], values: dict) -> dict:
+    """Entries of kept layers, renumbered, their sizes made tiny too."""
+    width = len(next(iter(value))) if all(isinstance(k, str) for k in value) else 0
+    out = {}
+    for new, old in enumerate(kept):
+        entry = value.get(str(old).zfill(width)) if width else value.get(old)
+        if entry is not None:
+            tiny = {k: _tiny_value(k, v, values) for k, v in entry.items()}
+            out[str(new).zfill(width) if width else new] = {k: entry[k] if t is _KEEP else t for k, t in tiny.items()}
+    return out
 
 
 def _largest_token_id(values: dict) -> int:
