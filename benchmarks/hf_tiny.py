@@ -21,8 +21,10 @@ ffn_hidden_size, *_intermediate_size,
 *_ffn_dim
 num_hidden_layers, num_layers,         2; per-layer lists (``layer_types``) and dicts keyed
 n_layer(s), encoder/decoder_layers,    by layer (``per_layer_config``, its sizes shrunk too)
-num_decoder_layers                     keep layer 0 and the first layer of another kind
-                                       (a hybrid's attention layer), renumbered
+num_decoder_layers                     keep layer 0 and the layer adding most kinds of
+                                       layer not yet kept (a hybrid's attention layer)
+*_layer_offset, *_layer_period         at most 1, at most 2 (Jamba's attention / MoE layers)
+num_kv_shared_layers                   0 (2 layers leave none of each kind to borrow from)
 num_attention_heads, num_heads,        4 (a list of per-stage heads: 1, 2, 4, ...)
 n_head(s), encoder/decoder_attention_
 heads
@@ -42,8 +44,7 @@ num_experts_per_tok(en), moe_topk,     at most 2
 moe_top_k, moe_k
 n_group, topk_group, num_expert_group, at most 1 (4 experts make one group; one of the 2
 first_k_dense_replace, num_dense_      layers stays MoE)
-layers, (n|num|moe_num)_shared_experts,
-num_kv_shared_layers
+layers, (n|num|moe_num)_shared_experts
 image_size                             32;  patch_size 2;  window_size 2 (Swin's last stage
                                        then spans one window, as it ships at 224 / 4 / 7)
 hidden_sizes (per stage)               16, 32, 64, ... (one per stage, stages kept)
@@ -91,9 +92,9 @@ POSITION_KNOBS = ("max_position_embeddings", "n_positions", "n_ctx", "max_seq_le
 EXPERT_KNOBS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts")
 TOP_K_KNOBS = ("num_experts_per_tok", "num_experts_per_token", "moe_topk", "moe_top_k", "moe_k")
 AT_MOST_ONE = ("n_group", "topk_group", "num_expert_group", "first_k_dense_replace", "num_dense_layers",
-               "n_shared_experts", "num_shared_experts", "moe_num_shared_experts", "num_kv_shared_layers")
+               "n_shared_experts", "num_shared_experts", "moe_num_shared_experts")
 """Expert groups (4 experts make one), dense layers before the first MoE layer (one of the
-2 layers stays MoE), shared experts, layers that borrow another layer's keys and values."""
+2 layers stays MoE), shared experts."""
 
 
 def tiny_config(model_type: str, dropout: bool = True):
@@ -173,6 +174,12 @@ def _tiny_value(name: str, value, values: dict):
         return min(value, TOP_K)
     if name in AT_MOST_ONE:
         return min(value, 1)
+    if name == "num_kv_shared_layers":  # 2 layers leave no layer of each kind to borrow from
+        return 0
+    if name.endswith("_layer_offset"):  # Jamba: attention / MoE every period-th layer from offset
+        return min(value, LAYERS - 1)
+    if name.endswith("_layer_period"):
+        return min(value, LAYERS)
     if name == "image_size":
         return IMAGE
     if name == "patch_size":
@@ -214,15 +221,20 @@ def _cut_per_layer_lists(values: dict, out: dict) -> None:
 
 
 def _kept_layers(values: dict, before: int, after: int) -> list[int]:
-    """The first layer, then the first of each other kind a per-layer list of kinds names
-    (a hybrid model's attention layer among linear ones), then the next ones, in order."""
+    """Layer 0, then greedily the layer that adds the most kinds not yet kept, over every
+    per-layer list of kinds (``layer_types``, ``mlp_layer_types``: a hybrid's attention
+    layer among linear ones, a MoE layer after dense ones); the earliest on ties."""
+    kinds = [value for value in values.values()
+             if isinstance(value, list) and len(value) == before and all(isinstance(v, str) for v in value)]
+
+    def covered(layers):
+        return {(n, kind[i]) for n, kind in enumerate(kinds) for i in layers}
+
     kept = [0]
-    for value in values.values():
-        if isinstance(value, list) and len(value) == before and all(isinstance(v, str) for v in value):
-            for i, kind in enumerate(value):
-                if len(kept) < after and kind not in {value[k] for k in kept}:
-                    kept.append(i)
-    kept += [i for i in range(before) if i not in kept][: after - len(kept)]
+    while len(kept) < after:
+        have = covered(kept)
+        gains = [(len(covered([i]) - have), -i) for i in range(before) if i not in kept]
+        kept.append(-max(gains)[1])
     return sorted(kept)
 
 
