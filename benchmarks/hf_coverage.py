@@ -23,7 +23,7 @@ fails, crashes or hangs never stops the run.
     python benchmarks/hf_coverage.py                       # every architecture (hours)
     python benchmarks/hf_coverage.py --quick               # 12 well-known ones
     python benchmarks/hf_coverage.py --models vit,convnext,causal_lm:llama --jobs 2
-                                     [--tasks causal_lm,...] [--dtypes float32] [--no-numerics] [--build-only]
+                                     [--tasks causal_lm,...] [--dtypes float32] [--no-numerics] [--build-only] [--list]
                                      [--timeout 1800] [--json benchmarks/results/hf_coverage.json]
 """
 
@@ -218,7 +218,7 @@ def summarize(rows: list[dict], keys: list[str]) -> dict:
     for row in rows:
         for stage, cause in failures_of(row, keys):
             group = groups.setdefault(cause, {"cause": cause, "stages": set(), "models": set()})
-            group["stages"].add(stage.split(" ")[0])
+            group["stages"].add(stage)
             group["models"].add(f"{row['model_type']}[{TASK_TAGS[row['task']]}]")
     failures = sorted(
         ({"cause": g["cause"], "stages": sorted(g["stages"]), "models": sorted(g["models"])} for g in groups.values()),
@@ -242,9 +242,21 @@ def summary_lines(summary: dict) -> list[str]:
         lines.append(f"numerics {key:<17} within 1e-5: {pct(counts['ok'], counts['ran'])} of those that ran")
     lines.append("failures by cause (first failing stage of each run):")
     for group in summary["failures"]:
-        lines.append(f"  {len(group['models']):>3} x [{', '.join(group['stages'])}] {group['cause']}")
+        lines.append(f"  {len(group['models']):>3} x [{_short_stages(group['stages'])}] {group['cause']}")
         lines.append(f"        {', '.join(group['models'])}")
     return lines
+
+
+def _short_stages(stages: list[str]) -> str:
+    """["plan float32/default", "plan bfloat16/default"] -> "plan f32/def bf16/def"."""
+    runs: dict[str, list[str]] = {}
+    for stage in stages:
+        kind, _, key = stage.partition(" ")
+        runs.setdefault(kind, [])
+        if key:
+            dtype, budget = key.split("/")
+            runs[kind].append(f"{'f32' if dtype == 'float32' else 'bf16'}/{budget[:3]}")
+    return "; ".join(" ".join([kind, *keys]) for kind, keys in runs.items())
 
 
 class Printer:
@@ -295,6 +307,7 @@ def parse_args(argv=None):
     parser.add_argument("--dtypes", default="float32,bfloat16")
     parser.add_argument("--no-numerics", action="store_true", help="skip the gloo numerics")
     parser.add_argument("--build-only", action="store_true", help="only build each tiny model and step it on one device")
+    parser.add_argument("--list", action="store_true", help="print the selected rows, per task, and exit")
     parser.add_argument("--numerics-max-step", type=float, default=20.0,
                         help="numerics only where the float32 fake-process-group step took at most this many seconds")
     parser.add_argument("--json", type=Path, default=DEFAULT_JSON)
@@ -319,6 +332,11 @@ def main(argv=None) -> dict | None:
 
     tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
     rows_to_run = select_rows(registry_rows(tasks), args.models, args.quick)
+    if args.list:
+        for task in tasks:
+            names = [m for t, m in rows_to_run if t == task]
+            print(f"{task} ({len(names)}): {', '.join(names)}")
+        return None
     keys = run_keys(args.dtypes)
     printer = Printer(table_header(keys))
     printer.line(f"transformers {transformers.__version__}, torch {torch.__version__}; {len(rows_to_run)} rows, "
