@@ -93,6 +93,7 @@ def run_isolated(task: str, model_type: str, args, workdir: Path) -> dict:
     started = time.perf_counter()
     with open(log, "w") as stderr:
         proc = subprocess.Popen(command, stdout=stderr, stderr=subprocess.STDOUT, start_new_session=True)
+        _LIVE.add(proc)
         try:
             code = proc.wait(timeout=args.timeout)
             ending = None if code == 0 else f"crashed (exit code {code})"
@@ -100,11 +101,25 @@ def run_isolated(task: str, model_type: str, args, workdir: Path) -> dict:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
             ending = f"timeout after {args.timeout} s"
+        finally:
+            _LIVE.discard(proc)
     row = json.loads(out.read_text()) if out.exists() else {"task": task, "model_type": model_type, "class": "", "stages": {}}
     if ending:
         _mark_ending(row, ending, log)
     row["seconds"] = round(time.perf_counter() - started, 1)
     return row
+
+
+_LIVE: set = set()
+"""Row processes now running: in sessions of their own, so Ctrl-C does not reach them."""
+
+
+def _stop_live_rows() -> None:
+    for proc in list(_LIVE):
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
 
 
 def _mark_ending(row: dict, ending: str, log: Path) -> None:
@@ -347,11 +362,17 @@ def main(argv=None) -> dict | None:
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="hf-coverage-") as tmp, ThreadPoolExecutor(args.jobs) as pool:
         futures = [pool.submit(run_isolated, task, model_type, args, Path(tmp)) for task, model_type in rows_to_run]
-        for future in as_completed(futures):
-            row = future.result()
-            result["rows"].append(row)
-            printer.row(row_cells(row, keys, args.dtypes), failed=bool(failures_of(row, keys)))
-            write_json(args.json, result)
+        try:
+            for future in as_completed(futures):
+                row = future.result()
+                result["rows"].append(row)
+                printer.row(row_cells(row, keys, args.dtypes), failed=bool(failures_of(row, keys)))
+                write_json(args.json, result)
+        except KeyboardInterrupt:
+            for future in futures:
+                future.cancel()
+            _stop_live_rows()
+            raise
     order = {key: i for i, key in enumerate(rows_to_run)}
     result["rows"].sort(key=lambda r: order[(r["task"], r["model_type"])])
     result["summary"] = summarize(result["rows"], keys)
