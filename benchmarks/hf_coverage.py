@@ -188,7 +188,9 @@ def table_header(keys: list[str]) -> list[str]:
 
 def _first_cause(row: dict, keys: list[str]) -> str:
     for stage, cause in failures_of(row, keys):
-        return f"{stage}: {cause}"
+        mismatches = row["stages"].get(stage, {}).get("mismatches")
+        kinds = f" on {', '.join(sorted({m['axis'] + ' ' + m['kind'] for m in mismatches}))}" if mismatches else ""
+        return f"{stage}: {cause}{kinds}"
     return ""
 
 
