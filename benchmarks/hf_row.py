@@ -1,0 +1,279 @@
+"""One row of ``hf_coverage.py``: one architecture, every stage, in its own process.
+
+Stages, each recorded as ``{"ok", "cause", "seconds", ...}`` and written to the row's JSON
+file as soon as it ends (so a row killed by its timeout still tells how far it got):
+
+- ``build``: the tiny model (``hf_tiny.py``) built on the CPU, and one forward and backward
+  of it on the tiny batch there (a model that cannot take that batch is "not built");
+- per dtype (float32, bfloat16) and budget (``default``: the profile's device memory;
+  ``forced``: the least memory any plan needs plus a sixteenth of the replicated model
+  state, so that weights must shard on every mesh axis; checked on the plan):
+  ``plan`` (``suggest_with_report`` on the meta device, 2x4), ``apply`` (the plan applied on a
+  fake process group of 8, one step of forward, backward and AdamW) and ``collectives`` (the
+  collectives of that step equal to ``plan.predicted``'s, per axis and kind);
+- ``numerics``: float32 plans on 8 gloo processes, loss and gradients against one device.
+
+Nothing is cached: every plan is solved (``suggest_with_report`` has no cache) and every
+step gets a freshly built model.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tempfile
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+import torch
+
+from hf_tiny import build_tiny_model, model_class_name, tiny_config, tiny_inputs
+
+MESH, AXIS_NAMES, WORLD = (2, 4), ("dp", "tp"), 8
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+BUDGETS = ("default", "forced")
+GIB = 2**30
+TOLERANCE = 1e-5
+FORCED_SLACK = 1 / 16
+"""The forced budget is the least memory any plan needs plus this share of the replicated
+model state (parameters, gradients, AdamW moments). Splitting a weight on the tp axis alone
+instead of on both axes costs an eighth of its state, so at most about half of the weight
+bytes can stay off either axis."""
+EVERY_AXIS_SHARE = 0.5
+"""A forced plan "shards weights on every axis" when at least this share of the parameter
+bytes is split on both mesh axes."""
+BENCH_DIR = Path(__file__).resolve().parent
+
+
+def run_row(task: str, model_type: str, dtypes: list[str], numerics: bool, numerics_max_step_s: float, out: Path) -> dict:
+    """Every stage of one row; ``dtypes`` empty stops after the build."""
+    row = {"task": task, "model_type": model_type, "class": _class_name(task, model_type), "stages": {}}
+    recorder = _Recorder(row, out)
+    with recorder.stage("build") as info:
+        _build_and_step(task, model_type, info)
+    if not row["stages"]["build"]["ok"] or not dtypes:
+        return row
+
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=WORLD)
+    device_mesh = init_device_mesh("cpu", MESH, mesh_dim_names=AXIS_NAMES)
+    plans: dict[str, object] = {}
+    try:
+        for dtype_name in dtypes:
+            default = None
+            for budget in BUDGETS:
+                key = f"{dtype_name}/{budget}"
+                if budget == "forced" and default is None:
+                    # Sized from the default plan, and its planning would fail the same way.
+                    row["stages"][f"plan {key}"] = {**row["stages"][f"plan {dtype_name}/default"], "skipped": True}
+                    recorder.save()
+                    continue
+                with recorder.stage(f"plan {key}") as info:
+                    plan = _plan(task, model_type, DTYPES[dtype_name], default, info)
+                if not row["stages"][f"plan {key}"]["ok"]:
+                    continue
+                if budget == "default":
+                    default = plan
+                plans[key] = plan
+                with recorder.stage(f"apply {key}") as info:
+                    verification = _step(task, model_type, DTYPES[dtype_name], plan, device_mesh)
+                if row["stages"][f"apply {key}"]["ok"]:
+                    with recorder.stage(f"collectives {key}") as info:
+                        _judge_collectives(verification, info)
+    finally:
+        dist.destroy_process_group()
+
+    if numerics:
+        _run_numerics(row, recorder, plans, numerics_max_step_s)
+    return row
+
+
+def _build_and_step(task: str, model_type: str, info: dict) -> None:
+    """The tiny model builds and takes a forward and backward on one device: what is left
+    to fail after this is autoplan's (or the parallel model's), not the batch's."""
+    from autoplan.loss import training_loss
+
+    torch.manual_seed(0)
+    model = build_tiny_model(task, model_type)
+    info["parameters"] = sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
+    started = time.perf_counter()
+    training_loss(model(**tiny_inputs(task, model.config))).backward()
+    info["eager_step_seconds"] = round(time.perf_counter() - started, 3)
+
+
+def _class_name(task: str, model_type: str) -> str:
+    try:
+        return model_class_name(task, model_type)
+    except Exception:
+        return ""
+
+
+def _plan(task: str, model_type: str, dtype: torch.dtype, default, info: dict):
+    """The default-budget plan, or (after it) the forced-budget one: the least memory any
+    plan needs plus a sixteenth of the replicated model state (``FORCED_SLACK``)."""
+    from autoplan.errors import InfeasibleError
+
+    if default is None:
+        return _suggest(task, model_type, dtype, None, info)
+    started = time.perf_counter()
+    try:  # a budget no plan meets: the solver says what the leanest plan needs
+        return _checked(task, model_type, _suggest(task, model_type, dtype, 1.0, info), info)
+    except InfeasibleError as err:
+        smallest = err.smallest_bytes
+    info["probe_seconds"] = round(time.perf_counter() - started, 3)
+    info["smallest_gib"] = smallest / GIB
+    budget = smallest + FORCED_SLACK * _replicated_state_bytes(task, model_type, dtype)
+    return _checked(task, model_type, _suggest(task, model_type, dtype, budget, info), info)
+
+
+def _checked(task: str, model_type: str, plan, info: dict):
+    share = _every_axis_share(task, model_type, plan)
+    info["every_axis_share"] = round(share, 3)
+    info["sharded_every_axis"] = share >= EVERY_AXIS_SHARE
+    return plan
+
+
+def _replicated_state_bytes(task: str, model_type: str, dtype: torch.dtype) -> int:
+    """Parameters, gradients and two AdamW moments, whole on one device."""
+    with torch.device("meta"):
+        model = build_tiny_model(task, model_type, dtype)
+    unique = {id(p): p for p in model.parameters()}.values()
+    return 4 * sum(p.numel() * p.element_size() for p in unique)
+
+
+def _suggest(task: str, model_type: str, dtype: torch.dtype, budget_bytes: float | None, info: dict):
+    from autoplan.suggest import suggest_with_report
+
+    with torch.device("meta"):
+        model = build_tiny_model(task, model_type, dtype)
+        batch = tiny_inputs(task, model.config, dtype)
+    started = time.perf_counter()
+    memory_gb = budget_bytes / GIB if budget_bytes else None
+    plan, report = suggest_with_report(model, batch, MESH, AXIS_NAMES, memory_gb=memory_gb)
+    info["plan_seconds"] = round(time.perf_counter() - started, 3)
+    info["budget_gib"] = memory_gb
+    info["peak_gib"] = plan.predicted.peak_memory_bytes / GIB
+    info["solver"] = plan.solver.status
+    info["fallback_ops"] = len(plan.fallback_ops)
+    info["opaque_modules"] = len(plan.opaque_modules)
+    return plan
+
+
+def _every_axis_share(task: str, model_type: str, plan) -> float:
+    """Share of parameter bytes the plan splits on every mesh axis (tied weights once)."""
+    with torch.device("meta"):
+        model = build_tiny_model(task, model_type)
+    sizes = {fqn: p.numel() for fqn, p in model.named_parameters()}  # tied FQNs appear once
+    total = sum(sizes.values())
+    split = sum(n for fqn, n in sizes.items() if all("S(" in p for p in plan.parameters.get(fqn, ("R",))))
+    return split / total if total else 0.0
+
+
+def _step(task: str, model_type: str, dtype: torch.dtype, plan, device_mesh):
+    from autoplan.verify import verify_plan
+
+    torch.manual_seed(0)
+    model = build_tiny_model(task, model_type, dtype)
+    batch = tiny_inputs(task, model.config, dtype)
+    return verify_plan(model, batch, plan, device_mesh)
+
+
+def _judge_collectives(verification, info: dict) -> None:
+    info["mismatches"] = [
+        {"axis": r.axis, "kind": r.kind, "predicted": list(r.predicted), "observed": list(r.observed)}
+        for r in verification.mismatches
+    ]
+    if not verification.passed:  # one cause for every model; which kinds differ is in "mismatches"
+        raise CollectivesDiffer("observed != predicted")
+
+
+class CollectivesDiffer(Exception):
+    pass
+
+
+def _run_numerics(row: dict, recorder, plans: dict, max_step_s: float) -> None:
+    """Float32 plans whose step ran and ran fast, in one launch of 8 gloo processes."""
+    from autoplan.numerics import NumericsJob, check_numerics
+
+    stages = row["stages"]
+    keys = [
+        key for key in (f"float32/{b}" for b in BUDGETS)
+        if key in plans and stages.get(f"apply {key}", {}).get("ok") and stages[f"apply {key}"]["seconds"] <= max_step_s
+    ]
+    if not keys:
+        return
+    with tempfile.TemporaryDirectory(prefix="hf-coverage-") as tmp:
+        model_file = Path(tmp) / f"{row['model_type']}.py"
+        model_file.write_text(_model_file_text(row["task"], row["model_type"]))
+        jobs = [NumericsJob(str(model_file), "build_model", plans[key].to_json()) for key in keys]
+        with recorder.stage("numerics launch") as info:
+            info["jobs"] = keys
+            results = check_numerics(jobs, world=WORLD)
+    launch = stages["numerics launch"]
+    for index, key in enumerate(keys):
+        entry = {"ok": False, "cause": launch["cause"], "seconds": launch["seconds"]}
+        if launch["ok"]:
+            result = results[index]
+            worst = result.worst
+            entry.update(worst=worst, ok=worst <= TOLERANCE, cause=None if worst <= TOLERANCE else "relative error above 1e-5")
+            errors = {"loss": result.loss, **result.gradients, **result.buffers}
+            entry["worst_at"] = max(errors, key=errors.get)
+        stages[f"numerics {key}"] = entry
+    recorder.save()
+
+
+def _model_file_text(task: str, model_type: str) -> str:
+    """A model file (``autoplan/model_file.py``'s convention) that builds this row's model."""
+    return (
+        f'"""hf_coverage row: the tiny {model_type} for {task}."""\n'
+        "import sys\n"
+        f"sys.path.insert(0, {str(BENCH_DIR)!r})\n"
+        "from hf_tiny import build_tiny_model, tiny_config, tiny_inputs\n\n\n"
+        "# Dropout off: 8 processes cannot draw the masks one device draws.\n"
+        f"def build_model():\n    return build_tiny_model({task!r}, {model_type!r}, dropout=False)\n\n\n"
+        f"def example_inputs():\n    return tiny_inputs({task!r}, tiny_config({model_type!r}))\n"
+    )
+
+
+def short_cause(err: BaseException) -> str:
+    """Exception type and the first line of its message, without addresses or numbers, so
+    that one cause in many models reads the same."""
+    lines = str(err).strip().splitlines()
+    text = lines[0] if lines else ""
+    text = re.sub(r"0x[0-9a-fA-F]+", "0x?", text)
+    text = re.sub(r"\d+", "N", text)
+    text = re.sub(r"'[^']{40,}'", "'…'", text)
+    return f"{type(err).__name__}: {text}"[:160]
+
+
+class _Recorder:
+    """Runs stages, records each one's outcome, and keeps the row's JSON file current."""
+
+    def __init__(self, row: dict, out: Path):
+        self.row, self.out = row, out
+
+    @contextmanager
+    def stage(self, name: str):
+        info: dict = {"ok": False, "cause": "running", "seconds": None}
+        self.row["stages"][name] = info
+        self.save()
+        started = time.perf_counter()
+        try:
+            yield info
+            info.update(ok=True, cause=None)
+        except Exception as err:
+            info["cause"] = short_cause(err)
+            info["error"] = f"{type(err).__name__}: {str(err)[:2000]}"
+        finally:
+            info["seconds"] = round(time.perf_counter() - started, 3)
+            self.save()
+
+    def save(self) -> None:
+        tmp = self.out.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self.row, default=str))
+        os.replace(tmp, self.out)

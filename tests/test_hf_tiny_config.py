@@ -1,0 +1,55 @@
+"""The benchmark's config shrinker (benchmarks/hf_tiny.py): sizes shrink, behaviour flags
+stay as shipped, nested configs shrink too, and the tiny model builds and runs a step."""
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+
+from hf_tiny import build_tiny_model, tiny_config, tiny_inputs  # noqa: E402
+
+BEHAVIOUR_FLAGS = ("use_cache", "return_dict", "tie_word_embeddings", "_attn_implementation", "_experts_implementation",
+                   "output_hidden_states", "hidden_act", "is_encoder_decoder")
+CASES = [("causal_lm", "llama"), ("causal_lm", "mixtral"), ("seq2seq_lm", "t5"), ("image_classification", "vit")]
+
+
+@pytest.mark.parametrize("task,model_type", CASES)
+def test_tiny_config_changes_sizes_only(task, model_type):
+    from transformers import CONFIG_MAPPING
+
+    shipped, tiny = CONFIG_MAPPING[model_type](), tiny_config(model_type)
+    for flag in BEHAVIOUR_FLAGS:
+        assert getattr(tiny, flag, None) == getattr(shipped, flag, None), flag
+    width = next(getattr(tiny, n) for n in ("hidden_size", "d_model") if hasattr(tiny, n))
+    assert width == 64
+    layers = next(getattr(tiny, n) for n in ("num_hidden_layers", "num_layers") if hasattr(tiny, n))
+    assert layers == 2
+    if hasattr(shipped, "vocab_size"):
+        assert tiny.vocab_size == 512 < shipped.vocab_size
+
+
+def test_grouped_query_attention_and_experts_stay_grouped():
+    tiny = tiny_config("mixtral")
+    assert (tiny.num_attention_heads, tiny.num_key_value_heads) == (4, 2)  # shipped 32 / 8: grouped
+    assert (tiny.num_local_experts, tiny.num_experts_per_tok) == (4, 2)
+    assert tiny_config("llama").num_key_value_heads == 4  # shipped kv == heads: stays so
+
+
+def test_nested_configs_shrink():
+    tiny = tiny_config("gemma3")
+    assert tiny.text_config.hidden_size == 64 and tiny.text_config.num_hidden_layers == 2
+    assert tiny.vision_config.hidden_size == 64 and tiny.vision_config.num_hidden_layers == 2
+    assert len(tiny.text_config.layer_types) == 2
+
+
+@pytest.mark.parametrize("task,model_type", [("causal_lm", "llama"), ("seq2seq_lm", "t5"), ("image_classification", "vit")])
+def test_tiny_model_runs_a_training_step(task, model_type):
+    torch.manual_seed(0)
+    model = build_tiny_model(task, model_type)
+    assert sum(p.numel() for p in model.parameters()) < 1_000_000
+    loss = model(**tiny_inputs(task, model.config)).loss
+    loss.backward()
+    assert torch.isfinite(loss)
