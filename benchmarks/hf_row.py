@@ -234,8 +234,7 @@ def _model_file_text(task: str, model_type: str) -> str:
         "import sys\n"
         f"sys.path.insert(0, {str(BENCH_DIR)!r})\n"
         "from hf_tiny import build_tiny_model, tiny_config, tiny_inputs\n\n\n"
-        "# Dropout off: 8 processes cannot draw the masks one device draws.\n"
-        f"def build_model():\n    return build_tiny_model({task!r}, {model_type!r}, dropout=False)\n\n\n"
+        f"def build_model():\n    return build_tiny_model({task!r}, {model_type!r})\n\n\n"
         f"def example_inputs():\n    return tiny_inputs({task!r}, tiny_config({model_type!r}))\n"
     )
 

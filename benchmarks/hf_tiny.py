@@ -97,19 +97,15 @@ AT_MOST_ONE = ("n_group", "topk_group", "num_expert_group", "first_k_dense_repla
 2 layers stays MoE), shared experts."""
 
 
-def tiny_config(model_type: str, dropout: bool = True):
-    """The shipped config of ``model_type`` with only its sizes made tiny (table above).
-
-    ``dropout=False`` also sets every dropout, drop-path and layer-drop probability to 0:
-    for the numerics check only, which compares one device with 8 processes that cannot
-    draw the same random masks."""
+def tiny_config(model_type: str):
+    """The shipped config of ``model_type`` with only its sizes made tiny (table above)."""
     from transformers import CONFIG_MAPPING
 
     shipped = CONFIG_MAPPING[model_type]()
-    return type(shipped)(**tiny_overrides(shipped, dropout))
+    return type(shipped)(**tiny_overrides(shipped))
 
 
-def tiny_overrides(config, dropout: bool = True) -> dict:
+def tiny_overrides(config) -> dict:
     """Keyword arguments that rebuild ``config`` with tiny sizes; nested configs as dicts."""
     values = config.to_dict()
     out: dict = {}
@@ -117,19 +113,13 @@ def tiny_overrides(config, dropout: bool = True) -> dict:
         tiny = _tiny_value(name, value, values)
         if tiny is not _KEEP:
             out[name] = tiny
-        elif not dropout and _is_drop_probability(name, value):
-            out[name] = 0.0
     _cut_per_layer_lists(values, out)
     if values.get("is_encoder_decoder") and values.get("decoder_start_token_id") is None and _is_int(values.get("pad_token_id")):
         out["decoder_start_token_id"] = values["pad_token_id"]
     for name in _sub_config_names(config):
         sub = getattr(config, name)
-        out[name] = {**sub.to_dict(), **tiny_overrides(sub, dropout)}
+        out[name] = {**sub.to_dict(), **tiny_overrides(sub)}
     return out
-
-
-def _is_drop_probability(name: str, value) -> bool:
-    return isinstance(value, float) and any(word in name for word in ("dropout", "drop_path", "layerdrop", "drop_rate"))
 
 
 _KEEP = object()
@@ -279,12 +269,12 @@ def model_class_name(task: str, model_type: str) -> str:
     return names if isinstance(names, str) else names[0]
 
 
-def build_tiny_model(task: str, model_type: str, dtype: torch.dtype = torch.float32, dropout: bool = True):
+def build_tiny_model(task: str, model_type: str, dtype: torch.dtype = torch.float32):
     """The task's model for ``model_type``, tiny, on the current default device."""
     import transformers
 
     model_class = getattr(transformers, model_class_name(task, model_type))
-    model = model_class(tiny_config(model_type, dropout))
+    model = model_class(tiny_config(model_type))
     return model.to(dtype) if dtype != torch.float32 else model
 
 
