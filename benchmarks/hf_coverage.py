@@ -1,4 +1,4 @@
-"""Issue 14, "models as people write them": how many of transformers' own architectures autoplan plans and runs.
+"""Models as people write them: how many of transformers' own architectures autoplan plans and runs.
 
 Rows are every (task, model_type) in transformers' auto-model registries for causal LM,
 masked LM, seq2seq LM and image classification. Each is built tiny from its shipped config
