@@ -18,8 +18,8 @@ from __future__ import annotations
 from contextlib import ExitStack, contextmanager
 
 import torch
-from torch import nn
 import torch.nn.functional as F
+from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.tensor import DTensor, Replicate, distribute_tensor
 from torch.distributed.tensor._utils import compute_local_shape_and_global_offset

@@ -4,6 +4,11 @@
 buffers and inputs as placeholders, so no weight memory is used. Module forward hooks,
 active only while tracing, record which module owns each node and which graph values
 enter and leave each module call; the plan's module-level layouts come from them.
+
+The step is the one the device runs: the model is called as a training step calls it
+(``training_call.py``: no inference cache), ``scaled_dot_product_attention`` is recorded as
+the fused kernel (``fused_attention.py``), and fake kernels accept what device kernels
+accept (``fake_kernels.py``).
 """
 
 from __future__ import annotations
