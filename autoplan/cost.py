@@ -99,8 +99,9 @@ def estimate_costs(choices: ChoiceGraph, profile: ClusterProfile, reads=None) ->
         nodes[name] = _node_cost(choices, profile, name, data, reducers)
     edges = {}
     moves: dict[tuple, float] = {}  # (src, dst, bytes, backward) -> seconds: layers repeat the same moves
+    free_inputs: dict[tuple, list] = {}  # (consumer's strategy list, input) -> _free_inputs
     for u, v, k, data in graph.edges(keys=True, data=True):
-        edges[(u, v, k)] = _edge_cost(choices, profile, u, v, k, data["out_index"], mesh_shape, moves)
+        edges[(u, v, k)] = _edge_cost(choices, profile, u, v, k, data["out_index"], mesh_shape, moves, free_inputs)
     return CostedGraph(choices, profile, nodes, edges)
 
 
@@ -304,7 +305,7 @@ def _node_cost(choices, profile, name, data, reducers) -> NodeCost:
     return NodeCost(tuple(compute), tuple(comm), tuple(memory), "activations")
 
 
-def _edge_cost(choices, profile, u, v, k, out_index, mesh_shape, moves: dict) -> EdgeCost:
+def _edge_cost(choices, profile, u, v, k, out_index, mesh_shape, moves: dict, free_inputs: dict) -> EdgeCost:
     graph = choices.graph
     producer = graph.nodes[u]
     value = output_values(producer)[out_index]
@@ -326,7 +327,11 @@ def _edge_cost(choices, profile, u, v, k, out_index, mesh_shape, moves: dict) ->
     seconds = tuple(tuple(move(src, dst) for dst in cols) for src in rows)
     consumer = graph.nodes[v]
     if _moved_by_dtensor(choices, u, v) and any(t > 0 for row in seconds for t in row):
-        frees = _free_inputs(consumer["strategies"], k)
+        # Repeated layers share one strategy list per op signature (``choices.py``'s cache).
+        key = (id(consumer["strategies"]), k)
+        if key not in free_inputs:
+            free_inputs[key] = _free_inputs(consumer["strategies"], k)
+        frees = free_inputs[key]
         col_specs = tuple(cols)
         members = [[j for j, c in enumerate(col_of) if c == col] for col in range(len(cols))]
         seconds = tuple(
