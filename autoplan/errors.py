@@ -41,3 +41,7 @@ class TraceError(AutoplanError):
 
 class NotApplicableError(AutoplanError):
     """A baseline layout does not apply to this model or mesh."""
+
+
+class StepError(AutoplanError):
+    """A planned model's training step failed (an op that cannot run as the plan lays it out)."""

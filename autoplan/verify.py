@@ -21,8 +21,10 @@ from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
 
 from autoplan.apply import apply_plan, shard_batch
+from autoplan.errors import AutoplanError, StepError
 from autoplan.loss import training_loss
 from autoplan.observe import CollectiveCounter
+from autoplan.opaque import failing_module
 from autoplan.plan import Plan
 
 
@@ -96,15 +98,34 @@ def verify_plan(model: nn.Module, batch, plan: Plan, device_mesh: DeviceMesh) ->
     and compare its collectives with the plan's prediction."""
     apply_plan(model, plan, device_mesh)
     optimizer = torch.optim.AdamW(model.parameters())
-    with CollectiveCounter(model, device_mesh) as counter:
-        local = shard_batch(batch, plan, device_mesh)
-        output = model(**local) if isinstance(local, dict) else model(*local)
-        training_loss(output).backward()
-        optimizer.step()
+    try:
+        with CollectiveCounter(model, device_mesh) as counter:
+            local = shard_batch(batch, plan, device_mesh)
+            output = model(**local) if isinstance(local, dict) else model(*local)
+            training_loss(output).backward()
+            optimizer.step()
+    except AutoplanError:
+        raise
+    except Exception as err:  # from DTensor or the model's own code, anywhere in the step
+        raise step_error(err, model) from err
     predicted = plan.predicted.module_collectives
     if device_mesh.device_type == "cpu":
         predicted = as_on_cpu(predicted, dict(zip(plan.axis_names, plan.mesh_shape)))
     return compare(predicted, counter.table())
+
+
+def step_error(err: Exception, model: nn.Module) -> StepError:
+    """One line for a failed planned step: where (the innermost module running, or the
+    backward), the exception, and what the user can change."""
+    culprit = failing_module(err, model)
+    names = {id(m): fqn for fqn, m in model.named_modules()}
+    where = f"module {names[id(culprit)] or '<root>'} ({type(culprit).__name__})" if culprit is not None else "the backward or optimizer step"
+    first = str(err).strip().splitlines()[0] if str(err).strip() else ""
+    return StepError(
+        f"the planned training step failed in {where}: {type(err).__name__}: {first}",
+        hint="raise --memory-gb so that less is sharded, and report the op and model "
+        "(--debug shows the traceback)",
+    )
 
 
 def as_on_cpu(table: dict, axis_sizes: dict[str, int]) -> dict:
