@@ -123,7 +123,8 @@ def step_error(err: Exception, model: nn.Module) -> StepError:
     first = str(err).strip().splitlines()[0] if str(err).strip() else ""
     return StepError(
         f"the planned training step failed in {where}: {type(err).__name__}: {first}",
-        hint="raise --memory-gb so that less is sharded, and report the op and model "
+        hint="that code runs on DTensors here: read host values with .full_tensor() first; "
+        "for an op that cannot run sharded, raise --memory-gb so that less is sharded "
         "(--debug shows the traceback)",
     )
 
