@@ -23,7 +23,6 @@ from importlib import resources
 from pathlib import Path
 
 import jsonschema
-from jsonschema.exceptions import best_match
 
 from autoplan.errors import AutoplanError
 
@@ -83,11 +82,14 @@ def check_schema(data, name: str, error: type[AutoplanError], what: str, fix: st
     schema gives none.
     """
     try:
-        violation = best_match(_validator(name).iter_errors(data))
+        errors = list(_validator(name).iter_errors(data))
     except RecursionError:
         raise error(f"{what} is nested too deeply to be a valid file", hint=fix) from None
-    if violation is None:
+    if not errors:
         return
+    # The first problem in the file (a wrong type before a bound at the same place), so
+    # that the same file always gives the same message: jsonschema visits some keys in set order.
+    violation = min(errors, key=lambda err: (_document_order(data, err.absolute_path), err.validator != "type"))
     problem, own_fix = _describe(violation)
     raise error(f"{what}{problem}", hint=own_fix or fix)
 
@@ -99,6 +101,20 @@ def field_path(parts) -> str:
     for part in parts:
         text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
     return text
+
+
+def _document_order(data, path) -> tuple[int, ...]:
+    """Where ``path`` lies in ``data``: the position of each key or index along it."""
+    order, node = [], data
+    for part in path:
+        if isinstance(node, dict):
+            order.append(list(node).index(part) if part in node else len(node))
+        elif isinstance(node, list) and isinstance(part, int):
+            order.append(part)
+        else:
+            break
+        node = node[part] if isinstance(node, dict) and part in node or isinstance(node, list) else None
+    return tuple(order)
 
 
 def _describe(error) -> tuple[str, str | None]:
@@ -124,8 +140,7 @@ def _describe(error) -> tuple[str, str | None]:
         expected = f"a number >= {error.validator_value:g}"
     elif kind in ("maximum", "exclusiveMaximum"):
         sign = "<=" if kind == "maximum" else "<"
-        bound = f", {schema['x-bound']}" if "x-bound" in schema else ""
-        expected = f"a number {sign} {error.validator_value:g}{bound}"
+        expected = f"a number {sign} {error.validator_value:g}"
     elif kind == "const":
         expected = repr(error.validator_value)
     elif kind == "enum":
@@ -142,7 +157,8 @@ def _describe(error) -> tuple[str, str | None]:
         expected = schema["x-expected"]
     else:
         return f": {error.message} at {at}", fix
-    return f": expected {expected} at {at}, got {_short(value)}", fix
+    bound = f" (the bound: {schema['x-bound']})" if "x-bound" in schema and kind in ("minimum", "maximum", "exclusiveMaximum") else ""
+    return f": expected {expected} at {at}, got {_short(value)}{bound}", fix
 
 
 def _bad_key(names: dict, key, at: str) -> tuple[str, str | None]:
