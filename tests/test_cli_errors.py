@@ -148,4 +148,5 @@ def test_unwritable_out_is_one_line_error(workdir, capsys, fake_suggest):
     argv = ["suggest", write_model(workdir, GOOD_MODEL), "--mesh", "8", "--out", "taken/plan.json"]
     assert main(argv) == 2
     lines = capsys.readouterr().err.splitlines()
-    assert len(lines) == 1 and lines[0].startswith("autoplan: error: could not write the plan")
+    assert lines == ["autoplan: error: cannot write --out taken/plan.json: taken is not a directory; fix: pass a writable --out path"]
+    assert fake_suggest == []  # refused before planning

@@ -31,7 +31,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from autoplan._files import write_atomic
+from autoplan._files import check_outputs, write_atomic
 from autoplan.calibrate.host import gather_cluster_info, versions
 from autoplan.calibrate.profile_writer import LinksSource, RunInfo, build_profile
 from autoplan.calibrate.progress import Progress
@@ -114,19 +114,12 @@ def spawn_calibration(config: CalibrateConfig, nprocs: int, rank_main=None) -> N
             process.join()
 
 
-def check_out_path(out: str) -> None:
-    """Fail before measuring if ``out`` cannot be written (a sweep takes minutes)."""
-    path = Path(out)
-    if path.is_dir():
-        raise AutoplanError(f"--out {out} is a directory", "pass a file path, e.g. --out cost_models/mycluster.json")
-    if path.suffix != ".json":
+def check_out_path(out: str, links_from: str | None = None) -> None:
+    """Fail before measuring if ``out`` cannot be written or is the --links-from profile
+    (a sweep takes minutes)."""
+    check_outputs({"--out": out}, {"the --links-from profile": links_from})
+    if Path(out).suffix != ".json":
         raise AutoplanError(f"--out {out} does not end in .json", "pass a path like cost_models/mycluster.json")
-    existing = path.parent
-    while not existing.exists() and existing != existing.parent:
-        existing = existing.parent
-    if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
-        reason = "is not a directory" if not existing.is_dir() else "is not writable"
-        raise AutoplanError(f"cannot write the profile to {out}: {existing} {reason}", "pass a writable --out path")
 
 
 def write_profile(out: str, data: dict) -> None:
