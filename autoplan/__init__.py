@@ -11,6 +11,8 @@
 """
 
 import importlib
+import sys
+import types
 
 # Each public name is imported from its module on first use: `import autoplan` (and so
 # `python -m autoplan`, whose Ctrl-C handling starts in __main__) does not wait for torch.
@@ -36,3 +38,16 @@ def __getattr__(name: str):
 
 def __dir__():
     return sorted([*globals(), *_HOMES])
+
+
+class _Package(types.ModuleType):
+    """Keeps ``autoplan.suggest`` and ``autoplan.score`` the functions: importing a submodule
+    sets the package attribute of its name, and two submodules share their function's name."""
+
+    def __setattr__(self, name, value):
+        if isinstance(value, types.ModuleType) and name in _HOMES and _HOMES[name] == value.__name__:
+            return
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package
