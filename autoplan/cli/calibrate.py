@@ -82,6 +82,9 @@ def run(args: argparse.Namespace) -> int:
         _print_summary(args.out)
         return 0
     rank, world_size, local_rank = _torchrun_env(args.mesh)
+    from autoplan._processes import die_with_parent
+
+    die_with_parent(os.getppid())  # torchrun's agent: if it is killed, this rank goes too
     _check_world(mesh, world_size, f"WORLD_SIZE={world_size}")
     if rank == 0:
         check_out_path(args.out, _links_file(args.links_from))  # torchrun stops the other ranks when this one fails
