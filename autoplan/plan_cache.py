@@ -118,7 +118,8 @@ class PlanCache:
                 plan = Plan.from_dict(entry["plan"], source=str(path))
                 problem = _plan_mismatch(plan, key)
         except (ValueError, RecursionError, AutoplanError) as err:  # JSONDecodeError is a ValueError
-            problem = f"it is not a valid entry ({err})"
+            reason = err.problem.removeprefix(f"plan {path}: ") if isinstance(err, AutoplanError) else str(err)
+            problem = f"it is not a valid entry ({reason})"
         if problem is not None:
             _warn(f"removed plan cache entry {path}: {problem}; planning again")
             with contextlib.suppress(OSError):
@@ -135,7 +136,8 @@ class PlanCache:
         try:
             write_atomic(path, json.dumps(entry, indent=1, sort_keys=True) + "\n")
         except OSError as err:
-            _warn(f"could not store the plan in the plan cache {self.directory} ({_reason(err)}); the plan is not cached")
+            reason = "it is not a directory" if self.directory.exists() and not self.directory.is_dir() else _reason(err)
+            _warn(f"could not store the plan in the plan cache {self.directory} ({reason}); the plan is not cached")
             return None
         return path
 
