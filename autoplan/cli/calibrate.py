@@ -102,7 +102,7 @@ def _interruptible(show: bool):
         yield
     except KeyboardInterrupt:
         if show:
-            print("\nautoplan: calibrate interrupted; no profile was written", file=sys.stderr)
+            print("autoplan: calibrate interrupted; no profile was written", file=sys.stderr)
         raise SystemExit(130) from None
 
 
