@@ -80,3 +80,38 @@ def test_cli_refuses_to_write_over_its_inputs(tmp_path, monkeypatch, capsys):
         f"--out {model} is the model file", "--out and --stats are the same file x.json", f"--out {plan} is the plan file",
     ]
     assert model.read_bytes() == before and plan.read_text() == "{}" and not (tmp_path / "x.json").exists()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_child_dies_with_its_launcher_killed_outright(tmp_path):
+    """What calibrate's and verify's ranks do: kill -9 of the launcher takes the child too."""
+    import signal
+    import time
+
+    from conftest import ROOT
+
+    launcher = (
+        "import os, subprocess, sys, time\n"
+        "child = subprocess.Popen([sys.executable, '-c', 'from autoplan._processes import die_with_parent; "
+        "import os, sys, time; die_with_parent(int(sys.argv[1])); print(os.getpid(), flush=True); time.sleep(60)', "
+        "str(os.getpid())], stdout=sys.stdout)\n"
+        "time.sleep(60)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen([sys.executable, "-c", launcher], stdout=subprocess.PIPE, text=True, env=env)
+    child = int(proc.stdout.readline())  # armed
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and _running(child):
+        time.sleep(0.1)
+    assert not _running(child)
+
+
+def _running(pid: int) -> bool:
+    """Alive and not a zombie waiting for its new parent to reap it."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
