@@ -37,13 +37,13 @@ TINY = 1e-30  # efficiency half-point: efficiency is 1 at any size
 
 
 FREE_DISPATCH = {"forward_op_s": 0.0, "backward_op_s": 0.0, "optimizer_param_s": 0.0,
-                 "optimizer_bytes_per_s": BOUNDED, "overlaps_device": False}
+                 "optimizer_bytes_per_s": FREE, "overlaps_device": False}
 
 
 def exact_profile(dispatch=None):
-    """A loaded profile whose memory traffic (and, with the default dispatch, optimizer
-    traffic) is free: an ideal machine, so its figures go past the schema's bounds after
-    loading."""
+    """A loaded profile whose memory traffic (and, with FREE_DISPATCH, optimizer traffic)
+    is free: an ideal machine, so those figures are set past the schema's bounds after loading."""
+    dispatch = dispatch or FREE_DISPATCH
     link = {k: {"latency_s": ALPHA, "bus_bandwidth_bytes_per_s": BETA} for k in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")}
     profile = profile_from_dict({
         "schema_version": 2,
@@ -52,12 +52,10 @@ def exact_profile(dispatch=None):
                    "peak_flops": {"float32": PEAK}},
         "efficiency": {"matmul": {"max": 1.0, "half_at_flops": TINY}, "memory": {"max": 1.0, "half_at_bytes": TINY}, "kernel_overhead_s": 0.0},
         "links": {"intra_node": link, "inter_node": link},
-        "dispatch": dispatch or FREE_DISPATCH,
+        "dispatch": {**dispatch, "optimizer_bytes_per_s": min(dispatch["optimizer_bytes_per_s"], BOUNDED)},
     })
-    free_dispatch = profile.dispatch
-    if dispatch is None:
-        free_dispatch = dataclasses.replace(free_dispatch, optimizer_bytes_per_s=FREE)
-    return dataclasses.replace(profile, memory_bandwidth_bytes_per_s=FREE, dispatch=free_dispatch)
+    ideal = dataclasses.replace(profile.dispatch, optimizer_bytes_per_s=dispatch["optimizer_bytes_per_s"])
+    return dataclasses.replace(profile, memory_bandwidth_bytes_per_s=FREE, dispatch=ideal)
 
 
 class MeanSquareMLP(nn.Module):
