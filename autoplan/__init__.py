@@ -10,17 +10,44 @@
     autoplan.load_checkpoint(model, optimizer, "ckpt/step-100")
 """
 
-from autoplan.apply import apply_plan, shard_batch
-from autoplan.checkpoint import load_checkpoint, save_checkpoint
-from autoplan.errors import AutoplanError
-from autoplan.loss import training_loss
-from autoplan.materialize import load_full_state_dict
-from autoplan.plan import Plan
-from autoplan.profile import load_profile
-from autoplan.score import Score, score
-from autoplan.suggest import suggest
+import importlib
+import sys
+import types
 
-__all__ = [
-    "AutoplanError", "Plan", "Score", "apply_plan", "load_checkpoint", "load_full_state_dict", "load_profile",
-    "save_checkpoint", "score", "shard_batch", "suggest", "training_loss",
-]
+# Each public name is imported from its module on first use: `import autoplan` (and so
+# `python -m autoplan`, whose Ctrl-C handling starts in __main__) does not wait for torch.
+_HOMES = {
+    "apply_plan": "autoplan.apply", "shard_batch": "autoplan.apply",
+    "load_checkpoint": "autoplan.checkpoint", "save_checkpoint": "autoplan.checkpoint",
+    "AutoplanError": "autoplan.errors", "training_loss": "autoplan.loss",
+    "load_full_state_dict": "autoplan.materialize", "Plan": "autoplan.plan",
+    "load_profile": "autoplan.profile", "Score": "autoplan.score", "score": "autoplan.score",
+    "suggest": "autoplan.suggest",
+}
+
+__all__ = sorted(_HOMES)
+
+
+def __getattr__(name: str):
+    if name not in _HOMES:
+        raise AttributeError(f"module 'autoplan' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_HOMES[name]), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted([*globals(), *_HOMES])
+
+
+class _Package(types.ModuleType):
+    """Keeps ``autoplan.suggest`` and ``autoplan.score`` the functions: importing a submodule
+    sets the package attribute of its name, and two submodules share their function's name."""
+
+    def __setattr__(self, name, value):
+        if isinstance(value, types.ModuleType) and name in _HOMES and _HOMES[name] == value.__name__:
+            return
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package

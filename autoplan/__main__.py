@@ -2,7 +2,17 @@
 
 import sys
 
-from autoplan.cli import main
+
+def run() -> int:
+    """The command, with Ctrl-C during start-up (importing torch takes seconds) handled too."""
+    try:
+        from autoplan.cli import main
+
+        return main()
+    except KeyboardInterrupt:
+        print("autoplan: interrupted", file=sys.stderr)
+        return 130
+
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run())

@@ -22,8 +22,9 @@ from autoplan.suggest import SuggestReport, resolve_options, suggest_with_report
 
 log = logging.getLogger("autoplan")
 
-HIT, MISS, REPLACED, OFF = "hit", "miss", "replaced", "off"
-"""Cache outcomes: reused; planned and stored; a bad entry planned again and replaced; cache not used."""
+HIT, MISS, REPLACED, OFF, NOT_STORED = "hit", "miss", "replaced", "off", "not stored"
+"""Cache outcomes: reused; planned and stored; a bad entry planned again and replaced; cache
+not used; planned, and the cache could not be written (warned)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,7 +60,7 @@ def suggest_cached(
     trace_s = time.perf_counter() - start
     key = make_cache_key(trace, mesh, axis_names, cluster, budget, time_limit_s, pinned)
     store = PlanCache(cache_dir)
-    existed = store.path(key).exists()
+    existed = _exists(store.path(key))
     start = time.perf_counter()
     cached = store.lookup(key)
     if cached is not None:
@@ -89,8 +90,16 @@ def suggest_cached(
         "decisions_after_merge": report.decisions_after_merge, "variables": report.variables,
         "constraints": report.constraints, "stage_seconds": stages,
     })
-    extra = {**report.extra, "cache": REPLACED if existed else MISS, "cache_path": str(path)}
+    outcome = NOT_STORED if path is None else REPLACED if existed else MISS
+    extra = {**report.extra, "cache": outcome, "cache_path": None if path is None else str(path)}
     return plan, dataclasses.replace(report, stage_seconds=stages, extra=extra)
+
+
+def _exists(path) -> bool:
+    try:
+        return path.exists()
+    except OSError:  # an unreadable cache directory: lookup warns about it
+        return False
 
 
 def suggest_on_every_rank(model, example_inputs, mesh, axis_names, options: dict, cache: bool, cache_dir, broadcast: bool) -> SharedPlan:
@@ -109,7 +118,7 @@ def suggest_on_every_rank(model, example_inputs, mesh, axis_names, options: dict
     plan = Plan.from_dict(json.loads(message["plan"]), source="rank 0's plan" if shared else "<suggest>")
     result = SharedPlan(plan, message["cache"], message["cache_path"])
     where = "rank 0's " if shared else "the "
-    what = {HIT: "reused", MISS: "solved and stored", REPLACED: "solved again, replacing a bad entry,"}
+    what = {HIT: "reused", MISS: "solved and stored", REPLACED: "solved again, replacing a bad entry,", NOT_STORED: "solved, not stored"}
     if result.cache in what:
         log.info("autoplan.suggest: plan %s in %splan cache %s", what[result.cache], where, result.cache_path,
                  extra={"autoplan_cache": result.cache, "autoplan_cache_path": result.cache_path})

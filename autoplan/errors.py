@@ -1,4 +1,8 @@
-"""User-facing errors. Each names the problem and carries a hint of the fix."""
+"""User-facing errors. Each names the problem and carries a hint of the fix.
+
+Errors about a bad value are also ``ValueError`` and errors about a wrong type also
+``TypeError``, so that code written against Python's conventions catches them too.
+"""
 
 from __future__ import annotations
 
@@ -16,11 +20,11 @@ class ModelFileError(AutoplanError):
     """The model file is missing or does not define what autoplan needs."""
 
 
-class MeshError(AutoplanError):
+class MeshError(AutoplanError, ValueError):
     """The mesh shape or axis names are malformed or inconsistent."""
 
 
-class ProfileError(AutoplanError):
+class ProfileError(AutoplanError, ValueError):
     """A cluster profile is missing, malformed or incomplete."""
 
 
@@ -31,8 +35,16 @@ class InfeasibleError(AutoplanError):
     """The least per-device memory any plan needs, where the solver worked it out."""
 
 
-class PlanError(AutoplanError):
+class PlanError(AutoplanError, ValueError):
     """A plan file is malformed, or does not match the model or mesh it is applied to."""
+
+
+class OptionError(AutoplanError, ValueError):
+    """An option (memory budget, time limit, output path) is out of range or conflicts with another."""
+
+
+class ArgumentTypeError(AutoplanError, TypeError):
+    """An API argument has the wrong type (a path where a model is expected, a float mesh size)."""
 
 
 class TraceError(AutoplanError):

@@ -124,6 +124,12 @@ def import_model_file(path: Path):
     sys.modules[module_name] = module
     try:
         spec.loader.exec_module(module)
+    except SystemExit as exit_:  # a script-style file: not autoplan's exit
+        del sys.modules[module_name]
+        raise ModelFileError(
+            f"{path} called sys.exit({exit_.code!r}) while being imported",
+            f"guard the script part of {path} with `if __name__ == \"__main__\":`",
+        ) from None
     except Exception as err:
         del sys.modules[module_name]
         raise ModelFileError(
@@ -144,6 +150,11 @@ def _require_function(module, name: str, path: Path, purpose: str):
 def _call(function, path: Path):
     try:
         return function()
+    except SystemExit as exit_:
+        raise ModelFileError(
+            f"{function.__name__}() in {path} called sys.exit({exit_.code!r})",
+            f"make {function.__name__}() return instead of exiting",
+        ) from None
     except Exception as err:
         name = function.__name__
         raise ModelFileError(

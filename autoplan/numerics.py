@@ -60,7 +60,7 @@ def check_numerics(jobs: list[NumericsJob], world: int, seed: int = 0) -> list[N
     """Run every job on ``world`` gloo processes; one result per job, in order."""
     with tempfile.TemporaryDirectory(prefix="autoplan-numerics-") as tmp:
         out = Path(tmp) / "results.json"
-        mp.spawn(_worker, args=(world, _free_port(), jobs, seed, str(out)), nprocs=world, join=True)
+        mp.spawn(_worker, args=(world, _free_port(), jobs, seed, str(out), os.getpid()), nprocs=world, join=True)
         raw = json.loads(out.read_text())
     return [NumericsResult(**item) for item in raw]
 
@@ -71,9 +71,12 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def _worker(rank: int, world: int, port: int, jobs: list[NumericsJob], seed: int, out_path: str) -> None:
+def _worker(rank: int, world: int, port: int, jobs: list[NumericsJob], seed: int, out_path: str, launcher_pid: int) -> None:
     from torch.distributed.device_mesh import init_device_mesh
 
+    from autoplan._processes import die_with_parent
+
+    die_with_parent(launcher_pid)  # a killed `autoplan verify` takes its gloo ranks with it
     import autoplan
     from autoplan.model_file import import_model_file
 

@@ -15,9 +15,12 @@ from pathlib import Path
 
 from autoplan._files import write_atomic
 from autoplan.errors import PlanError
-from autoplan.placements import Spec, to_placement
+from autoplan.placements import Spec, format_spec, shard_dim
+from autoplan.validation import check_schema, read_json
 
 SCHEMA_VERSION = 1
+"""The plan format's version; its schema is ``autoplan/schemas/plan.schema.json``."""
+_FIX = "re-create it with `autoplan suggest`"
 
 
 def rounded(value: float) -> float:
@@ -127,80 +130,84 @@ class Plan:
 
     @classmethod
     def load(cls, path: str | Path) -> "Plan":
-        path = Path(path)
-        try:
-            data = json.loads(path.read_text())
-        except FileNotFoundError:
-            raise PlanError(f"no plan file {path}", hint="run `autoplan suggest` to write one") from None
-        except (OSError, json.JSONDecodeError) as err:
-            raise PlanError(f"plan file {path} is not valid JSON ({err})", hint="re-create it with `autoplan suggest`") from err
+        """Read and validate a plan file; every problem is a PlanError naming the file and field."""
+        data = read_json(path, PlanError, "plan file", "run `autoplan suggest` to write one", _FIX)
         return cls.from_dict(data, source=str(path))
 
     @classmethod
     def from_dict(cls, data: dict, source: str = "<dict>") -> "Plan":
-        return _parse(data, source)
+        """Validate plan data (``plan.schema.json``, then ``check_plan_data``) and build the Plan."""
+        check_schema(data, "plan", PlanError, f"plan {source}", _FIX)
+        check_plan_data(data, source)
+        return _build(data)
 
 
-def _parse(data, source: str) -> Plan:
-    def fail(what: str):
-        raise PlanError(f"plan {source}: {what}", hint="re-create it with `autoplan suggest`")
+def check_plan_data(data: dict, source: str) -> None:
+    """What the schema cannot say: names and placements per mesh axis, shard dims in range,
+    a dim sharded by one axis at most and divisible by its size (``placements.fits_evenly``)."""
+    shape, names = tuple(data["mesh"]["shape"]), data["mesh"]["axis_names"]
 
-    def need(mapping, key, where=""):
-        if not isinstance(mapping, dict) or key not in mapping:
-            fail(f"missing {where}{key}")
-        return mapping[key]
+    def fail(what: str, hint: str = _FIX):
+        raise PlanError(f"plan {source}: {what}", hint=hint)
 
-    version = need(data, "schema_version")
-    if version != SCHEMA_VERSION:
-        fail(f"schema_version {version!r}, expected {SCHEMA_VERSION}")
-    mesh = need(data, "mesh")
-    shape = tuple(need(mesh, "shape", "mesh."))
-    names = tuple(need(mesh, "axis_names", "mesh."))
-    if not shape or any(not isinstance(n, int) or n < 1 for n in shape) or len(names) != len(shape):
-        fail(f"mesh shape {list(shape)} and axis names {list(names)} do not match")
+    if len(names) != len(shape):
+        fail(f"mesh.axis_names has {len(names)} names for the {len(shape)}-axis mesh.shape {list(shape)}")
+    sizes = data.get("parameter_shapes", {})
+    specs = [(f"parameters.{fqn}", spec, sizes.get(fqn)) for fqn, spec in data["parameters"].items()]
+    specs += [(f"parameter_uses.{fqn}", spec, sizes.get(fqn)) for fqn, spec in data.get("parameter_uses", {}).items()]
+    specs += [(f"inputs.{key}.placements", b["placements"], b["shape"]) for key, b in data["inputs"].items()]
+    for fqn, layout in data["modules"].items():
+        for side in ("inputs", "outputs"):
+            specs += [(f"modules.{fqn}.{side}.{key}", spec, None) for key, spec in layout[side].items()]
+    for where, spec, tensor_shape in specs:
+        if len(spec) != len(shape):
+            fail(f"{where}: expected one placement per mesh axis ({len(shape)}), got {spec!r}")
+        if tensor_shape is not None:
+            problem = _uneven(spec, tuple(tensor_shape), shape, names)
+            if problem:
+                fail(f"{where} {format_spec(tuple(spec))} on a tensor of shape {list(tensor_shape)}: {problem}",
+                     "shard only dims the tensor has, each on one mesh axis whose size divides it")
 
-    def spec(value, where) -> Spec:
-        if not isinstance(value, list) or len(value) != len(shape):
-            fail(f"{where}: expected one placement per mesh axis ({len(shape)}), got {value!r}")
-        for p in value:
-            to_placement(p)  # raises PlanError on unknown strings
-        return tuple(value)
 
-    parameters = {fqn: spec(v, f"parameters.{fqn}") for fqn, v in need(data, "parameters").items()}
-    modules = {}
-    for fqn, layout in need(data, "modules").items():
-        modules[fqn] = ModuleLayout(
-            {k: spec(v, f"modules.{fqn}.inputs.{k}") for k, v in need(layout, "inputs", f"modules.{fqn}.").items()},
-            {k: spec(v, f"modules.{fqn}.outputs.{k}") for k, v in need(layout, "outputs", f"modules.{fqn}.").items()},
-        )
-    inputs = {
-        key: BatchInput(tuple(need(b, "shape", f"inputs.{key}.")), spec(need(b, "placements", f"inputs.{key}."), f"inputs.{key}"))
-        for key, b in need(data, "inputs").items()
-    }
-    predicted = need(data, "predicted")
-    solver = need(data, "solver")
-    try:
-        return Plan(
-            mesh_shape=shape,
-            axis_names=names,
-            parameters=parameters,
-            modules=modules,
-            inputs=inputs,
-            predicted=Predicted(**predicted),
-            profile=str(need(data, "profile")),
-            fingerprint=str(need(data, "fingerprint")),
-            solver=SolverReport(**solver),
-            warnings=tuple(need(data, "warnings")),
-            fallback_ops=tuple(str(op) for op in data.get("fallback_ops", [])),
-            opaque_modules=tuple(str(fqn) for fqn in data.get("opaque_modules", [])),
-            parameter_uses={
-                fqn: spec(v, f"parameter_uses.{fqn}") for fqn, v in data.get("parameter_uses", {}).items()
-            },
-            module_types={str(fqn): str(name) for fqn, name in data.get("module_types", {}).items()},
-            parameter_shapes={str(fqn): tuple(int(n) for n in shape) for fqn, shape in data.get("parameter_shapes", {}).items()},
-        )
-    except TypeError as err:
-        fail(f"unexpected fields ({err})")
+def _uneven(spec, tensor_shape: tuple[int, ...], mesh_shape: tuple[int, ...], names) -> str | None:
+    seen: dict[int, str] = {}
+    for placement, size, name in zip(spec, mesh_shape, names):
+        dim = shard_dim(placement)
+        if dim is None:
+            continue
+        if dim >= len(tensor_shape):
+            return f"it has {len(tensor_shape)} dims, {placement} shards dim {dim}"
+        if dim in seen:
+            return f"dim {dim} is sharded on two mesh axes ({seen[dim]} and {name}); autoplan shards a dim on one"
+        if tensor_shape[dim] % size:
+            return f"dim {dim} ({tensor_shape[dim]}) does not divide by mesh axis {name} ({size})"
+        seen[dim] = name
+    return None
+
+
+def _build(data: dict) -> Plan:
+    """The Plan of validated data."""
+    spec = tuple
+    return Plan(
+        mesh_shape=tuple(int(n) for n in data["mesh"]["shape"]),
+        axis_names=tuple(data["mesh"]["axis_names"]),
+        parameters={fqn: spec(v) for fqn, v in data["parameters"].items()},
+        modules={
+            fqn: ModuleLayout({k: spec(v) for k, v in m["inputs"].items()}, {k: spec(v) for k, v in m["outputs"].items()})
+            for fqn, m in data["modules"].items()
+        },
+        inputs={key: BatchInput(tuple(int(n) for n in b["shape"]), spec(b["placements"])) for key, b in data["inputs"].items()},
+        predicted=Predicted(**data["predicted"]),
+        profile=data["profile"],
+        fingerprint=data["fingerprint"],
+        solver=SolverReport(**data["solver"]),
+        warnings=tuple(data["warnings"]),
+        fallback_ops=tuple(data.get("fallback_ops", [])),
+        opaque_modules=tuple(data.get("opaque_modules", [])),
+        parameter_uses={fqn: spec(v) for fqn, v in data.get("parameter_uses", {}).items()},
+        module_types=dict(data.get("module_types", {})),
+        parameter_shapes={fqn: tuple(int(n) for n in s) for fqn, s in data.get("parameter_shapes", {}).items()},
+    )
 
 
 ROOT_MODULE = "<root>"

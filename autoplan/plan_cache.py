@@ -13,13 +13,19 @@ The key is the SHA-256 of everything the answer depends on, written as canonical
   versions, so that a changed planner never serves a plan it would no longer make.
 
 An entry is one JSON file ``<key>.json`` holding the key, the fields it was made from,
-the plan and what the planning run reported. It is written atomically; an entry that
-cannot be read, or whose key or plan does not match, is ignored with a warning and
-replaced by the next store.
+the plan and what the planning run reported. It is written atomically. An entry is
+validated like any plan file (``Plan.from_dict``); an invalid one, or one whose key or plan
+does not match, is removed with a one-line warning and the plan is solved again.
+
+The cache is best-effort: a directory that cannot be read or written (read-only, full,
+not a directory) costs one warning (``CacheWarning``), never the plan. Concurrent runs of
+the same question do not wait for each other: each solves (the same plan, byte for byte)
+and the last atomic store wins.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -95,29 +101,57 @@ class PlanCache:
         return self.directory / f"{key.digest}.json"
 
     def lookup(self, key: CacheKey) -> CachedPlan | None:
-        """The cached plan for ``key``, or None (missing, or unusable: warned and left to be replaced)."""
+        """The cached plan for ``key``, or None: missing, unreadable (warned), or invalid
+        (warned and removed, so that the plan is solved again and stored afresh)."""
         path = self.path(key)
-        if not path.exists():
+        try:
+            if not path.is_file():
+                return None
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as err:
+            _warn(f"could not read plan cache entry {path} ({_reason(err)}); planning without it")
             return None
         try:
-            entry = json.loads(path.read_text(encoding="utf-8"))
+            entry = json.loads(text)
             problem = _mismatch(entry, key)
             if problem is None:
                 plan = Plan.from_dict(entry["plan"], source=str(path))
                 problem = _plan_mismatch(plan, key)
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError, AutoplanError) as err:
-            problem = f"it cannot be read ({err})"
+        except (ValueError, RecursionError, AutoplanError) as err:  # JSONDecodeError is a ValueError
+            reason = err.problem.removeprefix(f"plan {path}: ") if isinstance(err, AutoplanError) else str(err)
+            problem = f"it is not a valid entry ({reason})"
         if problem is not None:
-            warnings.warn(f"autoplan: ignoring plan cache entry {path}: {problem}; planning again and replacing it", stacklevel=3)
+            _warn(f"removed plan cache entry {path}: {problem}; planning again")
+            with contextlib.suppress(OSError):
+                path.unlink()
             return None
         return CachedPlan(plan, path, dict(entry.get("report") or {}))
 
-    def store(self, key: CacheKey, plan: Plan, report: dict) -> Path:
-        """Write (or replace) the entry for ``key`` atomically; returns its path."""
+    def store(self, key: CacheKey, plan: Plan, report: dict) -> Path | None:
+        """Write (or replace) the entry for ``key`` atomically; returns its path, or None
+        (warned) where the cache cannot be written: the cache is an optimisation, never
+        worth the plan."""
         entry = {"cache_format": CACHE_FORMAT, "key": key.digest, "fields": key.fields, "plan": plan.to_dict(), "report": report}
         path = self.path(key)
-        write_atomic(path, json.dumps(entry, indent=1, sort_keys=True) + "\n")
+        try:
+            write_atomic(path, json.dumps(entry, indent=1, sort_keys=True) + "\n")
+        except OSError as err:
+            reason = "it is not a directory" if self.directory.exists() and not self.directory.is_dir() else _reason(err)
+            _warn(f"could not store the plan in the plan cache {self.directory} ({reason}); the plan is not cached")
+            return None
         return path
+
+
+def _warn(message: str) -> None:
+    warnings.warn(f"autoplan: {message}", CacheWarning, stacklevel=3)
+
+
+def _reason(err: BaseException) -> str:
+    return getattr(err, "strerror", None) or str(err) or type(err).__name__
+
+
+class CacheWarning(UserWarning):
+    """The plan cache could not be used; planning went on without it."""
 
 
 def _mismatch(entry, key: CacheKey) -> str | None:

@@ -1,7 +1,8 @@
 """Cluster profiles: what one device and the links between devices can do.
 
 A profile is a JSON file in ``cost_models/`` (or anywhere, given by path), validated on
-load. Its schema is the ``ClusterProfile`` dataclass below; ``h100-sxm`` is the default.
+load against ``autoplan/schemas/profile.schema.json`` (which also bounds every figure by what
+is physical); ``ClusterProfile`` below is its parsed form. ``h100-sxm`` is the default.
 
 Collective costs come in two tables. ``links`` (required) prices a collective by the link
 its groups use, intra-node or inter-node, and serves any mesh. ``axes`` (optional, written
@@ -32,13 +33,11 @@ Schema 1 profiles lack it and are refused with the fix (re-calibrate, or add the
 
 from __future__ import annotations
 
-import json
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from autoplan.errors import ProfileError
-from autoplan.op_classes import OP_CLASSES
+from autoplan.validation import check_schema, read_json
 
 COST_MODELS_DIR = Path(__file__).resolve().parent.parent / "cost_models"
 DEFAULT_PROFILE = "h100-sxm"
@@ -136,35 +135,35 @@ class ClusterProfile:
         return self.peak_flops.get(dtype_name) or self.peak_flops["float32"]
 
 
+def profile_path(name_or_path: str | None = None) -> Path:
+    """The file a profile name (a file in ``cost_models/``) or path stands for; None gives the default."""
+    text = name_or_path or DEFAULT_PROFILE
+    path = Path(text)
+    return COST_MODELS_DIR / f"{text}.json" if not path.suffix else path
+
+
 def load_profile(name_or_path: str | None = None) -> ClusterProfile:
     """A profile by name (a file in ``cost_models/``) or by path; None gives the default."""
     text = name_or_path or DEFAULT_PROFILE
-    path = Path(text)
-    if not path.suffix:
-        path = COST_MODELS_DIR / f"{text}.json"
-    if not path.is_file():
+    path = profile_path(text)
+    if not path.is_file() and not path.is_dir():
         known = ", ".join(sorted(p.stem for p in COST_MODELS_DIR.glob("*.json")))
         raise ProfileError(
             f"no cluster profile {text!r} (looked for {path})",
             hint=f"pass one of: {known}, or the path of a profile JSON file",
         )
-    try:
-        raw = path.read_bytes()
-    except OSError as err:
-        raise ProfileError(f"could not read cluster profile {path}: {err.strerror or err}", hint="check the file's permissions") from err
-    try:
-        data = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise ProfileError(f"cluster profile {path} is not valid JSON ({err})", hint=_REMAKE) from err
+    data = read_json(path, ProfileError, "cluster profile", "pass the path of a profile JSON file", _REMAKE)
     return profile_from_dict(data, source=str(path))
 
 
 def profile_from_dict(data: dict, source: str = "<dict>") -> ClusterProfile:
-    """Validate a profile's JSON data; every problem is a ProfileError naming the key."""
+    """Validate a profile's JSON data (``profile.schema.json``, then what a schema cannot
+    say) and build it; every problem is a ProfileError naming the key."""
     if not isinstance(data, dict):
         raise ProfileError(f"cluster profile {source}: expected a JSON object, got {type(data).__name__}", hint=_REMAKE)
-    read = _Reader(source)
-    version = read.need(data, "schema_version", "")
+    if "schema_version" not in data:
+        raise ProfileError(f"cluster profile {source} lacks schema_version", hint=_FIX)
+    version = data["schema_version"]
     if version == 1:
         raise ProfileError(
             f"cluster profile {source} has schema_version 1, expected {SCHEMA_VERSION}: it lacks the "
@@ -172,44 +171,46 @@ def profile_from_dict(data: dict, source: str = "<dict>") -> ClusterProfile:
             hint="re-create it with `autoplan calibrate`, or add a \"dispatch\" object as in "
             "cost_models/h100-sxm.json and set schema_version to 2",
         )
-    if version != SCHEMA_VERSION:
+    if version != SCHEMA_VERSION or isinstance(version, bool):
         raise ProfileError(
             f"cluster profile {source} has schema_version {version!r}, expected {SCHEMA_VERSION}",
             hint="upgrade autoplan or re-create the profile with `autoplan calibrate`",
         )
-    device = read.need_object(data, "device", "")
-    eff = read.need_object(data, "efficiency", "")
-    links_data = read.need_object(data, "links", "")
-    links = {link: read.link_table(read.need_object(links_data, link, "links."), f"links.{link}.") for link in LINKS}
-    peak = read.need_object(device, "peak_flops", "device.")
-    if "float32" not in peak:
-        raise ProfileError(f"cluster profile {source} lacks device.peak_flops.float32", hint="add the float32 peak (it is the fallback for other dtypes)")
-    matmul = read.need_object(eff, "matmul", "efficiency.")
-    memory = read.need_object(eff, "memory", "efficiency.")
-    dispatch = read.need_object(data, "dispatch", "")
+    check_schema(data, "profile", ProfileError, f"cluster profile {source}", _FIX)
+    axes = {}
+    for key, per_axis in data.get("axes", {}).items():
+        shape = tuple(int(p) for p in key.split("x"))
+        if len(per_axis) != len(shape):
+            raise ProfileError(
+                f"cluster profile {source}: expected a list of {len(shape)} axes at axes.{key}, got {len(per_axis)}", hint=_FIX
+            )
+        axes[shape] = tuple(_link_table(entry["collectives"]) for entry in per_axis)
+    device, eff, dispatch = data["device"], data["efficiency"], data["dispatch"]
     return ClusterProfile(
-        name=str(read.need(data, "name", "")),
-        device_name=str(read.need(device, "name", "device.")),
-        memory_bytes=int(read.positive(device, "memory_bytes", "device.")),
-        memory_bandwidth_bytes_per_s=read.positive(device, "memory_bandwidth_bytes_per_s", "device."),
-        devices_per_node=int(read.positive(device, "devices_per_node", "device.")),
-        peak_flops={k: read.positive(peak, k, "device.peak_flops.") for k in sorted(peak)},
-        matmul_efficiency=Saturation(read.positive(matmul, "max", "efficiency.matmul."), read.positive(matmul, "half_at_flops", "efficiency.matmul.")),
-        memory_efficiency=Saturation(read.positive(memory, "max", "efficiency.memory."), read.positive(memory, "half_at_bytes", "efficiency.memory.")),
-        kernel_overhead_s=read.non_negative(eff, "kernel_overhead_s", "efficiency."),
-        links=links,
+        name=data["name"],
+        device_name=device["name"],
+        memory_bytes=int(device["memory_bytes"]),
+        memory_bandwidth_bytes_per_s=float(device["memory_bandwidth_bytes_per_s"]),
+        devices_per_node=int(device["devices_per_node"]),
+        peak_flops={k: float(v) for k, v in sorted(device["peak_flops"].items())},
+        matmul_efficiency=Saturation(float(eff["matmul"]["max"]), float(eff["matmul"]["half_at_flops"])),
+        memory_efficiency=Saturation(float(eff["memory"]["max"]), float(eff["memory"]["half_at_bytes"])),
+        kernel_overhead_s=float(eff["kernel_overhead_s"]),
+        links={link: _link_table(data["links"][link]) for link in LINKS},
         dispatch=DispatchCost(
-            forward_op_s=read.non_negative(dispatch, "forward_op_s", "dispatch."),
-            backward_op_s=read.non_negative(dispatch, "backward_op_s", "dispatch."),
-            optimizer_param_s=read.non_negative(dispatch, "optimizer_param_s", "dispatch."),
-            optimizer_bytes_per_s=read.positive(dispatch, "optimizer_bytes_per_s", "dispatch."),
-            overlaps_device=read.boolean(dispatch, "overlaps_device", "dispatch."),
-            op_classes=read.op_classes(dispatch.get("op_classes", {})),
+            forward_op_s=float(dispatch["forward_op_s"]),
+            backward_op_s=float(dispatch["backward_op_s"]),
+            optimizer_param_s=float(dispatch["optimizer_param_s"]),
+            optimizer_bytes_per_s=float(dispatch["optimizer_bytes_per_s"]),
+            overlaps_device=dispatch["overlaps_device"],
+            op_classes={
+                name: OpClassCost(float(c["forward_op_s"]), float(c["backward_op_s"]))
+                for name, c in dispatch.get("op_classes", {}).items()
+            },
         ),
-        provenance=dict(read.optional_object(data, "provenance")),
-        axes=read.axes(data.get("axes", {})),
+        provenance=dict(data.get("provenance", {})),
+        axes=axes,
     )
-
 
 
 def mesh_key(mesh_shape: tuple[int, ...]) -> str:
@@ -217,99 +218,8 @@ def mesh_key(mesh_shape: tuple[int, ...]) -> str:
     return "x".join(str(size) for size in mesh_shape)
 
 
-class _Reader:
-    """Reads one profile's JSON, naming the exact key (``links.intra_node.all_reduce.latency_s``)
-    of anything missing or malformed."""
-
-    def __init__(self, source: str):
-        self.source = source
-
-    def need(self, mapping: dict, key: str, where: str):
-        if not isinstance(mapping, dict) or key not in mapping:
-            raise ProfileError(f"cluster profile {self.source} lacks {where}{key}", hint=_FIX)
-        return mapping[key]
-
-    def need_object(self, mapping: dict, key: str, where: str) -> dict:
-        value = self.need(mapping, key, where)
-        if not isinstance(value, dict):
-            raise ProfileError(f"cluster profile {self.source}: expected an object at {where}{key}, got {value!r}", hint=_FIX)
-        return value
-
-    def optional_object(self, mapping: dict, key: str) -> dict:
-        value = mapping.get(key, {})
-        if not isinstance(value, dict):
-            raise ProfileError(f"cluster profile {self.source}: expected an object at {key}, got {value!r}", hint=_FIX)
-        return value
-
-    def positive(self, mapping: dict, key: str, where: str) -> float:
-        value = self._number(mapping, key, where)
-        if value <= 0:
-            raise ProfileError(f"cluster profile {self.source}: expected a positive number at {where}{key}, got {value!r}", hint=_FIX)
-        return value
-
-    def non_negative(self, mapping: dict, key: str, where: str) -> float:
-        value = self._number(mapping, key, where)
-        if value < 0:
-            raise ProfileError(f"cluster profile {self.source}: expected a number >= 0 at {where}{key}, got {value!r}", hint=_FIX)
-        return value
-
-    def boolean(self, mapping: dict, key: str, where: str) -> bool:
-        value = self.need(mapping, key, where)
-        if not isinstance(value, bool):
-            raise ProfileError(f"cluster profile {self.source}: expected true or false at {where}{key}, got {value!r}", hint=_FIX)
-        return value
-
-    def link_table(self, per_link: dict, where: str) -> dict[str, LinkCost]:
-        table = {}
-        for kind in COLLECTIVES:
-            cost = self.need_object(per_link, kind, where)
-            table[kind] = LinkCost(
-                self.positive(cost, "latency_s", f"{where}{kind}."),
-                self.positive(cost, "bus_bandwidth_bytes_per_s", f"{where}{kind}."),
-            )
-        return table
-
-    def op_classes(self, data) -> dict[str, OpClassCost]:
-        where = "dispatch.op_classes"
-        if not isinstance(data, dict):
-            raise ProfileError(f"cluster profile {self.source}: expected an object at {where}, got {data!r}", hint=_FIX)
-        table = {}
-        for name, entry in data.items():
-            if name not in OP_CLASSES:
-                raise ProfileError(
-                    f"cluster profile {self.source}: unknown op class {name!r} at {where}, expected one of {', '.join(OP_CLASSES)}",
-                    hint="remove the entry or re-create the profile with `autoplan calibrate`",
-                )
-            if not isinstance(entry, dict):
-                raise ProfileError(f"cluster profile {self.source}: expected an object at {where}.{name}, got {entry!r}", hint=_FIX)
-            table[name] = OpClassCost(
-                self.non_negative(entry, "forward_op_s", f"{where}.{name}."),
-                self.non_negative(entry, "backward_op_s", f"{where}.{name}."),
-            )
-        return table
-
-    def axes(self, data) -> dict[tuple[int, ...], tuple[dict[str, LinkCost], ...]]:
-        if not isinstance(data, dict):
-            raise ProfileError(f"cluster profile {self.source}: expected an object at axes, got {data!r}", hint=_FIX)
-        tables = {}
-        for key, per_axis in data.items():
-            parts = str(key).split("x")
-            if not all(p.isdigit() and int(p) > 0 for p in parts):
-                raise ProfileError(f"cluster profile {self.source}: expected a mesh shape like 2x4 as a key of axes, got {key!r}", hint=_FIX)
-            shape = tuple(int(p) for p in parts)
-            if not isinstance(per_axis, list) or len(per_axis) != len(shape):
-                raise ProfileError(
-                    f"cluster profile {self.source}: expected a list of {len(shape)} axes at axes.{key}, got {per_axis!r}",
-                    hint=_FIX,
-                )
-            tables[shape] = tuple(
-                self.link_table(self.need_object(entry, "collectives", f"axes.{key}[{axis}]."), f"axes.{key}[{axis}].collectives.")
-                for axis, entry in enumerate(per_axis)
-            )
-        return tables
-
-    def _number(self, mapping: dict, key: str, where: str) -> float:
-        value = self.need(mapping, key, where)
-        if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
-            raise ProfileError(f"cluster profile {self.source}: expected a finite number at {where}{key}, got {value!r}", hint=_FIX)
-        return float(value)
+def _link_table(per_link: dict) -> dict[str, LinkCost]:
+    return {
+        kind: LinkCost(float(per_link[kind]["latency_s"]), float(per_link[kind]["bus_bandwidth_bytes_per_s"]))
+        for kind in COLLECTIVES
+    }

@@ -9,11 +9,12 @@ from torch import nn
 
 from autoplan.choices import INPUT, PARAMETER, build_choices
 from autoplan.cost import estimate_costs
-from autoplan.errors import MeshError, PlanError, TraceError
+from autoplan.arguments import check_axis_names, check_mesh, check_model, check_positive, check_profile, warn_if_large
+from autoplan.errors import PlanError, TraceError
 from autoplan.placements import Spec, format_spec
 from autoplan.plan import Plan
 from autoplan.plan_builder import build_plan
-from autoplan.profile import load_profile
+from autoplan.profile import ClusterProfile, load_profile
 from autoplan.simplify import layer_regions, merge_followers
 from autoplan.solve import solve
 from autoplan.repeats import KEPT_LAYERS, RepeatedBlocks, expand_plan, find_repeated_blocks, tied_fingerprint, truncated
@@ -189,16 +190,17 @@ def suggest_with_report(
 
 
 def resolve_options(mesh, axis_names, profile, memory_gb):
-    """``(mesh, axis_names, ClusterProfile, budget bytes)`` from the user's options."""
-    mesh = tuple(int(n) for n in mesh)
-    axis_names = tuple(axis_names) if axis_names else DEFAULT_AXIS_NAMES.get(len(mesh), tuple(f"axis{i}" for i in range(len(mesh))))
-    if len(axis_names) != len(mesh):
-        raise MeshError(
-            f"{len(axis_names)} axis names {list(axis_names)} for a {len(mesh)}-axis mesh {'x'.join(map(str, mesh))}",
-            hint="give one name per mesh axis, e.g. --axis-names dp,tp for --mesh 2x4",
-        )
-    cluster = profile if hasattr(profile, "links") else load_profile(profile)
-    budget = memory_gb * GIB if memory_gb else cluster.memory_bytes
+    """``(mesh, axis_names, ClusterProfile, budget bytes)`` from the user's options, checked
+    with the command line's rules (``arguments.py``)."""
+    mesh = check_mesh(mesh)
+    warn_if_large(mesh)
+    if axis_names is None:
+        axis_names = DEFAULT_AXIS_NAMES.get(len(mesh), tuple(f"axis{i}" for i in range(len(mesh))))
+    axis_names = check_axis_names(axis_names, mesh)
+    memory_gb = check_positive("memory_gb", memory_gb)
+    check_profile(profile)
+    cluster = profile if isinstance(profile, ClusterProfile) else load_profile(profile)
+    budget = memory_gb * GIB if memory_gb is not None else cluster.memory_bytes
     return mesh, axis_names, cluster, budget
 
 
@@ -224,7 +226,10 @@ def suggest(
     plans and every rank returns rank 0's plan. Pass False to plan on one rank alone.
     ``tie``: plan a stack of identical layers once (see ``suggest_with_report``).
     """
-    if axis_names is not None and len(axis_names) != len(tuple(mesh)) and tuple(axis_names) == ("dp", "tp"):
+    check_model(model, example_inputs)
+    mesh = check_mesh(mesh)
+    check_positive("time_limit_s", time_limit_s)
+    if isinstance(axis_names, tuple) and len(axis_names) != len(mesh) and axis_names == ("dp", "tp"):
         axis_names = None  # the default names suit 2-D meshes only
     from autoplan.cached_suggest import suggest_on_every_rank
 

@@ -1,5 +1,6 @@
 """CLI error paths that fail before the pipeline runs: one line on stderr, nothing written."""
 
+import logging
 import sys
 import textwrap
 import types
@@ -148,4 +149,30 @@ def test_unwritable_out_is_one_line_error(workdir, capsys, fake_suggest):
     argv = ["suggest", write_model(workdir, GOOD_MODEL), "--mesh", "8", "--out", "taken/plan.json"]
     assert main(argv) == 2
     lines = capsys.readouterr().err.splitlines()
-    assert len(lines) == 1 and lines[0].startswith("autoplan: error: could not write the plan")
+    assert lines == ["autoplan: error: cannot write --out taken/plan.json: taken is not a directory; fix: pass a writable --out path"]
+    assert fake_suggest == []  # refused before planning
+
+
+def test_ctrl_c_is_one_line_and_exit_130(workdir, capsys):
+    path = write_model(workdir, GOOD_MODEL.replace("return nn.Linear(4, 4)", "raise KeyboardInterrupt"))
+    assert main(["suggest", path, "--mesh", "8", "--out", "out/plan.json"]) == 130
+    assert capsys.readouterr().err == "autoplan: interrupted\n"
+    assert not (workdir / "out").exists()
+
+
+def test_model_file_calling_sys_exit_is_named(workdir, capsys):
+    path = write_model(workdir, "import sys\nsys.exit(3)\n")
+    line = run_failing(workdir, capsys, [path, "--mesh", "8"])
+    assert "called sys.exit(3) while being imported" in line and '__name__ == "__main__"' in line
+
+
+def test_torch_log_records_only_with_debug(workdir, capsys, caplog):
+    """A wrong input shape makes torch log a traceback from fake-tensor dispatch; the user
+    sees autoplan's one line, and torch's records only with --debug."""
+    path = write_model(workdir, GOOD_MODEL.replace("torch.randn(2, 4)", "torch.randn(2, 7)"))
+    line = run_failing(workdir, capsys, [path, "--mesh", "2", "--no-cache"])
+    assert "could not trace the model" in line
+    assert not [r for r in caplog.records if r.name.startswith("torch") and r.levelno >= logging.WARNING]
+    with pytest.raises(Exception):
+        main(["--debug", "suggest", path, "--mesh", "2", "--no-cache", "--out", str(workdir / "p.json")])
+    assert [r for r in caplog.records if r.name.startswith("torch") and r.levelno >= logging.WARNING]

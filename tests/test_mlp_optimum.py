@@ -22,6 +22,8 @@ Data parallel (batch S(0), weights replicated): each weight's gradient is all-re
 """
 
 import pytest
+import dataclasses
+
 import torch
 from torch import nn
 
@@ -29,7 +31,8 @@ import autoplan
 from autoplan.profile import profile_from_dict
 
 PEAK, ALPHA, BETA = 1e12, 1e-5, 1e10
-FREE = 1e30  # memory bandwidth: makes memory traffic free
+FREE = 1e30  # memory bandwidth: makes memory traffic free (beyond the schema's physical bound: set after loading)
+BOUNDED = 1e15  # the schema's largest bandwidth
 TINY = 1e-30  # efficiency half-point: efficiency is 1 at any size
 
 
@@ -38,16 +41,21 @@ FREE_DISPATCH = {"forward_op_s": 0.0, "backward_op_s": 0.0, "optimizer_param_s":
 
 
 def exact_profile(dispatch=None):
+    """A loaded profile whose memory traffic (and, with FREE_DISPATCH, optimizer traffic)
+    is free: an ideal machine, so those figures are set past the schema's bounds after loading."""
+    dispatch = dispatch or FREE_DISPATCH
     link = {k: {"latency_s": ALPHA, "bus_bandwidth_bytes_per_s": BETA} for k in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")}
-    return profile_from_dict({
+    profile = profile_from_dict({
         "schema_version": 2,
         "name": "hand-exact",
-        "device": {"name": "ideal", "memory_bytes": 10**12, "memory_bandwidth_bytes_per_s": FREE, "devices_per_node": 8,
+        "device": {"name": "ideal", "memory_bytes": 10**12, "memory_bandwidth_bytes_per_s": BOUNDED, "devices_per_node": 8,
                    "peak_flops": {"float32": PEAK}},
         "efficiency": {"matmul": {"max": 1.0, "half_at_flops": TINY}, "memory": {"max": 1.0, "half_at_bytes": TINY}, "kernel_overhead_s": 0.0},
         "links": {"intra_node": link, "inter_node": link},
-        "dispatch": dispatch or FREE_DISPATCH,
+        "dispatch": {**dispatch, "optimizer_bytes_per_s": min(dispatch["optimizer_bytes_per_s"], BOUNDED)},
     })
+    ideal = dataclasses.replace(profile.dispatch, optimizer_bytes_per_s=dispatch["optimizer_bytes_per_s"])
+    return dataclasses.replace(profile, memory_bandwidth_bytes_per_s=FREE, dispatch=ideal)
 
 
 class MeanSquareMLP(nn.Module):

@@ -8,9 +8,10 @@ import warnings
 import pytest
 
 import autoplan
-from autoplan.cached_suggest import HIT, MISS, REPLACED, suggest_cached
+from autoplan.cached_suggest import HIT, MISS, NOT_STORED, REPLACED, suggest_cached
 from autoplan.cli import main
 from autoplan.model_file import load_model_file
+from autoplan.plan_cache import CacheWarning
 from conftest import EXAMPLES
 
 MLP = str(EXAMPLES / "mlp.py")
@@ -43,7 +44,7 @@ def test_any_changed_option_is_another_entry(tmp_path):
     assert len(list(tmp_path.glob("*.json"))) == 6
 
 
-@pytest.mark.parametrize("damage", ["not json", "wrong key", "plan for another mesh"])
+@pytest.mark.parametrize("damage", ["not json", "wrong key", "plan for another mesh", "parameters a list", "invalid placement"])
 def test_damaged_entry_is_ignored_with_a_warning_and_replaced(tmp_path, damage):
     plan, report = plan_mlp(tmp_path)
     path = tmp_path / report.extra["cache_path"].rsplit("/", 1)[-1]
@@ -53,12 +54,19 @@ def test_damaged_entry_is_ignored_with_a_warning_and_replaced(tmp_path, damage):
     elif damage == "wrong key":
         entry["key"] = "0" * 64
         path.write_text(json.dumps(entry))
+    elif damage == "parameters a list":
+        entry["plan"]["parameters"] = list(entry["plan"]["parameters"])
+        path.write_text(json.dumps(entry))
+    elif damage == "invalid placement":
+        entry["plan"]["parameters"]["0.weight"] = ["S(9)", "R"]
+        path.write_text(json.dumps(entry))
     else:
         entry["plan"]["mesh"]["shape"] = [8]
         entry["plan"]["mesh"]["axis_names"] = ["dp"]
         path.write_text(json.dumps(entry))
-    with pytest.warns(UserWarning, match="ignoring plan cache entry"):
+    with pytest.warns(CacheWarning, match="removed plan cache entry .*; planning again") as seen:
         again, report = plan_mlp(tmp_path)
+    assert len(seen) == 1 and "\n" not in str(seen[0].message)
     assert report.extra["cache"] == REPLACED
     assert again.to_json() == plan.to_json()
     with warnings.catch_warnings():
@@ -104,3 +112,16 @@ def test_cli_reports_the_hit_and_no_cache_solves(tmp_path, monkeypatch, capsys):
     assert main(["suggest", MLP, "--mesh", "2x4", "--out", out, "--no-cache"]) == 0
     printed = capsys.readouterr().out
     assert "plan cache" not in printed and "solve" in printed
+
+
+def test_a_cache_that_cannot_be_written_costs_a_warning_not_the_plan(tmp_path):
+    blocked = tmp_path / "cache"
+    blocked.write_text("a file where the cache directory should be")
+    with pytest.warns(CacheWarning, match="could not store the plan in the plan cache .*; the plan is not cached"):
+        plan, report = plan_mlp(blocked)
+    assert report.extra["cache"] == NOT_STORED and plan.mesh_shape == (2, 4)
+    loaded = load_model_file(MLP)
+    with pytest.warns(CacheWarning):  # the API too: a plan, not an OSError
+        api_plan = autoplan.suggest(loaded.model, loaded.example_inputs, (2, 4), cache_dir=blocked)
+    assert api_plan.to_json() == plan.to_json()
+    assert blocked.read_text() == "a file where the cache directory should be"

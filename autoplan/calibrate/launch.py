@@ -6,7 +6,9 @@ gather and a final barrier stand between the sweep and the write). The write is 
 is preceded by ``profile_from_dict`` on the very data, so the file that appears is always
 a whole profile that loads.
 
-An interrupted run leaves no profile: Ctrl-C stops every rank; a crashed rank breaks its
+An interrupted run leaves no profile: Ctrl-C stops every rank; a launcher killed outright
+(``kill -9``) takes its ranks with it (``_processes.die_with_parent``: torchrun's agent or
+``--spawn``'s process), and rank 0 checks its launcher is alive right before writing; a crashed rank breaks its
 peers' next collective (gloo and NCCL both raise), and torchrun or the spawner then stops
 the rest with SIGTERM. Only during the write does rank 0 turn SIGTERM into SystemExit, so
 that ``write_atomic`` removes its temp file instead of dying mid-way; elsewhere SIGTERM
@@ -31,7 +33,8 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from autoplan._files import write_atomic
+from autoplan._files import check_outputs, write_atomic
+from autoplan._processes import die_with_parent, parent_alive
 from autoplan.calibrate.host import gather_cluster_info, versions
 from autoplan.calibrate.profile_writer import LinksSource, RunInfo, build_profile
 from autoplan.calibrate.progress import Progress
@@ -91,7 +94,8 @@ def spawn_calibration(config: CalibrateConfig, nprocs: int, rank_main=None) -> N
 
     port = _free_port()
     context = mp.start_processes(
-        rank_main or spawned_rank, args=(config, nprocs, port), nprocs=nprocs, join=False, start_method="spawn"
+        _rank_entry, args=(rank_main or spawned_rank, config, nprocs, port, os.getpid()),
+        nprocs=nprocs, join=False, start_method="spawn",
     )
     try:
         while not context.join():
@@ -114,19 +118,12 @@ def spawn_calibration(config: CalibrateConfig, nprocs: int, rank_main=None) -> N
             process.join()
 
 
-def check_out_path(out: str) -> None:
-    """Fail before measuring if ``out`` cannot be written (a sweep takes minutes)."""
-    path = Path(out)
-    if path.is_dir():
-        raise AutoplanError(f"--out {out} is a directory", "pass a file path, e.g. --out cost_models/mycluster.json")
-    if path.suffix != ".json":
+def check_out_path(out: str, links_from: str | None = None) -> None:
+    """Fail before measuring if ``out`` cannot be written or is the --links-from profile
+    (a sweep takes minutes)."""
+    check_outputs({"--out": out}, {"the --links-from profile": links_from})
+    if Path(out).suffix != ".json":
         raise AutoplanError(f"--out {out} does not end in .json", "pass a path like cost_models/mycluster.json")
-    existing = path.parent
-    while not existing.exists() and existing != existing.parent:
-        existing = existing.parent
-    if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
-        reason = "is not a directory" if not existing.is_dir() else "is not writable"
-        raise AutoplanError(f"cannot write the profile to {out}: {existing} {reason}", "pass a writable --out path")
 
 
 def write_profile(out: str, data: dict) -> None:
@@ -182,6 +179,8 @@ def _measure_and_write(config: CalibrateConfig, device: torch.device, rank: int)
     )
     data = build_profile(run, measured, cluster)
     profile_from_dict(data, source=config.out)  # never write a profile that would not load
+    if not parent_alive():  # the launcher was killed: the run is over, write nothing
+        raise AutoplanError("the calibration's launcher is gone; no profile was written")
     with _sigterm_as_exit():
         write_profile(config.out, data)
     return data
@@ -193,6 +192,12 @@ def _device(backend: str, local_rank: int) -> torch.device:
         torch.cuda.set_device(device)
         return device
     return torch.device("cpu")
+
+
+def _rank_entry(rank: int, rank_main, config: CalibrateConfig, world_size: int, port: int, launcher_pid: int) -> None:
+    """A spawned rank dies with its launcher, whatever kills the launcher (``_processes.py``)."""
+    die_with_parent(launcher_pid)
+    rank_main(rank, config, world_size, port)
 
 
 def spawned_rank(rank: int, config: CalibrateConfig, world_size: int, port: int) -> None:

@@ -14,7 +14,8 @@ What goes where:
   measured in the sweep, not a datasheet figure. A CPU has no meaningful datasheet peak
   for eight processes sharing two cores, and a measured best keeps a GPU profile honest
   about what PyTorch reaches; the efficiency curves are relative to these peaks (their
-  ``max`` can exceed 1 slightly, where the fitted asymptote lies beyond the best point).
+  ``max`` can exceed 1 slightly, where the fitted asymptote lies beyond the best point;
+  above the schema's bound of 1.5 the excess is folded into the peak, which predicts the same).
 - ``efficiency``: the Saturation curves fitted by ``fit.fit_saturation`` and the per-op
   overhead (a one-element add), which together reproduce the measured times through the
   cost stage's roofline.
@@ -118,6 +119,19 @@ class Fits:
     """AdamW step time per parameter against its local bytes: intercept s, slope s/byte."""
 
 
+MAX_EFFICIENCY = 1.5
+"""The profile schema's bound on an efficiency curve's ``max`` (a fraction of the peak)."""
+
+
+def _within_bound(peaks, curve):
+    """Peaks and curve with ``max`` folded into the peaks where the fit put it above the
+    schema's bound (a sweep that never nears saturation): peak * efficiency is unchanged."""
+    if curve.max <= MAX_EFFICIENCY:
+        return peaks, curve
+    scaled = {k: v * curve.max for k, v in peaks.items()} if isinstance(peaks, dict) else tuple(v * curve.max for v in peaks)
+    return scaled, type(curve)(max=1.0, half_at=curve.half_at)
+
+
 def fit_all(measured: Measurements, mesh_shape: tuple[int, ...], axis_names: tuple[str, ...], devices_per_node: int) -> Fits:
     axes = tuple(
         {kind: _fit_collective([s for s in measured.collectives if s.axis == axis and s.kind == kind]) for kind in COLLECTIVES}
@@ -196,6 +210,8 @@ def build_profile(run: RunInfo, measured: Measurements, cluster: ClusterInfo) ->
             f" Compute and eager costs measured on one device; links and {source.devices_per_node} devices "
             f"per node copied from profile {source.name!r}."
         )
+    peak_flops, matmul = _within_bound(fits.peak_flops, fits.matmul.curve)
+    (bandwidth,), memory = _within_bound((fits.memory_bandwidth,), fits.memory.curve)
     data = {
         "schema_version": SCHEMA_VERSION,
         "name": run.name,
@@ -203,13 +219,13 @@ def build_profile(run: RunInfo, measured: Measurements, cluster: ClusterInfo) ->
         "device": {
             "name": cluster.device_name,
             "memory_bytes": cluster.memory_bytes,
-            "memory_bandwidth_bytes_per_s": _sig(fits.memory_bandwidth),
+            "memory_bandwidth_bytes_per_s": _sig(bandwidth),
             "devices_per_node": cluster.devices_per_node if source is None else source.devices_per_node,
-            "peak_flops": {dtype: _sig(flops) for dtype, flops in sorted(fits.peak_flops.items())},
+            "peak_flops": {dtype: _sig(flops) for dtype, flops in sorted(peak_flops.items())},
         },
         "efficiency": {
-            "matmul": {"max": _sig(fits.matmul.curve.max), "half_at_flops": _sig(fits.matmul.curve.half_at)},
-            "memory": {"max": _sig(fits.memory.curve.max), "half_at_bytes": _sig(fits.memory.curve.half_at)},
+            "matmul": {"max": _sig(matmul.max), "half_at_flops": _sig(matmul.half_at)},
+            "memory": {"max": _sig(memory.max), "half_at_bytes": _sig(memory.half_at)},
             "kernel_overhead_s": _sig(fits.overhead_s),
         },
         "dispatch": dispatch_section(measured, fits, run.device_type),

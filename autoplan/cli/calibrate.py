@@ -76,15 +76,18 @@ def run(args: argparse.Namespace) -> int:
     config = CalibrateConfig(mesh, axis_names, args.out, _backend(args.backend, args.spawn), args.quick, links_from)
     if args.spawn is not None:
         _check_world(mesh, args.spawn, f"--spawn {args.spawn}")
-        check_out_path(args.out)
+        check_out_path(args.out, _links_file(args.links_from))
         with _interruptible(show=True):
             spawn_calibration(config, args.spawn)
         _print_summary(args.out)
         return 0
     rank, world_size, local_rank = _torchrun_env(args.mesh)
+    from autoplan._processes import die_with_parent
+
+    die_with_parent(os.getppid())  # torchrun's agent: if it is killed, this rank goes too
     _check_world(mesh, world_size, f"WORLD_SIZE={world_size}")
     if rank == 0:
-        check_out_path(args.out)  # torchrun stops the other ranks when this one fails
+        check_out_path(args.out, _links_file(args.links_from))  # torchrun stops the other ranks when this one fails
     with _interruptible(show=rank == 0):
         calibrate_rank(config, rank, world_size, "env://", local_rank)
     if rank == 0:
@@ -99,7 +102,7 @@ def _interruptible(show: bool):
         yield
     except KeyboardInterrupt:
         if show:
-            print("\nautoplan: calibrate interrupted; no profile was written", file=sys.stderr)
+            print("autoplan: calibrate interrupted; no profile was written", file=sys.stderr)
         raise SystemExit(130) from None
 
 
@@ -109,6 +112,12 @@ def _links_source(name_or_path: str):
     from autoplan.profile import load_profile
 
     return LinksSource.of(load_profile(name_or_path))
+
+
+def _links_file(links_from: str | None):
+    from autoplan.profile import profile_path
+
+    return profile_path(links_from) if links_from else None
 
 
 def _backend(requested: str | None, spawn: int | None) -> str:

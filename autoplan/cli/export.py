@@ -7,8 +7,7 @@ import dataclasses
 import json
 from pathlib import Path
 
-from autoplan._files import write_atomic
-from autoplan.errors import AutoplanError
+from autoplan._files import check_outputs, write_outputs
 from autoplan.plan import Plan
 
 FORMATS = ("torch", "vescale")
@@ -34,6 +33,11 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
+    source = Path(args.plan)
+    default = f"{source.stem.replace('-', '_')}_torch.py" if args.format == "torch" else f"{source.stem}.vescale.json"
+    out = Path(args.out) if args.out else source.with_name(default)
+    model_path = args.model.rpartition(":")[0] or args.model if args.model else None
+    check_outputs({"--out": out}, {"the plan file": source, "the --model file": model_path})
     plan = Plan.load(args.plan)
     if args.model:
         from autoplan.model_file import load_model_file
@@ -42,12 +46,10 @@ def run(args: argparse.Namespace) -> int:
         owners = {fqn.rpartition(".")[0] for fqn in plan.parameters}
         types = {fqn: type(m).__name__ for fqn, m in model.named_modules() if fqn in owners}
         plan = dataclasses.replace(plan, module_types=types)
-    source = Path(args.plan)
     if args.format == "torch":
         from autoplan.export_torch import export_torch
 
         result = export_torch(plan, source.name)
-        out = Path(args.out) if args.out else source.with_name(f"{source.stem.replace('-', '_')}_torch.py")
         text = result.source
         summary = f"{len(result.styles)} ParallelStyles on {result.tp_axis}" + (
             f", fully_shard on {result.dp_axis} ({len(result.fsdp_modules)} groups)" if result.dp_axis else ""
@@ -56,13 +58,9 @@ def run(args: argparse.Namespace) -> int:
         from autoplan.export_vescale import export_vescale
 
         result = export_vescale(plan)
-        out = Path(args.out) if args.out else source.with_name(f"{source.stem}.vescale.json")
         text = json.dumps(result.plan, indent=2) + "\n"
         summary = f"{len(result.plan['parameter'])} parameters, {len(result.plan['forward'])} forward layouts"
-    try:
-        write_atomic(out, text)
-    except OSError as err:
-        raise AutoplanError(f"could not write the export to {out}: {err.strerror or err}", "pass a writable --out path") from err
+    write_outputs({out: text}, {"--out": out})
     print(f"exported {args.plan} as {args.format}: {summary}")
     for note in result.not_expressed:
         print(f"not expressed: {note}")

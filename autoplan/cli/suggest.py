@@ -6,8 +6,7 @@ import argparse
 import json
 import math
 
-from autoplan._files import plan_default_path, write_atomic
-from autoplan.errors import AutoplanError
+from autoplan._files import check_outputs, plan_default_path, write_outputs
 from autoplan.model_file import load_model_file, parse_axis_names, parse_mesh
 
 
@@ -40,6 +39,9 @@ def run(args: argparse.Namespace) -> int:
     mesh = parse_mesh(args.mesh)
     axis_names = parse_axis_names(args.axis_names, mesh)
     loaded = load_model_file(args.model)
+    out = args.out or plan_default_path(loaded.name, mesh)
+    outputs = {"--out": out, **({"--stats": args.stats} if args.stats else {})}
+    check_outputs(outputs, {"the model file": loaded.path, "the --profile file": _profile_file(args.profile)})
     # Imported here so that flag and model-file errors are reported without loading the solver.
     from autoplan.cached_suggest import suggest_cached
     from autoplan.suggest import suggest_with_report
@@ -55,20 +57,11 @@ def run(args: argparse.Namespace) -> int:
         args.time_limit,
         **({"tie": False} if args.no_tie else {}),
     )
-    out = args.out or plan_default_path(loaded.name, mesh)
-    try:
-        write_atomic(out, plan.to_json())
-    except OSError as err:
-        raise AutoplanError(
-            f"could not write the plan to {out}: {err.strerror or err}",
-            "pass a writable --out path",
-        ) from err
+    texts = {out: plan.to_json()}
     if args.stats:
-        try:
-            stats = {**report.stats(), "peak_rss_bytes": _peak_rss_bytes()}
-            write_atomic(args.stats, json.dumps(stats, indent=2, sort_keys=True) + "\n")
-        except OSError as err:
-            raise AutoplanError(f"could not write the stats to {args.stats}: {err.strerror or err}", "pass a writable --stats path") from err
+        stats = {**report.stats(), "peak_rss_bytes": _peak_rss_bytes()}
+        texts[args.stats] = json.dumps(stats, indent=2, sort_keys=True) + "\n"
+    write_outputs(texts, outputs)
     print(report.summary())
     cache = report.extra.get("cache")
     if cache == "hit":
@@ -77,6 +70,14 @@ def run(args: argparse.Namespace) -> int:
         print(f"plan stored in the plan cache {report.extra['cache_path']}")
     print(f"plan written to {out}")
     return 0
+
+
+def _profile_file(profile: str | None):
+    """The file --profile names (an input no output may overwrite), if it exists."""
+    from autoplan.profile import profile_path
+
+    path = profile_path(profile)
+    return path if path.is_file() else None
 
 
 def _peak_rss_bytes() -> int:
