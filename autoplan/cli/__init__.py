@@ -14,6 +14,8 @@ from autoplan.errors import AutoplanError
 # One module per subcommand, each with add_parser(subparsers) and run(args) -> int.
 COMMANDS = (suggest, score, verify, calibrate, export)
 ERROR_STATUS = 2
+INTERNAL_STATUS = 1
+"""An exception autoplan did not foresee: a bug to report, not a problem with the input."""
 INTERRUPTED_STATUS = 130
 """128 + SIGINT, what shells report for a command stopped by Ctrl-C."""
 
@@ -57,6 +59,16 @@ def main(argv: list[str] | None = None) -> int:
         # files on the way out: an interrupted command leaves the files as they were.
         print("autoplan: interrupted", file=sys.stderr)
         return INTERRUPTED_STATUS
+    except Exception as err:  # anything else: still one line, the traceback with --debug
+        if args.debug:
+            raise
+        first = str(err).strip().splitlines()[0] if str(err).strip() else ""
+        print(
+            f"autoplan: error: {args.command} failed: {type(err).__name__}: {first}; fix: this is autoplan's "
+            "fault, not yours: rerun with --debug and report the traceback with the model file",
+            file=sys.stderr,
+        )
+        return INTERNAL_STATUS
 
 
 @contextmanager
