@@ -131,6 +131,11 @@ def step_collectives(costed: CostedGraph, choice: dict[str, int], modules: dict 
         for axis, p in enumerate(grad):
             if is_partial(p):
                 partial[(u, axis)] = nbytes / shard_factor(src, mesh_shape)
+        # A gradient summed split where the value was made whole is gathered there (by the
+        # producer's backward op, or the hook on a module output or a parameter).
+        whole = tuple(q if is_partial(p) else p for p, q in zip(grad, src))
+        for kind, axis, size in gradient_collectives(whole, src, nbytes, mesh_shape):
+            found[(module_of(u), kind, axis, round(size))] += 1
     for (source, axis), nbytes in partial.items():
         data = graph.nodes[source]
         spec = data["strategies"][choice[source]].outputs[0] if data["strategies"] else None
@@ -172,7 +177,10 @@ def _value_gradient(value, readers, chain, graph, grads, mesh_shape, parent_spec
                 PARTIAL if p == REPLICATE and n > 1 and splits_work(strategy, axis) else p
                 for axis, (p, n) in enumerate(zip(dst, mesh_shape))
             )
-        if arrived != dst:  # redistributed on the way in: its backward brings the gradient back
+        if arrived != dst and not _sliced(arrived, dst):
+            # gathered or reduced on the way in: its backward brings the gradient back. A
+            # slice DTensor takes inside the op leaves no autograd node: the gradient stays
+            # split, into the sum
             for kind, axis, size in gradient_collectives(grad, arrived, nbytes, mesh_shape):
                 found[(module_of(v), kind, axis, round(size))] += 1
             grad = _replicated(arrived)
@@ -191,6 +199,11 @@ def _value_gradient(value, readers, chain, graph, grads, mesh_shape, parent_spec
         into.setdefault(b.parent, []).append(grad)
     parts = into.get(None, [])
     return _summed(parts) if parts else None
+
+
+def _sliced(src, dst) -> bool:
+    """Whether DTensor moves ``src`` to ``dst`` by slicing alone (Replicate to Shard)."""
+    return all(a == b or (a == REPLICATE and is_shard(b)) for a, b in zip(src, dst))
 
 
 def _replicated(spec):
