@@ -14,11 +14,13 @@ One entry per collective: the module whose op causes it, its kind, mesh axis and
   move;
 - gradients go back the same way: each reader's gradient is partial on each axis over
   which it splits its work while reading the value replicated, a view passes its
-  output's gradient on to its input, autograd sums the readers' gradients (partial
-  where one of them is, DTensor adds a replicated one to it as partial), and each move
-  sends the sum back in DTensor's order of axes (``gradient_collectives``): a partial
-  gradient of a moved value is reduced there (an FSDP parameter's gradient is
-  reduce-scattered there);
+  output's gradient on to its input, a slice DTensor took inside an op sends it back
+  split, autograd sums the readers' gradients in the order they are ready (DTensor adds
+  a replicated one to a partial one as partial, and reduce-scatters a partial one added
+  to a split one, each time; a boundary hook that moved nothing makes no sum of its
+  own), and each move sends the sum back in DTensor's order of axes
+  (``gradient_collectives``): a partial gradient of a moved value is reduced there (an
+  FSDP parameter's gradient is reduce-scattered there);
 - a partial gradient left where the value was made: one reduction per value and axis
   brings it to the value's layout (``apply_plan`` hooks module outputs and parameters to
   do so): a reduce_scatter where the value is sharded on that axis, else an all_reduce.
@@ -42,7 +44,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from autoplan.choices import OP, PARAMETER
-from autoplan.comm import gradient_collectives, redistribute_collectives
+from autoplan.comm import _moves, gradient_collectives, redistribute_collectives
 from autoplan.cost import CostedGraph, is_view, output_values, splits_work, tensor_bytes
 from autoplan.loss_reductions import loss_output, loss_reductions
 from autoplan.plan import ROOT_MODULE as ROOT, collective_table
@@ -163,7 +165,8 @@ def _views_follow(graph, name: str) -> bool:
 def _value_gradient(value, readers, chain, graph, grads, mesh_shape, parent_spec, found, module_of, made):
     """The layout of ``value``'s summed gradient where it was made (partial where a
     reduction is still due); the collectives on its way back go into ``found``."""
-    into: dict[object, list] = {}
+    order = {name: i for i, name in enumerate(graph.nodes)}
+    into: dict[object, list] = {}  # attach point -> [(when the part is ready, gradient)]
     for v, strategy, arrived, dst, attach, nbytes in readers:
         if not graph.nodes[v]["requires_grad"]:
             continue
@@ -184,21 +187,23 @@ def _value_gradient(value, readers, chain, graph, grads, mesh_shape, parent_spec
             for kind, axis, size in gradient_collectives(grad, arrived, nbytes, mesh_shape):
                 found[(module_of(v), kind, axis, round(size))] += 1
             grad = _replicated(arrived)
-        into.setdefault(attach, []).append(grad)
+        into.setdefault(attach, []).append((order[v], grad))
     nbytes = tensor_bytes(output_values(graph.nodes[value[0]])[value[1]])
+    module = module_of(value[0])
     for b in sorted(chain, key=lambda b: -b.depth):  # inner boundaries first
         parts = into.pop(b, [])
+        before = parent_spec(b)
         if not parts:
             continue
-        grad = _summed(parts)
-        before = parent_spec(b)
-        if before != b.spec:
-            for kind, axis, size in gradient_collectives(grad, before, nbytes, mesh_shape):
-                found[(b.fqn, kind, axis, round(size))] += 1
-            grad = _replicated(before)
-        into.setdefault(b.parent, []).append(grad)
+        if before == b.spec:  # the hook moved nothing: one tensor, one sum with the outer readers
+            into.setdefault(b.parent, []).extend(parts)
+            continue
+        grad = _summed(parts, nbytes, mesh_shape, found, b.fqn)
+        for kind, axis, size in gradient_collectives(grad, before, nbytes, mesh_shape):
+            found[(b.fqn, kind, axis, round(size))] += 1
+        into.setdefault(b.parent, []).append((min(when for when, _ in parts), _replicated(before)))
     parts = into.get(None, [])
-    return _summed(parts) if parts else None
+    return _summed(parts, nbytes, mesh_shape, found, module) if parts else None
 
 
 def _sliced(src, dst) -> bool:
@@ -210,19 +215,30 @@ def _replicated(spec):
     return tuple(REPLICATE if is_partial(p) else p for p in spec)
 
 
-def _summed(parts: list) -> tuple:
-    """The layout autograd's sum of gradients takes: per axis the common placement; a
-    partial one where the others are replicated (DTensor adds them partial)."""
-    out = []
-    for placements in zip(*parts):
-        kinds = set(placements)
-        if len(kinds) == 1:
-            out.append(placements[0])
-        elif any(is_partial(p) for p in kinds):
-            out.append(PARTIAL)
-        else:
-            out.append(next(p for p in placements if p != REPLICATE))
-    return tuple(out)
+def _summed(parts: list, nbytes: float, mesh_shape, found: Counter, module: str) -> tuple:
+    """The layout of autograd's sum of gradients ``[(when ready, layout)]``, added in the
+    order they become ready (the last reader's first): per axis a common placement stays;
+    a replicated gradient added to a partial one makes a partial sum; one added to a
+    split one is sliced. A partial gradient added to a split one is reduce-scattered
+    first, by DTensor's add, each time (the collectives go into ``found``)."""
+    ordered = [grad for _, grad in sorted(parts, key=lambda part: -part[0])]
+    total = ordered[0]
+    for part in ordered[1:]:
+        target = tuple(_added(a, b) for a, b in zip(total, part))
+        for side in (total, part):
+            for kind, axis, size in _moves(side, target, nbytes, mesh_shape):
+                found[(module, kind, axis, round(size))] += 1
+        total = target
+    return total
+
+
+def _added(a: str, b: str) -> str:
+    """One axis of the layout DTensor adds two gradients in."""
+    if a == b:
+        return a
+    if is_shard(a) or is_shard(b):
+        return a if is_shard(a) else b
+    return PARTIAL  # replicated and partial
 
 
 @dataclass(eq=False)
