@@ -30,7 +30,7 @@ from torch.utils._pytree import keystr, tree_flatten, tree_flatten_with_path, tr
 from autoplan.dtensor_rules import op_by_name, register_builtin_rules, register_replicate_fallback
 from autoplan.errors import PlanError
 from autoplan.fake_kernels import install_for_process
-from autoplan.fused_attention import contiguous_operands
+from autoplan.fused_attention import contiguous_operands, sharded_dropout_attention
 from autoplan.materialize import empty_shard, initialize, materialize_buffers
 from autoplan.placements import Spec, format_spec, to_placements
 from autoplan.plan import Plan
@@ -365,6 +365,9 @@ class _ReplicatePlainOperands(TorchFunctionMode):
             leaves, spec = tree_flatten((args, kwargs))
             args, kwargs = tree_unflatten([_as_dtensor(x, self.mesh) if _is_plain(x) else x for x in leaves], spec)
         if func is F.scaled_dot_product_attention:
+            sharded = sharded_dropout_attention(args, kwargs)
+            if sharded is not None:
+                return sharded
             args, kwargs = contiguous_operands(args, kwargs)
         return func(*args, **kwargs)
 

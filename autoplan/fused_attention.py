@@ -15,12 +15,20 @@ allow, so the plan is the same wherever it runs; at run time the applied model c
 fused kernel cannot take are left to decompose, as they do at run time: a mask that needs
 a gradient (T5's learned position bias; the fused kernels give none). Grouped-query
 attention (fewer key/value heads, ``enable_gqa``) runs fused, as on the device.
+
+On a CPU mesh the fused kernel takes no dropout: ``F.scaled_dot_product_attention`` with
+``dropout_p > 0`` (the default of BERT, GPT-2 and others in training) decomposes there, and
+its ``(batch, heads, ...)`` to ``(batch * heads, ...)`` reshape gathers split heads
+(``view_rules.py``), collectives a device's fused kernel never runs.
+``sharded_dropout_attention`` runs such a call on each rank's shards instead, as the fused
+kernel's sharding rule does: attention is independent per batch row and per head.
 """
 
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+from torch.distributed.tensor import DTensor, Replicate, Shard
 from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
@@ -66,3 +74,42 @@ def contiguous_operands(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
     leaves, spec = tree_flatten((args, kwargs))
     leaves = [x.contiguous() if isinstance(x, torch.Tensor) else x for x in leaves]
     return tree_unflatten(leaves, spec)
+
+
+def sharded_dropout_attention(args: tuple, kwargs: dict):
+    """A CPU mesh's ``F.scaled_dot_product_attention`` call with dropout, run on local shards
+    as the fused kernel's rule (``dtensor_rules._attention_rows``) runs it; None where that
+    rule does not apply (no dropout, not a CPU mesh, operands not all split alike on the
+    batch or heads dim): the call then runs as written."""
+    call = _sdpa_arguments(*args, **kwargs)
+    if call is None:
+        return None
+    query, key, value, mask, dropout_p, is_causal, scale, enable_gqa = call
+    operands = (query, key, value)
+    if not dropout_p or not all(isinstance(x, DTensor) and x.dim() == 4 for x in operands):
+        return None
+    mesh, placements = query.device_mesh, tuple(query.placements)
+    if mesh.device_type != "cpu" or any(tuple(x.placements) != placements or x.device_mesh != mesh for x in operands[1:]):
+        return None
+    if not all(p.is_replicate() or (isinstance(p, Shard) and p.dim in (0, 1)) for p in placements):
+        return None
+    local_mask = None
+    if mask is not None:
+        if not isinstance(mask, DTensor) or mask.requires_grad:
+            return None
+        wanted = []
+        for p in placements:
+            mask_dim = p.dim - (4 - mask.dim()) if isinstance(p, Shard) else -1
+            wanted.append(Shard(mask_dim) if mask_dim >= 0 and mask.shape[mask_dim] > 1 else Replicate())
+        if tuple(mask.placements) != tuple(wanted):
+            mask = mask.redistribute(mesh, wanted)
+        local_mask = mask.to_local()
+    output = F.scaled_dot_product_attention(
+        query.to_local(), key.to_local(), value.to_local(), attn_mask=local_mask, dropout_p=dropout_p,
+        is_causal=is_causal, scale=scale, enable_gqa=enable_gqa,
+    )
+    return DTensor.from_local(output, mesh, placements, run_check=False)
+
+
+def _sdpa_arguments(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+    return query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa

@@ -65,7 +65,7 @@ def build_plan(costed: CostedGraph, choice: dict[str, int], solution: Solution, 
         parameters=parameters,
         modules=modules,
         inputs=inputs,
-        predicted=predict(costed, choice, choices.axis_names),
+        predicted=predict(costed, choice, choices.axis_names, modules),
         profile=costed.profile.name,
         fingerprint=traced.fingerprint,
         solver=SolverReport(solution.status, rounded(solution.objective_s), rounded(solution.bound_s), rounded(solution.gap)),
@@ -147,7 +147,7 @@ def _through_views(graph, choice: dict[str, int], consumer: str, key: int, insid
     return None if wanted is None else (last, wanted)
 
 
-def predict(costed: CostedGraph, choice: dict[str, int], axis_names: tuple[str, ...]) -> Predicted:
+def predict(costed: CostedGraph, choice: dict[str, int], axis_names: tuple[str, ...], modules: dict | None = None) -> Predicted:
     """Step time, memory and collectives of one full assignment, from the unsimplified costs."""
     compute = comm = state = activations = 0.0
     for name, cost in costed.nodes.items():
@@ -160,7 +160,7 @@ def predict(costed: CostedGraph, choice: dict[str, int], axis_names: tuple[str, 
             activations += cost.memory_bytes[i]
     for (u, v, _), edge in costed.edges.items():
         comm += edge.seconds[edge.row_of[choice[u]]][edge.col_of[choice[v]]]
-    modules = module_table(step_collectives(costed, choice), axis_names)
+    modules = module_table(step_collectives(costed, choice, modules), axis_names)
     return Predicted(
         step_time_s=rounded(compute + comm),
         compute_s=rounded(compute),

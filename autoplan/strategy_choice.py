@@ -10,9 +10,11 @@ gradient comes back split on tp as well). The planner priced that path too, foun
 dearer over the whole step, and chose the strategy that leaves tp alone.
 
 ``keep_replicated_axes_whole`` wraps DTensor's selection: where the strategy it picks has
-to move an input anyway (its cost is positive) and splits an input that arrives
-replicated on some axis, the cheapest strategy that splits no such input runs instead,
-if there is one. Strategies that move nothing, or only chunk (cost zero), are DTensor's
+to move an input anyway (its cost is positive) and splits an input on an axis where
+every input arrives unsplit, the cheapest strategy that splits no such input runs
+instead, if there is one. A split that lines an input up with another one that arrives
+split on that axis (a query sliced by heads to meet keys split by heads) is the op's
+own, and stays. Strategies that move nothing, or only chunk (cost zero), are DTensor's
 choice as before. Installed process-wide (``dtensor_rules.register_builtin_rules``).
 """
 
@@ -29,12 +31,19 @@ def _cost(spec: OpSpec) -> float:
 
 
 def _splits_replicated(spec: OpSpec, op_schema: OpSchema) -> bool:
-    """Whether ``spec`` shards an input on an axis where it arrives replicated."""
+    """Whether ``spec`` shards an input on an axis where every input arrives unsplit.
+
+    Only such a split is DTensor's own: where some input already arrives split on that
+    axis (attention's keys split by heads, the query whole), slicing another to match
+    is what the op needs there, and what the plan asks for."""
     if spec.input_specs is None:
         return False
-    for arrived, wanted in zip(op_schema.args_spec, spec.input_specs):
-        for have, want in zip(arrived.placements, wanted.placements):
-            if have.is_replicate() and want.is_shard():
+    arrivals = list(op_schema.args_spec)
+    for axis in range(len(arrivals[0].placements) if arrivals else 0):
+        if any(arrived.placements[axis].is_shard() for arrived in arrivals):
+            continue
+        for arrived, wanted in zip(arrivals, spec.input_specs):
+            if arrived.placements[axis].is_replicate() and wanted.placements[axis].is_shard():
                 return True
     return False
 
