@@ -4,8 +4,9 @@ For each job (a model file, its builder and a plan) every rank builds the model 
 same seed, keeps an untouched copy as the single-device reference, applies the plan,
 feeds its slice of the same global batch, and runs forward and backward; both models do
 the same on the reference side, with dropout the identity on both (``_WithoutDropout``).
-Rank 0 reports the relative error of the loss, of every parameter gradient (``max|g - g_ref| / max|g_ref|``) and of every floating buffer after
-the step (BatchNorm's running statistics, updated in place). A gradient far below the
+Rank 0 reports the relative error of the loss, of every parameter gradient
+(``max|g - g_ref| / max|g_ref|``) and of every floating buffer after the step
+(BatchNorm's running statistics, updated in place). A gradient far below the
 model's largest (``ZERO_GRADIENT_FLOOR``) is judged against that floor instead of its
 own size: such gradients are zero in exact arithmetic and hold only rounding noise.
 
