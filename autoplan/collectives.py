@@ -44,7 +44,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from autoplan.choices import OP, PARAMETER
-from autoplan.comm import _moves, gradient_collectives, redistribute_collectives
+from autoplan.comm import _moves, gradient_collectives, moves_locally, redistribute_collectives, without_partial
 from autoplan.cost import CostedGraph, is_view, output_values, splits_work, tensor_bytes
 from autoplan.loss_reductions import loss_output, loss_reductions
 from autoplan.plan import ROOT_MODULE as ROOT, collective_table
@@ -180,13 +180,13 @@ def _value_gradient(value, readers, chain, graph, grads, mesh_shape, parent_spec
                 PARTIAL if p == REPLICATE and n > 1 and splits_work(strategy, axis) else p
                 for axis, (p, n) in enumerate(zip(dst, mesh_shape))
             )
-        if arrived != dst and not _sliced(arrived, dst):
+        if arrived != dst and not moves_locally(arrived, dst):
             # gathered or reduced on the way in: its backward brings the gradient back. A
             # slice DTensor takes inside the op leaves no autograd node: the gradient stays
             # split, into the sum
             for kind, axis, size in gradient_collectives(grad, arrived, nbytes, mesh_shape):
                 found[(module_of(v), kind, axis, round(size))] += 1
-            grad = _replicated(arrived)
+            grad = without_partial(arrived)
         into.setdefault(attach, []).append((order[v], grad))
     nbytes = tensor_bytes(output_values(graph.nodes[value[0]])[value[1]])
     module = module_of(value[0])
@@ -201,18 +201,9 @@ def _value_gradient(value, readers, chain, graph, grads, mesh_shape, parent_spec
         grad = _summed(parts, nbytes, mesh_shape, found, b.fqn)
         for kind, axis, size in gradient_collectives(grad, before, nbytes, mesh_shape):
             found[(b.fqn, kind, axis, round(size))] += 1
-        into.setdefault(b.parent, []).append((min(when for when, _ in parts), _replicated(before)))
+        into.setdefault(b.parent, []).append((min(when for when, _ in parts), without_partial(before)))
     parts = into.get(None, [])
     return _summed(parts, nbytes, mesh_shape, found, module) if parts else None
-
-
-def _sliced(src, dst) -> bool:
-    """Whether DTensor moves ``src`` to ``dst`` by slicing alone (Replicate to Shard)."""
-    return all(a == b or (a == REPLICATE and is_shard(b)) for a, b in zip(src, dst))
-
-
-def _replicated(spec):
-    return tuple(REPLICATE if is_partial(p) else p for p in spec)
 
 
 def _summed(parts: list, nbytes: float, mesh_shape, found: Counter, module: str) -> tuple:

@@ -101,7 +101,7 @@ def redistribute_collectives(
     partial value is replicated, and a gradient is never made partial)."""
     found = [(kind, axis, nbytes, "forward") for kind, axis, nbytes in _moves(src, dst, global_bytes, mesh_shape)]
     if backward:
-        grad = tuple(REPLICATE if is_partial(p) else p for p in dst)
+        grad = without_partial(dst)
         found += [(kind, axis, nbytes, "backward") for kind, axis, nbytes in gradient_collectives(grad, src, global_bytes, mesh_shape)]
     return found
 
@@ -110,7 +110,19 @@ def gradient_collectives(grad: Spec, src: Spec, global_bytes: float, mesh_shape:
     """``(kind, axis, bytes)`` that bring a gradient laid out as ``grad`` (partial where the
     reader split its work over a replicated input) back to the value's layout ``src``: a
     ``Redistribute``'s backward, in DTensor's order of axes."""
-    return _moves(grad, tuple(REPLICATE if is_partial(p) else p for p in src), global_bytes, mesh_shape)
+    return _moves(grad, without_partial(src), global_bytes, mesh_shape)
+
+
+def without_partial(spec: Spec) -> Spec:
+    """``spec`` with every partial placement replicated: the layout of a partial value's
+    gradient, or of a partial value once reduced."""
+    return tuple(REPLICATE if is_partial(p) else p for p in spec)
+
+
+def moves_locally(src: Spec, dst: Spec) -> bool:
+    """Whether DTensor moves ``src`` to ``dst`` without communicating: unchanged, or
+    sliced (Replicate to Shard)."""
+    return all(a == b or (a == REPLICATE and is_shard(b)) for a, b in zip(src, dst))
 
 
 def _moves(src: Spec, dst: Spec, global_bytes: float, mesh_shape: tuple[int, ...]) -> list[tuple[str, int, float]]:

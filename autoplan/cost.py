@@ -34,7 +34,7 @@ from torch.utils._pytree import tree_flatten
 from torch.utils.flop_counter import flop_registry, sdpa_flop_count
 
 from autoplan.choices import BUFFER, CONSTANT, INPUT, OP, PARAMETER, ChoiceGraph
-from autoplan.comm import collective_seconds, redistribute_seconds
+from autoplan.comm import collective_seconds, moves_locally, redistribute_seconds
 from autoplan.fused_attention import FUSED_FORWARD
 from autoplan.op_classes import op_class
 from autoplan.placements import Spec, shard_factor
@@ -110,11 +110,6 @@ NOT_RUN_S = 1.0
 so that the solver takes it only where nothing else fits."""
 
 
-def _free(src: Spec, dst: Spec) -> bool:
-    """Whether DTensor moves ``src`` to ``dst`` at no cost: unchanged, or sliced (R -> S)."""
-    return all(a == b or (a == "R" and b.startswith("S(")) for a, b in zip(src, dst))
-
-
 def _free_inputs(strategies, k: int) -> list[set]:
     """Per strategy j: the specs input ``k`` may take in a strategy that differs from j
     only by free moves of the other inputs (each other input arriving as j wants it)."""
@@ -123,7 +118,7 @@ def _free_inputs(strategies, k: int) -> list[set]:
         others = [m for m in range(len(strategy.inputs)) if m != k]
         found.append({
             alt.inputs[k] for alt in strategies
-            if len(alt.inputs) == len(strategy.inputs) and all(_free(strategy.inputs[m], alt.inputs[m]) for m in others)
+            if len(alt.inputs) == len(strategy.inputs) and all(moves_locally(strategy.inputs[m], alt.inputs[m]) for m in others)
         })
     return found
 
@@ -158,7 +153,7 @@ def _not_run(src: Spec, members: list[int], frees: list[set]) -> bool:
     pays a collective where a strategy needs none; the planner may well have preferred to
     move the value here (it prices each read of a value on its own), but the run would
     not do so, and the prediction would not hold."""
-    return bool(members) and all(any(_free(src, spec) for spec in frees[j] if spec is not None) for j in members)
+    return bool(members) and all(any(moves_locally(src, spec) for spec in frees[j] if spec is not None) for j in members)
 
 
 def output_values(data) -> list:
