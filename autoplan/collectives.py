@@ -113,6 +113,7 @@ def step_collectives(costed: CostedGraph, choice: dict[str, int], modules: dict 
     # boundaries it crossed; a view passes its output's gradient on to its input.
     grads: dict[tuple[str, int], tuple | None] = {}
     partial: dict[tuple[str, int], float] = {}
+    order = {name: i for i, name in enumerate(graph.nodes)}
     for name in reversed(list(graph.nodes)):
         data = graph.nodes[name]
         if not data["requires_grad"]:
@@ -122,7 +123,8 @@ def step_collectives(costed: CostedGraph, choice: dict[str, int], modules: dict 
             if value not in readers:
                 continue
             grads[value] = _value_gradient(
-                value, readers[value], boundaries.get(value, ()), graph, grads, mesh_shape, parent_spec, found, module_of, made,
+                value, readers[value], boundaries.get(value, ()), graph, order, grads, mesh_shape, parent_spec, found, module_of,
+                made,
             )
     for value, grad in grads.items():
         u = value[0]
@@ -162,10 +164,10 @@ def _views_follow(graph, name: str) -> bool:
     return data["kind"] == OP and is_view(data)
 
 
-def _value_gradient(value, readers, chain, graph, grads, mesh_shape, parent_spec, found, module_of, made):
+def _value_gradient(value, readers, chain, graph, order, grads, mesh_shape, parent_spec, found, module_of, made):
     """The layout of ``value``'s summed gradient where it was made (partial where a
-    reduction is still due); the collectives on its way back go into ``found``."""
-    order = {name: i for i, name in enumerate(graph.nodes)}
+    reduction is still due); the collectives on its way back go into ``found``.
+    ``order``: node -> its position in the graph (when its gradient part is ready)."""
     into: dict[object, list] = {}  # attach point -> [(when the part is ready, gradient)]
     for v, strategy, arrived, dst, attach, nbytes in readers:
         if not graph.nodes[v]["requires_grad"]:
@@ -250,25 +252,27 @@ def _inside(owner: str, fqn: str) -> bool:
     return owner == fqn or owner.startswith(fqn + ".")
 
 
-def _getitems(choices) -> dict:
-    return {
+def _planned_calls(choices, modules: dict):
+    """``(call, layout, getitem node -> (producer, index))`` for each call of a module the
+    plan lays out (the root's layout is the batch's, not a hook's)."""
+    items = {
         node.name: (node.args[0].name, node.args[1])
         for node in choices.traced.graph_module.graph.nodes
         if node.op == "call_function" and node.target is operator.getitem
     }
+    for call in choices.traced.module_calls:
+        layout = modules.get(call.fqn)
+        if layout is not None and call.fqn != "":
+            yield call, layout, items
 
 
 def _boundaries(choices, modules: dict) -> dict[tuple[str, int], list[_Boundary]]:
     """Per value: the module input hooks that move it (``apply._redistribute_inputs``), each
     with the enclosing one it receives the value from (None: from its producer)."""
     graph = choices.graph
-    items = _getitems(choices)
     found: dict[tuple[str, int], list[_Boundary]] = {}
     seen = set()
-    for call in choices.traced.module_calls:
-        layout = modules.get(call.fqn)
-        if layout is None or call.fqn == "":
-            continue
+    for call, layout, items in _planned_calls(choices, modules):
         for key, node in call.inputs:
             spec = layout.inputs.get(key)
             value = items.get(node, (node, 0))
@@ -293,16 +297,12 @@ def _attach(chain, reader_module: str, producer_module: str):
 
 def _output_nodes(choices, modules: dict) -> set[str]:
     """Nodes a planned module returns (its output hook puts them in the plan's layout)."""
-    items = _getitems(choices)
-    found = set()
-    for call in choices.traced.module_calls:
-        layout = modules.get(call.fqn)
-        if layout is None or call.fqn == "":
-            continue
-        for key, node in call.outputs:
-            if key in layout.outputs:
-                found.add(items.get(node, (node, 0))[0])
-    return found
+    return {
+        items.get(node, (node, 0))[0]
+        for call, layout, items in _planned_calls(choices, modules)
+        for key, node in call.outputs
+        if key in layout.outputs
+    }
 
 
 def module_table(found: Counter, axis_names: tuple[str, ...]) -> dict:
