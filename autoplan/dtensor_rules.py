@@ -65,10 +65,19 @@ def _attention_rows(num_outputs: int, num_inputs: int, mask_shape: tuple | None)
     rows = [[Replicate()] * (num_outputs + num_inputs) + extra]
     for dim in (_BATCH_DIM, _HEADS_DIM):
         if mask_shape is not None:
-            mask_dim = dim - (4 - len(mask_shape))
-            extra = [Shard(mask_dim) if mask_dim >= 0 and mask_shape[mask_dim] > 1 else Replicate()]
+            extra = [attention_mask_placement(Shard(dim), mask_shape)]
         rows.append([Shard(dim)] * (num_outputs + num_inputs) + extra)
     return rows
+
+
+def attention_mask_placement(scores: Shard | Replicate, mask_shape: tuple):
+    """Where an attention mask goes when the scores (batch, heads, q, k) are placed
+    ``scores`` on an axis: split on the same dim where the mask has it whole, replicated
+    where it broadcasts over it (fewer dims, or size 1)."""
+    if not isinstance(scores, Shard):
+        return Replicate()
+    mask_dim = scores.dim - (4 - len(mask_shape))
+    return Shard(mask_dim) if mask_dim >= 0 and mask_shape[mask_dim] > 1 else Replicate()
 
 
 def _mask_shape(op_schema: OpSchema) -> tuple | None:

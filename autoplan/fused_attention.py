@@ -26,11 +26,15 @@ kernel's sharding rule does: attention is independent per batch row and per head
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 import torch.nn.functional as F
-from torch.distributed.tensor import DTensor, Replicate, Shard
+from torch.distributed.tensor import DTensor, Shard
 from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_flatten, tree_unflatten
+
+from autoplan.dtensor_rules import attention_mask_placement
 
 aten = torch.ops.aten
 FUSED_FORWARD = aten._scaled_dot_product_flash_attention_for_cpu.default
@@ -41,13 +45,36 @@ class FusedAttention(TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         if func is F.scaled_dot_product_attention:
-            fused = _fused(*args, **kwargs)
+            fused = _fused(*sdpa_call(args, kwargs))
             if fused is not None:
                 return fused
         return func(*args, **kwargs)
 
 
-def _fused(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+class SdpaCall(NamedTuple):
+    """The arguments of one ``F.scaled_dot_product_attention`` call, by name."""
+
+    query: torch.Tensor
+    key: torch.Tensor
+    value: torch.Tensor
+    attn_mask: torch.Tensor | None = None
+    dropout_p: float = 0.0
+    is_causal: bool = False
+    scale: float | None = None
+    enable_gqa: bool = False
+
+    def run(self) -> torch.Tensor:
+        return F.scaled_dot_product_attention(
+            self.query, self.key, self.value, attn_mask=self.attn_mask, dropout_p=self.dropout_p,
+            is_causal=self.is_causal, scale=self.scale, enable_gqa=self.enable_gqa,
+        )
+
+
+def sdpa_call(args: tuple, kwargs: dict) -> SdpaCall:
+    return SdpaCall(*args, **kwargs)
+
+
+def _fused(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa):
     if query.dim() != 4 or key.shape[1] != value.shape[1] or query.shape[1] % key.shape[1]:
         return None
     if query.shape[1] != key.shape[1] and not enable_gqa:
@@ -81,10 +108,8 @@ def sharded_dropout_attention(args: tuple, kwargs: dict):
     as the fused kernel's rule (``dtensor_rules._attention_rows``) runs it; None where that
     rule does not apply (no dropout, not a CPU mesh, operands not all split alike on the
     batch or heads dim): the call then runs as written."""
-    call = _sdpa_arguments(*args, **kwargs)
-    if call is None:
-        return None
-    query, key, value, mask, dropout_p, is_causal, scale, enable_gqa = call
+    call = sdpa_call(args, kwargs)
+    query, key, value, mask, dropout_p = call[:5]
     operands = (query, key, value)
     if not dropout_p or not all(isinstance(x, DTensor) and x.dim() == 4 for x in operands):
         return None
@@ -97,19 +122,9 @@ def sharded_dropout_attention(args: tuple, kwargs: dict):
     if mask is not None:
         if not isinstance(mask, DTensor) or mask.requires_grad:
             return None
-        wanted = []
-        for p in placements:
-            mask_dim = p.dim - (4 - mask.dim()) if isinstance(p, Shard) else -1
-            wanted.append(Shard(mask_dim) if mask_dim >= 0 and mask.shape[mask_dim] > 1 else Replicate())
+        wanted = [attention_mask_placement(p, tuple(mask.shape)) for p in placements]
         if tuple(mask.placements) != tuple(wanted):
             mask = mask.redistribute(mesh, wanted)
         local_mask = mask.to_local()
-    output = F.scaled_dot_product_attention(
-        query.to_local(), key.to_local(), value.to_local(), attn_mask=local_mask, dropout_p=dropout_p,
-        is_causal=is_causal, scale=scale, enable_gqa=enable_gqa,
-    )
-    return DTensor.from_local(output, mesh, placements, run_check=False)
-
-
-def _sdpa_arguments(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
-    return query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa
+    local = call._replace(query=query.to_local(), key=key.to_local(), value=value.to_local(), attn_mask=local_mask)
+    return DTensor.from_local(local.run(), mesh, placements, run_check=False)

@@ -32,6 +32,8 @@ import torch.multiprocessing as mp
 import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
+from autoplan.fused_attention import sdpa_call
+
 
 COLLECTIVE_TIMEOUT_S = 300
 ZERO_GRADIENT_FLOOR = 1e-4
@@ -175,12 +177,10 @@ class _WithoutDropout(TorchFunctionMode):
         if func in _DROPOUTS:
             return args[0]
         if func is F.scaled_dot_product_attention:  # its own dropout, on the attention weights
-            named = dict(zip(_SDPA_AFTER_MASK, args[4:]))
-            args, kwargs = args[:4], {**kwargs, **named, "dropout_p": 0.0}
+            return sdpa_call(args, kwargs)._replace(dropout_p=0.0).run()
         return func(*args, **kwargs)
 
 
-_SDPA_AFTER_MASK = ("dropout_p", "is_causal", "scale", "enable_gqa")
 _DROPOUTS = {F.dropout, F.dropout1d, F.dropout2d, F.dropout3d, F.alpha_dropout, F.feature_alpha_dropout}
 
 
