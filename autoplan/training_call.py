@@ -12,6 +12,7 @@ training mode, unless the batch sets it. The loss and gradients are the same; a 
 
 from __future__ import annotations
 
+import functools
 import inspect
 
 from torch import nn
@@ -28,8 +29,15 @@ def training_kwargs(model: nn.Module, kwargs: dict) -> dict:
 
 def _names_argument(model: nn.Module, name: str) -> bool:
     """Whether ``model.forward`` declares ``name`` (not merely accepts ``**kwargs``)."""
+    forward = model.forward
+    # The applied model asks on every step: read each forward function's signature once.
+    return _declares(getattr(forward, "__func__", forward), name)
+
+
+@functools.lru_cache(maxsize=256)
+def _declares(forward, name: str) -> bool:
     try:
-        parameter = inspect.signature(model.forward).parameters.get(name)
+        parameter = inspect.signature(forward).parameters.get(name)
     except (TypeError, ValueError):  # a forward with no inspectable signature
         return False
     return parameter is not None and parameter.kind in (
