@@ -11,18 +11,16 @@
 """
 
 import importlib
-import sys
-import types
 
 # Each public name is imported from its module on first use: `import autoplan` (and so
 # `python -m autoplan`, whose Ctrl-C handling starts in __main__) does not wait for torch.
 _HOMES = {
-    "apply_plan": "autoplan.apply", "shard_batch": "autoplan.apply",
-    "load_checkpoint": "autoplan.checkpoint", "save_checkpoint": "autoplan.checkpoint",
-    "AutoplanError": "autoplan.errors", "training_loss": "autoplan.loss",
-    "load_full_state_dict": "autoplan.materialize", "Plan": "autoplan.plan",
-    "load_profile": "autoplan.profile", "Score": "autoplan.score", "score": "autoplan.score",
-    "suggest": "autoplan.suggest",
+    "apply_plan": "autoplan.apply.engine", "shard_batch": "autoplan.apply.engine",
+    "load_checkpoint": "autoplan.interop.checkpoint", "save_checkpoint": "autoplan.interop.checkpoint",
+    "AutoplanError": "autoplan.errors", "training_loss": "autoplan.trace.loss",
+    "load_full_state_dict": "autoplan.apply.materialize", "Plan": "autoplan.plan.module_plan",
+    "load_profile": "autoplan.cost.profile", "Score": "autoplan.evaluate.score", "score": "autoplan.evaluate.score",
+    "suggest": "autoplan.pipeline.suggest",
 }
 
 __all__ = sorted(_HOMES)
@@ -39,15 +37,3 @@ def __getattr__(name: str):
 def __dir__():
     return sorted([*globals(), *_HOMES])
 
-
-class _Package(types.ModuleType):
-    """Keeps ``autoplan.suggest`` and ``autoplan.score`` the functions: importing a submodule
-    sets the package attribute of its name, and two submodules share their function's name."""
-
-    def __setattr__(self, name, value):
-        if isinstance(value, types.ModuleType) and name in _HOMES and _HOMES[name] == value.__name__:
-            return
-        super().__setattr__(name, value)
-
-
-sys.modules[__name__].__class__ = _Package

@@ -78,7 +78,7 @@ def check_positive(name: str, value) -> float | None:
 
 def check_profile(profile) -> None:
     """None, a profile name or path, or a loaded ClusterProfile."""
-    from autoplan.profile import ClusterProfile
+    from autoplan.cost.profile import ClusterProfile
 
     if profile is not None and not isinstance(profile, (str, os.PathLike, ClusterProfile)):
         raise ArgumentTypeError(

@@ -8,12 +8,12 @@
 For each public-zoo model (the small ``build_model`` config of ``examples/NAME.py``) on a
 2x4 (dp, tp) mesh it builds at least ``--min-plans`` distinct plans: autoplan's own plan
 (as ``autoplan suggest --profile cpu-gloo`` makes it), every baseline that applies
-(``autoplan/baselines.py``) and seeded random plans (random placements pinned on a random
+(``autoplan/evaluate/baselines.py``) and seeded random plans (random placements pinned on a random
 share of the parameters and, half the time, on the batch; autoplan solves the rest, and
 plans that do not fit the memory budget or repeat an earlier layout are drawn again).
 Each plan's prediction is ``autoplan.score`` under the profile; its measured time is the
 median step time (forward, backward, AdamW step) on 8 gloo processes, one thread each,
-all plans of all models in one launch (``autoplan/measure.py``). Every plan is timed in
+all plans of all models in one launch (``autoplan/verify/measure.py``). Every plan is timed in
 each of ``--passes`` passes (each pass in its own random order) and the lowest of its
 medians is kept; "pass spread" says how far a plan's passes lay apart.
 
@@ -25,7 +25,7 @@ MdAPE <= 15 % and auto <= 1.05 x best baseline. Everything measured goes to
 
 Measured times on a shared host vary with whatever else runs on it. The "other load"
 column is the share of the host's CPU time other programs took while a plan was timed
-(``autoplan/measure.py``); a plan timed while it was above ``--max-foreign`` is timed
+(``autoplan/verify/measure.py``); a plan timed while it was above ``--max-foreign`` is timed
 again after a pause, up to ``--retries`` times, keeping the least disturbed run.
 """
 
@@ -104,7 +104,7 @@ def main(argv=None) -> int:
     parser.add_argument("--predict-only", action="store_true", help="build and score the plans, measure nothing")
     args = parser.parse_args(argv)
 
-    from autoplan.measure import OP_OVERHEAD_PROBE, MeasureConfig, MeasureJob, measure_step_times
+    from autoplan.verify.measure import OP_OVERHEAD_PROBE, MeasureConfig, MeasureJob, measure_step_times
 
     started = time.perf_counter()
     candidates: list[Candidate] = []
@@ -154,7 +154,7 @@ def main(argv=None) -> int:
 
     summaries = report(candidates, skipped, args.predict_only, op_overhead_s)
     if math.isfinite(op_overhead_s):
-        from autoplan.profile import load_profile
+        from autoplan.cost.profile import load_profile
 
         used = load_profile(args.profile)
         print(f"time per dispatched op of tiny replicated DTensor ops, forward and backward, on every rank at once: "
@@ -192,11 +192,11 @@ def main(argv=None) -> int:
 
 
 def plans_for_model(name: str, args) -> tuple[list[Candidate], list[str]]:
-    from autoplan.baselines import BASELINES, baseline_for_problem
+    from autoplan.evaluate.baselines import BASELINES, baseline_for_problem
     from autoplan.errors import NotApplicableError
     from autoplan.model_file import load_model_file
-    from autoplan.pinning import Pins, prepare_problem, solve_pinned
-    from autoplan.score import score_problem
+    from autoplan.pipeline.pinning import Pins, prepare_problem, solve_pinned
+    from autoplan.evaluate.score import score_problem
 
     loaded = load_model_file(str(ROOT / "examples" / f"{name}.py"))
     problem = prepare_problem(loaded.model, loaded.example_inputs, MESH, AXIS_NAMES, args.profile)
@@ -224,7 +224,7 @@ def plans_for_model(name: str, args) -> tuple[list[Candidate], list[str]]:
 
 def random_plans(problem, count: int, seed: int, taken: set) -> list[tuple[str, object]]:
     """``count`` distinct random layouts that fit, each solved by autoplan; seeded."""
-    from autoplan.pinning import Pins, solve_pinned
+    from autoplan.pipeline.pinning import Pins, solve_pinned
 
     rng = random.Random(f"{seed}")
     choices = problem.choices

@@ -126,7 +126,7 @@ def _median_step(model, batch, steps: int, warmup: int) -> float:
 
 
 def report(models, profiles, plans: Path, measured: dict) -> None:
-    from autoplan.plan import Plan
+    from autoplan.plan.module_plan import Plan
 
     print(f"{'model':<12} {'plain ms':>9} {'applied ms':>10}  " + "  ".join(f"{p + ' ms (err)':>30}" for p in profiles)
           + f"  {'peak GiB pred/meas':>18}")

@@ -96,7 +96,7 @@ def run_row(task: str, model_type: str, dtypes: list[str], numerics: bool, numer
 def _build_and_step(task: str, model_type: str, info: dict) -> None:
     """The tiny model builds and takes a forward and backward on one device: what is left
     to fail after this is autoplan's (or the parallel model's), not the batch's."""
-    from autoplan.loss import training_loss
+    from autoplan.trace.loss import training_loss
 
     torch.manual_seed(0)
     model = build_tiny_model(task, model_type)
@@ -147,7 +147,7 @@ def _replicated_state_bytes(task: str, model_type: str, dtype: torch.dtype) -> i
 
 
 def _suggest(task: str, model_type: str, dtype: torch.dtype, budget_bytes: float | None, info: dict):
-    from autoplan.suggest import suggest_with_report
+    from autoplan.pipeline.suggest import suggest_with_report
 
     with torch.device("meta"):
         model = build_tiny_model(task, model_type, dtype)
@@ -175,7 +175,7 @@ def _every_axis_share(task: str, model_type: str, plan) -> float:
 
 
 def _step(task: str, model_type: str, dtype: torch.dtype, plan, device_mesh):
-    from autoplan.verify import verify_plan
+    from autoplan.verify.step_check import verify_plan
 
     torch.manual_seed(0)
     model = build_tiny_model(task, model_type, dtype)
@@ -198,7 +198,7 @@ class CollectivesDiffer(Exception):
 
 def _run_numerics(row: dict, recorder, plans: dict, max_step_s: float) -> None:
     """Float32 plans whose step ran and ran fast, in one launch of 8 gloo processes."""
-    from autoplan.numerics import NumericsJob, check_numerics
+    from autoplan.verify.numerics import NumericsJob, check_numerics
 
     stages = row["stages"]
     keys = [

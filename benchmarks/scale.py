@@ -54,7 +54,7 @@ def tying_difference(time_limit: float | None) -> dict:
     """The 8B cut to 8 layers on 2x4, planned tied and untied, in this process."""
     sys.path.insert(0, str(ROOT))
     from autoplan.model_file import load_model_file
-    from autoplan.suggest import suggest_with_report
+    from autoplan.pipeline.suggest import suggest_with_report
 
     found = {}
     for tie in (True, False):

@@ -27,7 +27,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     sys.path.insert(0, str(ROOT))
     from autoplan.model_file import load_model_file, parse_axis_names, parse_mesh
-    from autoplan.suggest import suggest_with_report
+    from autoplan.pipeline.suggest import suggest_with_report
 
     mesh = parse_mesh(args.mesh)
     print(f"{'model':<22} {'command s':>9} {'trace':>6} {'choices':>7} {'cost':>6} {'simplify':>8} {'solve':>6} "

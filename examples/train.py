@@ -29,7 +29,7 @@ from torch.distributed.device_mesh import init_device_mesh
 import autoplan
 from autoplan._files import write_atomic
 from autoplan.model_file import import_model_file, parse_axis_names, parse_mesh
-from autoplan.numerics import build_seeded, call_model, seeded_batch
+from autoplan.verify.numerics import build_seeded, call_model, seeded_batch
 
 DEFAULT_MODEL = Path(__file__).resolve().parent / "llama.py"
 

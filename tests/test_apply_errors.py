@@ -7,7 +7,7 @@ import torch
 from torch import nn
 
 import autoplan
-from autoplan.choices import planning_mesh
+from autoplan.choices.graph import planning_mesh
 from autoplan.errors import PlanError
 
 

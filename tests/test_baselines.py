@@ -8,11 +8,11 @@ a pinned subset of what the planner searches.
 import pytest
 
 import autoplan
-from autoplan.baselines import BASELINES, baseline_for_problem, build_baseline
+from autoplan.evaluate.baselines import BASELINES, baseline_for_problem, build_baseline
 from autoplan.errors import NotApplicableError
 from autoplan.model_file import load_model_file
-from autoplan.pinning import Pins, prepare_problem, solve_pinned
-from autoplan.score import score_problem
+from autoplan.pipeline.pinning import Pins, prepare_problem, solve_pinned
+from autoplan.evaluate.score import score_problem
 from conftest import EXAMPLES
 
 BATCH = ("[1]['input_ids']", "[1]['labels']")

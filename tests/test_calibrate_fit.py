@@ -12,7 +12,7 @@ import pytest
 
 from autoplan.calibrate.fit import fit_alpha_beta, fit_line, fit_saturation
 from autoplan.calibrate.sizes import sweep_for
-from autoplan.comm import bus_factor
+from autoplan.cost.comm import bus_factor
 
 LATENCY, BANDWIDTH = 25e-6, 40e9
 SIZES = sweep_for("cuda", quick=False).message_bytes  # 4 KiB .. 256 MiB
@@ -161,7 +161,7 @@ def synthetic_measurements(optimizer_param_s=2e-3, optimizer_bytes_per_s=1.5e9):
 def test_built_profile_loads_and_carries_the_dispatch_fits():
     from autoplan.calibrate.host import ClusterInfo
     from autoplan.calibrate.profile_writer import RunInfo, build_profile
-    from autoplan.profile import profile_from_dict
+    from autoplan.cost.profile import profile_from_dict
 
     run = RunInfo("synthetic", (2, 4), ("dp", "tp"), "gloo", "cpu", sweep_for("cpu", quick=False), False, 1, 60.0, {})
     cluster = ClusterInfo(("abc",), 8, "CPU: test", 2**30, ("CPU: test",))
@@ -179,7 +179,7 @@ def test_built_profile_loads_and_carries_the_dispatch_fits():
 def test_built_profile_prices_each_measured_op_class_by_the_mean_of_its_ops():
     from autoplan.calibrate.host import ClusterInfo
     from autoplan.calibrate.profile_writer import RunInfo, build_profile
-    from autoplan.profile import profile_from_dict
+    from autoplan.cost.profile import profile_from_dict
 
     run = RunInfo("synthetic", (2, 4), ("dp", "tp"), "gloo", "cpu", sweep_for("cpu", quick=False), False, 1, 60.0, {})
     cluster = ClusterInfo(("abc",), 8, "CPU: test", 2**30, ("CPU: test",))

@@ -10,10 +10,10 @@ import pytest
 
 from autoplan.calibrate.launch import CalibrateConfig, _sigterm_as_exit, spawn_calibration, spawned_rank, write_profile
 from autoplan.cli import main
-from autoplan.comm import collective_seconds
+from autoplan.cost.comm import collective_seconds
 from autoplan.errors import AutoplanError
-from autoplan.op_classes import OP_CLASSES
-from autoplan.profile import COLLECTIVES, load_profile
+from autoplan.cost.op_classes import OP_CLASSES
+from autoplan.cost.profile import COLLECTIVES, load_profile
 
 
 @pytest.mark.gloo

@@ -127,9 +127,9 @@ def fake_suggest(monkeypatch):
         return FakePlan(), FakeReport()
 
     module = types.SimpleNamespace(suggest_with_report=suggest_with_report)
-    monkeypatch.setitem(sys.modules, "autoplan.suggest", module)
+    monkeypatch.setitem(sys.modules, "autoplan.pipeline.suggest", module)
     cached = types.SimpleNamespace(suggest_cached=suggest_with_report)
-    monkeypatch.setitem(sys.modules, "autoplan.cached_suggest", cached)
+    monkeypatch.setitem(sys.modules, "autoplan.pipeline.cached", cached)
     return calls
 
 

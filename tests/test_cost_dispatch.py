@@ -11,11 +11,11 @@ import pytest
 import torch
 
 import autoplan
-from autoplan.choices import CONSTANT, OP, PARAMETER, build_choices
-from autoplan.cost import VIEW_OPS, estimate_costs, tensor_bytes
-from autoplan.op_classes import op_class
-from autoplan.profile import DispatchCost
-from autoplan.trace import trace_model
+from autoplan.choices.graph import CONSTANT, OP, PARAMETER, build_choices
+from autoplan.cost.estimate import VIEW_OPS, estimate_costs, tensor_bytes
+from autoplan.cost.op_classes import op_class
+from autoplan.cost.profile import DispatchCost
+from autoplan.trace.tracer import trace_model
 from test_mlp_optimum import FREE, FREE_DISPATCH, MeanSquareMLP, compute_s, exact_profile
 
 D, BATCH = 1024, 8

@@ -20,10 +20,10 @@ from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.device_mesh import init_device_mesh
 
 import autoplan
-from autoplan.baselines import build_baseline
+from autoplan.evaluate.baselines import build_baseline
 from autoplan.errors import PlanError
 from autoplan.model_file import import_model_file, load_model_file
-from autoplan.numerics import build_seeded, seeded_batch
+from autoplan.verify.numerics import build_seeded, seeded_batch
 from autoplan.placements import to_placements
 from conftest import EXAMPLES
 

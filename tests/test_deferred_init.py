@@ -19,7 +19,7 @@ from torch.testing._internal.distributed.fake_pg import FakeStore
 import autoplan
 from autoplan.errors import PlanError
 from autoplan.model_file import import_model_file, load_model_file
-from autoplan.numerics import build_seeded, seeded_batch
+from autoplan.verify.numerics import build_seeded, seeded_batch
 from conftest import EXAMPLES
 
 LLAMA = EXAMPLES / "llama.py"

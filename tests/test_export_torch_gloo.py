@@ -19,10 +19,10 @@ import torch.multiprocessing as mp
 
 import autoplan
 from autoplan.cli import main
-from autoplan.export_torch import export_torch
+from autoplan.interop.export_torch import export_torch
 from autoplan.model_file import import_model_file, load_model_file
-from autoplan.numerics import build_seeded, seeded_batch
-from autoplan.suggest import suggest_with_report
+from autoplan.verify.numerics import build_seeded, seeded_batch
+from autoplan.pipeline.suggest import suggest_with_report
 from conftest import EXAMPLES
 
 WORLD = 4

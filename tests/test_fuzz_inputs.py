@@ -20,13 +20,13 @@ from hypothesis import strategies as st
 from torch import nn
 
 import autoplan
-from autoplan.cached_suggest import suggest_cached
+from autoplan.pipeline.cached import suggest_cached
 from autoplan.cli.suggest import _positive_float
 from autoplan.errors import MeshError, PlanError, ProfileError
 from autoplan.model_file import parse_axis_names, parse_mesh
-from autoplan.plan import Plan
-from autoplan.plan_cache import CacheKey, CacheWarning, PlanCache
-from autoplan.profile import load_profile, profile_from_dict, profile_path
+from autoplan.plan.module_plan import Plan
+from autoplan.pipeline.plan_cache import CacheKey, CacheWarning, PlanCache
+from autoplan.cost.profile import load_profile, profile_from_dict, profile_path
 
 EXAMPLES = {"plan": 300, "profile": 300, "cache": 150, "plan_bytes": 200, "mesh": 500, "axis_names": 500, "budget": 500}
 
@@ -187,7 +187,7 @@ def test_budget_flag_parses_or_raises_usage_error(text):
 
 def test_shipped_profiles_and_schemas_agree():
     """Every shipped profile passes the schema, and the schema's op classes are the code's."""
-    from autoplan.op_classes import OP_CLASSES
+    from autoplan.cost.op_classes import OP_CLASSES
     from autoplan.validation import schema_path
 
     schema = json.loads(schema_path("profile").read_text())

@@ -1,4 +1,4 @@
-"""In-place ops (``strategies.py``, ``plan_builder.py``): DTensor runs an in-place op where
+"""In-place ops (``dtensor/strategies.py``, ``plan/builder.py``): DTensor runs an in-place op where
 its self is and gives self back, so every candidate takes self as it is, in any layout (a
 MoE router divides its replicated top-k weights in place); a plan that would move self
 anyway says so in its warnings."""
@@ -6,9 +6,9 @@ anyway says so in its warnings."""
 import torch
 from torch import nn
 
-from autoplan.choices import build_choices
-from autoplan.plan_builder import _moved_inplace_selves
-from autoplan.trace import trace_model
+from autoplan.choices.graph import build_choices
+from autoplan.plan.builder import _moved_inplace_selves
+from autoplan.trace.tracer import trace_model
 
 
 class NormalisedRows(nn.Module):

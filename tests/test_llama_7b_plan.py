@@ -15,7 +15,7 @@ from torch.testing._internal.distributed.fake_pg import FakeStore
 
 import autoplan
 from autoplan.model_file import load_model_file
-from autoplan.suggest import suggest_with_report
+from autoplan.pipeline.suggest import suggest_with_report
 from conftest import EXAMPLES, example_module
 
 def llama_7b_on_cpu():

@@ -28,7 +28,7 @@ import torch
 from torch import nn
 
 import autoplan
-from autoplan.profile import profile_from_dict
+from autoplan.cost.profile import profile_from_dict
 
 PEAK, ALPHA, BETA = 1e12, 1e-5, 1e10
 FREE = 1e30  # memory bandwidth: makes memory traffic free (beyond the schema's physical bound: set after loading)

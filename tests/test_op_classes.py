@@ -5,8 +5,8 @@ import pytest
 import torch
 
 from autoplan.calibrate.dispatch_classes import _CASES
-from autoplan.cost import MATMUL_OPS, VIEW_OPS
-from autoplan.op_classes import GENERIC, OP_CLASSES, op_class
+from autoplan.cost.estimate import MATMUL_OPS, VIEW_OPS
+from autoplan.cost.op_classes import GENERIC, OP_CLASSES, op_class
 
 aten = torch.ops.aten
 

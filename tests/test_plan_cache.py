@@ -1,4 +1,4 @@
-"""The plan cache (``autoplan/plan_cache.py``): same question, same plan, no solve; a
+"""The plan cache (``autoplan/pipeline/plan_cache.py``): same question, same plan, no solve; a
 changed question, or a damaged entry, plans again."""
 
 import json
@@ -8,10 +8,10 @@ import warnings
 import pytest
 
 import autoplan
-from autoplan.cached_suggest import HIT, MISS, NOT_STORED, REPLACED, suggest_cached
+from autoplan.pipeline.cached import HIT, MISS, NOT_STORED, REPLACED, suggest_cached
 from autoplan.cli import main
 from autoplan.model_file import load_model_file
-from autoplan.plan_cache import CacheWarning
+from autoplan.pipeline.plan_cache import CacheWarning
 from conftest import EXAMPLES
 
 MLP = str(EXAMPLES / "mlp.py")

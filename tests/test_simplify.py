@@ -7,13 +7,13 @@ again by every consumer.
 
 import pytest
 
-from autoplan.choices import build_choices
-from autoplan.cost import estimate_costs
+from autoplan.choices.graph import build_choices
+from autoplan.cost.estimate import estimate_costs
 from autoplan.model_file import load_model_file
-from autoplan.profile import load_profile
-from autoplan.simplify import merge_followers
-from autoplan.solve import solve
-from autoplan.trace import trace_model
+from autoplan.cost.profile import load_profile
+from autoplan.solve.simplify import merge_followers
+from autoplan.solve.ilp import solve
+from autoplan.trace.tracer import trace_model
 from zoo import example_path
 
 

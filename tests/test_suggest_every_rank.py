@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from autoplan.plan import Plan
+from autoplan.plan.module_plan import Plan
 from conftest import EXAMPLES, ROOT
 
 WORLD = 8
@@ -55,7 +55,7 @@ def _fail_on_rank_zero(rank: int, port: int, out: str) -> None:
     import torch.distributed as dist
 
     from autoplan.errors import InfeasibleError
-    from autoplan.rank_sync import RankZeroError, run_on_rank_zero
+    from autoplan.pipeline.rank_sync import RankZeroError, run_on_rank_zero
 
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
     try:

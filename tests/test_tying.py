@@ -9,8 +9,9 @@ from torch.testing._internal.distributed.fake_pg import FakeStore
 from transformers import AutoModelForCausalLM, LlamaConfig
 
 import autoplan
-from autoplan.repeats import RepeatedBlocks, expand_plan, find_repeated_blocks
-from autoplan.suggest import suggest_with_report
+from autoplan.plan.expand import expand_plan
+from autoplan.trace.repeats import RepeatedBlocks, find_repeated_blocks
+from autoplan.pipeline.suggest import suggest_with_report
 
 VOCAB, BATCH, SEQ = 256, 8, 32
 

@@ -28,12 +28,12 @@ from torch.distributed.tensor import DTensor, Partial, Replicate, Shard, distrib
 from torch.testing._internal.distributed.fake_pg import FakeStore
 
 from autoplan.cli import main
-from autoplan.comm import redistribute_collectives
+from autoplan.cost.comm import redistribute_collectives
 from autoplan.model_file import import_model_file
-from autoplan.numerics import build_seeded, seeded_batch
-from autoplan.observe import CollectiveCounter
+from autoplan.verify.numerics import build_seeded, seeded_batch
+from autoplan.verify.observe import CollectiveCounter
 from autoplan.placements import candidate_specs, is_partial, local_shape, to_placements
-from autoplan.verify import verify_plan
+from autoplan.verify.step_check import verify_plan
 from conftest import EXAMPLES
 from test_train_example import BUDGET_GB
 from zoo import MESHES, PUBLIC_ZOO, example_path, forced_plan
@@ -156,7 +156,7 @@ def test_cli_verify_refuses_a_plan_for_another_model(tmp_path, capsys):
 
 @pytest.mark.parametrize("mesh_shape", [(2, 4), (2, 2, 2)], ids=["2x4", "2x2x2"])
 def test_priced_redistributions_are_the_ones_dtensor_runs(fake_world, mesh_shape):
-    """Every move between layouts of a 8 x 16 x 4 tensor: the collectives ``comm.py`` prices
+    """Every move between layouts of a 8 x 16 x 4 tensor: the collectives ``cost/comm.py`` prices
     (kind, axis, bytes, in DTensor's order of axes) are the ones DTensor performs."""
     names = ("a", "b", "c")[: len(mesh_shape)]
     mesh = init_device_mesh("cpu", mesh_shape, mesh_dim_names=names)
@@ -200,17 +200,17 @@ BASELINE_CASES = [(model, baseline) for model in ("transformer", "gpt2", "llama"
 
 @pytest.mark.parametrize("model,baseline", BASELINE_CASES, ids=[f"{m}-{b}" for m, b in BASELINE_CASES])
 def test_baseline_plans_run_their_prediction(model, baseline):
-    """A baseline (``autoplan.baselines``, built as ``benchmarks/fidelity.py`` builds it) on
+    """A baseline (``autoplan.evaluate.baselines``, built as ``benchmarks/fidelity.py`` builds it) on
     2x4 runs exactly its prediction. GPT-2's position ids (made in the model, batch 1) are
     split on dp for its position embedding and gathered where they meet the batch-split
     token embeddings: DTensor must gather them whole, not split both on the idle tp axis
-    to gather a quarter (``strategy_choice.py``), and the embedding must look them up
+    to gather a quarter (``dtensor/strategy_choice.py``), and the embedding must look them up
     split as planned, plain integer tensor though they are. Llama's rotary cos and sin,
     split likewise, are gathered for ``q * cos`` once: the product's backward reuses the
-    gathered ``cos`` (``saved_inputs.py``)."""
-    from autoplan.baselines import baseline_for_problem
+    gathered ``cos`` (``dtensor/saved_inputs.py``)."""
+    from autoplan.evaluate.baselines import baseline_for_problem
     from autoplan.model_file import load_model_file
-    from autoplan.pinning import prepare_problem
+    from autoplan.pipeline.pinning import prepare_problem
 
     loaded = load_model_file(example_path(model))
     problem = prepare_problem(loaded.model, loaded.example_inputs, (2, 4), ("dp", "tp"), "cpu-gloo")

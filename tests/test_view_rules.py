@@ -1,4 +1,4 @@
-"""Reshapes stay in the planner's vocabulary (``view_rules.py``): flattening a dim split on
+"""Reshapes stay in the planner's vocabulary (``dtensor/view_rules.py``): flattening a dim split on
 one axis behind a dim split on another gathers the later one's axis, as the plan prices it,
 instead of making a ``_StridedShard``. (Numerics: ``test_train_example.py`` trains the
 tiny Llama, whose attention does this, on 8 gloo processes.)"""
@@ -10,8 +10,8 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import Replicate, Shard, distribute_tensor
 from torch.testing._internal.distributed.fake_pg import FakeStore
 
-from autoplan.dtensor_rules import register_builtin_rules
-from autoplan.observe import CollectiveCounter
+from autoplan.dtensor.rules import register_builtin_rules
+from autoplan.verify.observe import CollectiveCounter
 
 
 @pytest.fixture

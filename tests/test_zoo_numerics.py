@@ -5,14 +5,14 @@ Each model is planned under a memory budget its unconstrained plan exceeds (half
 model state must be sharded away), so the plan really distributes weights. All models run
 in one launch of 8 processes. Tolerance: relative error <= 1e-5 in float32 for every
 model (gradients that are zero in exact arithmetic are judged against a floor, see
-``autoplan.numerics``). The hard cases run too: a Llama with 2 kv heads and a 50257 vocab
+``autoplan.verify.numerics``). The hard cases run too: a Llama with 2 kv heads and a 50257 vocab
 on tp 4, Mixtral with its default grouped experts, a plain-PyTorch mixture-of-experts with
 a data-dependent region, and an op DTensor has no rule for.
 """
 
 import pytest
 
-from autoplan.numerics import NumericsJob, check_numerics
+from autoplan.verify.numerics import NumericsJob, check_numerics
 from conftest import ROOT
 from zoo import HARD_CASES, PUBLIC_ZOO, example_path, forced_plan
 

@@ -34,7 +34,7 @@ import torch
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.tensor import DTensor, Replicate, Shard
 
-from autoplan.apply import plan_execution
+from autoplan.apply.engine import plan_execution
 from autoplan.calibrate.dispatch_classes import OpClassSample, count_op_class_points, measure_op_classes
 from autoplan.calibrate.progress import Progress
 from autoplan.calibrate.timing import Timer

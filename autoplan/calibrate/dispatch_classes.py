@@ -1,4 +1,4 @@
-"""Fixed cost of one traced op per op class (``autoplan/op_classes.py``), as DTensor runs it.
+"""Fixed cost of one traced op per op class (``autoplan/cost/op_classes.py``), as DTensor runs it.
 
 For each class a few representative ATen ops (those the traced zoo models use most) are
 called on tiny DTensors on the calibrated mesh, every rank at once, the way a training
@@ -39,10 +39,10 @@ from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.tensor import DTensor, Replicate, Shard
 from torch.distributed.tensor.debug import CommDebugMode
 
-from autoplan.apply import plan_execution
+from autoplan.apply.engine import plan_execution
 from autoplan.calibrate.progress import Progress
 from autoplan.calibrate.timing import Timer
-from autoplan.op_classes import OP_CLASSES, op_class
+from autoplan.cost.op_classes import OP_CLASSES, op_class
 
 aten = torch.ops.aten
 INSTANCES = 8

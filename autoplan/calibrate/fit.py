@@ -26,7 +26,7 @@ import math
 from dataclasses import dataclass
 from typing import Sequence
 
-from autoplan.profile import Saturation
+from autoplan.cost.profile import Saturation
 
 MIN_LATENCY_S = 1e-9
 """Latencies and overheads below a nanosecond are noise; profiles need them positive."""

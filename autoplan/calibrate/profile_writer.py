@@ -39,8 +39,8 @@ from autoplan.calibrate.dispatch_classes import class_figures
 from autoplan.calibrate.host import ClusterInfo
 from autoplan.calibrate.sizes import Sweep
 from autoplan.calibrate.sweep import CollectiveSample, Measurements
-from autoplan.comm import axis_link, bus_factor
-from autoplan.profile import COLLECTIVES, LINKS, SCHEMA_VERSION, ClusterProfile, mesh_key
+from autoplan.cost.comm import axis_link, bus_factor
+from autoplan.cost.profile import COLLECTIVES, LINKS, SCHEMA_VERSION, ClusterProfile, mesh_key
 
 METHOD = (
     "autoplan calibrate: collectives through DTensor redistribute on each mesh axis (all groups at once), "

@@ -33,7 +33,7 @@ from autoplan.calibrate.dispatch import DispatchSample, count_dispatch_points, m
 from autoplan.calibrate.progress import Progress
 from autoplan.calibrate.sizes import Sweep
 from autoplan.calibrate.timing import Timer
-from autoplan.profile import COLLECTIVES
+from autoplan.cost.profile import COLLECTIVES
 
 COMM_DTYPE = torch.float32
 MEMORY_OPS = ("add", "clone")

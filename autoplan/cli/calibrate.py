@@ -109,13 +109,13 @@ def _interruptible(show: bool):
 def _links_source(name_or_path: str):
     """The profile whose links a one-device run copies, checked before measuring."""
     from autoplan.calibrate.profile_writer import LinksSource
-    from autoplan.profile import load_profile
+    from autoplan.cost.profile import load_profile
 
     return LinksSource.of(load_profile(name_or_path))
 
 
 def _links_file(links_from: str | None):
-    from autoplan.profile import profile_path
+    from autoplan.cost.profile import profile_path
 
     return profile_path(links_from) if links_from else None
 
@@ -157,7 +157,7 @@ def _check_world(mesh: tuple[int, ...], world_size: int, source: str) -> None:
 
 
 def _print_summary(out: str) -> None:
-    from autoplan.profile import load_profile
+    from autoplan.cost.profile import load_profile
 
     profile = load_profile(out)
     prov = profile.provenance

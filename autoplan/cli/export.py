@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 from autoplan._files import check_outputs, write_outputs
-from autoplan.plan import Plan
+from autoplan.plan.module_plan import Plan
 
 FORMATS = ("torch", "vescale")
 
@@ -47,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
         types = {fqn: type(m).__name__ for fqn, m in model.named_modules() if fqn in owners}
         plan = dataclasses.replace(plan, module_types=types)
     if args.format == "torch":
-        from autoplan.export_torch import export_torch
+        from autoplan.interop.export_torch import export_torch
 
         result = export_torch(plan, source.name)
         text = result.source
@@ -55,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
             f", fully_shard on {result.dp_axis} ({len(result.fsdp_modules)} groups)" if result.dp_axis else ""
         )
     else:
-        from autoplan.export_vescale import export_vescale
+        from autoplan.interop.export_vescale import export_vescale
 
         result = export_vescale(plan)
         text = json.dumps(result.plan, indent=2) + "\n"

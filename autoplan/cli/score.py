@@ -6,7 +6,7 @@ import argparse
 
 from autoplan.cli.suggest import _positive_float
 from autoplan.model_file import load_model_file, parse_mesh
-from autoplan.plan import Plan
+from autoplan.plan.module_plan import Plan
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -33,7 +33,7 @@ def run(args: argparse.Namespace) -> int:
     plan = Plan.load(args.plan)
     loaded = load_model_file(args.model)
     # Imported here so that flag and file errors are reported without loading the solver.
-    from autoplan.score import score
+    from autoplan.evaluate.score import score
 
     result = score(loaded.model, loaded.example_inputs, plan, args.profile, args.memory_gb, args.time_limit, mesh)
     print(f"plan {args.plan} for {loaded.name}")

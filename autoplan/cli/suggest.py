@@ -43,8 +43,8 @@ def run(args: argparse.Namespace) -> int:
     outputs = {"--out": out, **({"--stats": args.stats} if args.stats else {})}
     check_outputs(outputs, {"the model file": loaded.path, "the --profile file": _profile_file(args.profile)})
     # Imported here so that flag and model-file errors are reported without loading the solver.
-    from autoplan.cached_suggest import suggest_cached
-    from autoplan.suggest import suggest_with_report
+    from autoplan.pipeline.cached import suggest_cached
+    from autoplan.pipeline.suggest import suggest_with_report
 
     plan_fn = suggest_with_report if args.no_cache else suggest_cached
     plan, report = plan_fn(
@@ -74,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _profile_file(profile: str | None):
     """The file --profile names (an input no output may overwrite), if it exists."""
-    from autoplan.profile import profile_path
+    from autoplan.cost.profile import profile_path
 
     path = profile_path(profile)
     return path if path.is_file() else None

@@ -9,7 +9,7 @@ from contextlib import contextmanager
 from autoplan.cli.suggest import _positive_float
 from autoplan.errors import PlanError
 from autoplan.model_file import import_model_file, load_model_file
-from autoplan.plan import Plan
+from autoplan.plan.module_plan import Plan
 
 MISMATCH_STATUS = 1
 DEFAULT_TOLERANCE = 1e-5
@@ -43,9 +43,9 @@ def run(args: argparse.Namespace) -> int:
     plan = Plan.load(args.plan)
     loaded = load_model_file(args.model)
     # Imported here so that flag and file errors are reported without loading torch.distributed.
-    from autoplan.numerics import NumericsJob, build_seeded, check_numerics, seeded_batch
-    from autoplan.score import check_plan_for_model
-    from autoplan.verify import verify_plan
+    from autoplan.verify.numerics import NumericsJob, build_seeded, check_numerics, seeded_batch
+    from autoplan.evaluate.score import check_plan_for_model
+    from autoplan.verify.step_check import verify_plan
 
     check_plan_for_model(loaded.model, loaded.example_inputs, plan)
     module = import_model_file(loaded.path)

@@ -1,0 +1,405 @@
+"""Stage 6: execute a plan with DTensor on an N-D DeviceMesh.
+
+- Parameters become DTensors with the plan's placements (tied parameters stay tied;
+  FQNs are unchanged). Their gradients are redistributed to the same placements after
+  accumulation: that is the gradient all-reduce / reduce-scatter of data parallelism.
+- Module inputs and outputs are redistributed by forward hooks to the plan's layouts.
+- The root module turns each rank's local batch (from ``shard_batch``) into DTensors,
+  runs under implicit replication (tensors the model builds itself, such as masks and
+  position ids, are the same on every rank), and returns the loss as a plain tensor
+  holding the global-batch loss.
+
+This module must not import the cost model or the solver: a plan applies on a machine
+that never planned.
+"""
+
+from __future__ import annotations
+
+from contextlib import ExitStack, contextmanager
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.distributed.device_mesh import DeviceMesh
+from torch.distributed.tensor import DTensor, Replicate, distribute_tensor
+from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
+from torch.distributed.tensor.experimental import implicit_replication
+from torch.overrides import TorchFunctionMode
+from torch.utils._pytree import keystr, tree_flatten, tree_flatten_with_path, tree_unflatten
+
+from autoplan.dtensor.rules import op_by_name, register_builtin_rules, register_replicate_fallback
+from autoplan.errors import PlanError
+from autoplan.dtensor.fake_kernels import install_for_process
+from autoplan.dtensor.fused_attention import contiguous_operands, sharded_dropout_attention
+from autoplan.apply.materialize import empty_shard, initialize, materialize_buffers
+from autoplan.placements import Spec, format_spec, to_placements
+from autoplan.plan.module_plan import Plan
+from autoplan.dtensor.saved_inputs import remember_saved_moves
+from autoplan.tree_paths import map_keyed_leaves, tensor_leaves
+from autoplan.trace.training_call import training_kwargs
+
+
+def apply_plan(model: nn.Module, plan: Plan, device_mesh: DeviceMesh, init=None) -> nn.Module:
+    """Distribute ``model`` in place per ``plan``; returns the same module.
+
+    A model built on the meta device gets only its local shards, filled by ``init``
+    (``"reset_parameters"`` or a callable ``init(module)``; see ``apply/materialize.py``).
+    """
+    _check_mesh(plan, device_mesh)
+    _check_model(model, plan)
+    register_builtin_rules()
+    install_for_process()
+    for name in plan.fallback_ops:
+        register_replicate_fallback(op_by_name(name))
+    born_meta = _distribute_parameters(model, plan, device_mesh)
+    born_meta |= materialize_buffers(model, device_mesh)
+    initialize(model, born_meta, init)
+    modules = dict(model.named_modules())
+    _gather_parameters_for_use(modules, plan, device_mesh)
+    for fqn in plan.opaque_modules:
+        _run_replicated(modules[fqn])
+    for fqn, layout in plan.modules.items():
+        module = modules[fqn]
+        if layout.inputs:
+            module.register_forward_pre_hook(_redistribute_inputs(layout.inputs, device_mesh), with_kwargs=True)
+        if layout.outputs:
+            module.register_forward_hook(_redistribute_outputs(layout.outputs, device_mesh))
+    _wrap_root(model, plan, device_mesh)
+    return model
+
+
+def shard_batch(batch, plan: Plan, device_mesh: DeviceMesh):
+    """This rank's slice of a global batch, in the same form (tuple or dict) as given."""
+    _check_mesh(plan, device_mesh)
+    args, kwargs, rebuild = _split(batch)
+    leaves, spec = tree_flatten_with_path((args, kwargs))
+    out = []
+    for path, leaf in leaves:
+        layout = plan.inputs.get(keystr(path))
+        if isinstance(leaf, torch.Tensor) and layout is not None:
+            leaf = _local_slice(leaf, layout.placements, device_mesh)
+        out.append(leaf)
+    args, kwargs = tree_unflatten(out, spec)
+    return rebuild(args, kwargs)
+
+
+def _split(batch):
+    if isinstance(batch, dict):
+        return (), dict(batch), lambda a, k: k
+    if isinstance(batch, (tuple, list)):
+        return tuple(batch), {}, lambda a, k: type(batch)(a)
+    return (batch,), {}, lambda a, k: a[0]
+
+
+def _local_slice(tensor: torch.Tensor, spec: Spec, mesh: DeviceMesh) -> torch.Tensor:
+    shape, offset = compute_local_shape_and_global_offset(tensor.shape, mesh, to_placements(spec))
+    index = tuple(slice(o, o + n) for o, n in zip(offset, shape))
+    return tensor[index].contiguous()
+
+
+def _check_mesh(plan: Plan, mesh: DeviceMesh) -> None:
+    if tuple(mesh.shape) != tuple(plan.mesh_shape):
+        raise PlanError(
+            f"the plan is for a {'x'.join(map(str, plan.mesh_shape))} mesh, got a DeviceMesh of shape {'x'.join(map(str, mesh.shape))}",
+            hint="build the DeviceMesh with the plan's mesh shape, or re-plan for this mesh",
+        )
+
+
+def _check_model(model: nn.Module, plan: Plan) -> None:
+    names = {fqn for fqn, _ in model.named_parameters(remove_duplicate=False)}
+    unknown = sorted(set(plan.parameters) - names)
+    missing = sorted(names - set(plan.parameters))
+    if unknown or missing:
+        what = f"plan parameters not in the model: {unknown[:3]}" if unknown else f"model parameters missing from the plan: {missing[:3]}"
+        raise PlanError(f"the plan does not match the model ({what})", hint="re-plan this model with `autoplan suggest`")
+    stray_uses = sorted(set(plan.parameter_uses) - names)
+    if stray_uses:
+        raise PlanError(f"plan parameter_uses name parameters not in the model: {stray_uses[:3]}", hint="re-plan this model with `autoplan suggest`")
+    modules = dict(model.named_modules())
+    stray = sorted((set(plan.modules) | set(plan.opaque_modules)) - set(modules))
+    if stray:
+        raise PlanError(f"plan modules not in the model: {stray[:3]}", hint="re-plan this model with `autoplan suggest`")
+    for fqn, param in model.named_parameters(remove_duplicate=False):
+        planned = plan.parameter_shapes.get(fqn)
+        if planned is not None and tuple(param.shape) != tuple(planned):
+            raise PlanError(
+                f"the plan does not match the model: {fqn} has shape {list(param.shape)}, the plan was made for {list(planned)}",
+                hint="apply the plan to the model (and config) it was made for, or re-plan this model with `autoplan suggest`",
+            )
+    for fqn, name in plan.module_types.items():
+        if fqn in modules and type(modules[fqn]).__name__ != name:
+            raise PlanError(
+                f"the plan does not match the model: module {fqn or '<root>'} is a {type(modules[fqn]).__name__}, the plan was made for a {name}",
+                hint="apply the plan to the model it was made for, or re-plan this model with `autoplan suggest`",
+            )
+
+
+def _distribute_parameters(model: nn.Module, plan: Plan, mesh: DeviceMesh) -> set[str]:
+    """Make every parameter a DTensor; returns the FQNs of modules whose parameters were on meta."""
+    done: dict[int, nn.Parameter] = {}
+    born_meta: set[str] = set()
+    for module_fqn, module in model.named_modules():
+        for name, param in list(module.named_parameters(recurse=False)):
+            fqn = f"{module_fqn}.{name}" if module_fqn else name
+            if param.is_meta:
+                born_meta.add(module_fqn)
+            if id(param) not in done:
+                placements = to_placements(plan.parameters[fqn])
+                try:
+                    data = empty_shard(param, mesh, placements) if param.is_meta else distribute_tensor(param.data, mesh, placements)
+                except Exception as err:
+                    raise PlanError(f"cannot place {fqn} (shape {list(param.shape)}) as {format_spec(plan.parameters[fqn])}: {err}", hint="re-plan this model") from err
+                new = nn.Parameter(data, requires_grad=param.requires_grad)
+                if new.requires_grad:
+                    new.register_post_accumulate_grad_hook(_reduce_gradient)
+                done[id(param)] = new
+            module.register_parameter(name, done[id(param)])
+    return born_meta
+
+
+def _gather_parameters_for_use(modules: dict[str, nn.Module], plan: Plan, mesh: DeviceMesh) -> None:
+    """Around each module's forward, its parameters take the layout the plan computes with.
+
+    The pre-hook swaps each such parameter for ``param.redistribute(use layout)`` (an
+    all-gather, for a parameter stored sharded and used replicated); autograd carries the
+    gradient back through the redistribute, reducing it to the stored layout (a
+    reduce-scatter where it was partial). The post-hook puts the parameter back, so
+    ``named_parameters()``, the optimizer and checkpoints only ever see the stored one.
+    """
+    by_module: dict[str, dict[str, Spec]] = {}
+    for fqn, spec in plan.parameter_uses.items():
+        owner, _, name = fqn.rpartition(".")
+        if any(owner == region or owner.startswith(region + ".") for region in plan.opaque_modules):
+            continue  # an opaque region gathers all its state itself (_run_replicated)
+        by_module.setdefault(owner, {})[name] = spec
+    for owner, specs in by_module.items():
+        module = modules[owner]
+        stored: dict[str, nn.Parameter] = {}
+
+        def swap_in(module, args, specs=specs, stored=stored):
+            for name, spec in specs.items():
+                param = module._parameters.pop(name)
+                stored[name] = param
+                setattr(module, name, param.redistribute(mesh, to_placements(spec)))
+
+        def swap_out(module, args, output, specs=specs, stored=stored):
+            for name in specs:
+                if name in stored:
+                    delattr(module, name)
+                    module.register_parameter(name, stored.pop(name))
+
+        module.register_forward_pre_hook(swap_in)
+        module.register_forward_hook(swap_out, always_call=True)
+
+
+def _run_replicated(module: nn.Module) -> None:
+    """Run a data-dependent region (see ``trace/opaque.py``) on whole tensors, the same on every rank.
+
+    Its inputs, parameters and buffers are gathered to full plain tensors (differentiably:
+    gradients flow back to the sharded originals), the module's own forward runs on them
+    outside DTensor, and its tensor outputs re-enter as replicated DTensors.
+    """
+    from torch.nn.utils.stateless import _reparametrize_module
+
+    original = module.forward
+
+    def forward(*args, **kwargs):
+        mesh = None
+        leaves, spec = tree_flatten((args, kwargs))
+        for leaf in leaves:
+            if isinstance(leaf, DTensor):
+                mesh = leaf.device_mesh
+        state = {name: p for name, p in module.named_parameters()}
+        state.update({name: b for name, b in module.named_buffers()})
+        for value in state.values():
+            if isinstance(value, DTensor):
+                mesh = value.device_mesh
+        if mesh is None:
+            return original(*args, **kwargs)
+        args, kwargs = tree_unflatten([_whole(x) for x in leaves], spec)
+        with _reparametrize_module(module, {name: _whole(v) for name, v in state.items()}):
+            output = original(*args, **kwargs)
+        out_leaves, out_spec = tree_flatten(output)
+        return tree_unflatten([_as_dtensor(x, mesh) if isinstance(x, torch.Tensor) else x for x in out_leaves], out_spec)
+
+    module.forward = forward
+
+
+def _whole(value):
+    return value.full_tensor() if isinstance(value, DTensor) else value
+
+
+def _reduce_gradient(param: torch.Tensor) -> None:
+    """Bring the gradient to the parameter's placements (reduces Partial gradients)."""
+    grad = param.grad
+    if isinstance(grad, DTensor) and grad.placements != param.placements:
+        param.grad = grad.redistribute(param.device_mesh, param.placements)
+
+
+def _as_dtensor(value, mesh: DeviceMesh):
+    if isinstance(value, DTensor):
+        return value
+    return DTensor.from_local(value, mesh, [Replicate()] * mesh.ndim, run_check=False)
+
+
+def _redistribute_tree(tree, layouts: dict[str, Spec], mesh: DeviceMesh, settle_gradients: bool = False):
+    """``tree`` with each tensor the plan lays out (by pytree path) in that layout."""
+
+    def place(key: str, leaf):
+        # Integer tensors too: position ids the model makes (plain, the same on every rank)
+        # and looks up split, as planned, so that the embedding's gradient is partial there.
+        target = layouts.get(key)
+        if target is None or not isinstance(leaf, torch.Tensor):
+            return leaf
+        leaf = _as_dtensor(leaf, mesh)
+        placements = to_placements(target)
+        if tuple(leaf.placements) != placements:
+            leaf = leaf.redistribute(mesh, placements)
+        if settle_gradients and leaf.requires_grad:
+            leaf.register_hook(_settle_gradient(placements, mesh))
+        return leaf
+
+    placed = map_keyed_leaves(tree, place)
+    if placed is not None:
+        return placed
+    leaves, spec = tree_flatten_with_path(tree)  # a container the fast walk does not know
+    out = [place(keystr(path), leaf) for path, leaf in leaves]
+    return tree if all(new is old for new, (_, old) in zip(out, leaves)) else tree_unflatten(out, spec)
+
+
+def _settle_gradient(placements, mesh: DeviceMesh):
+    """A gradient hook on a module output: bring its gradient, once autograd has summed
+    what every reader sent back, to the layout the value was made in (Replicate where it
+    was made partial), where the plan prices it. Left to itself DTensor carries a partial
+    gradient on through ops that accept it and reduces it wherever a later op or
+    parameter does not, many times over; and a gradient split another way than its value
+    (a batch split only for the loss, say) stays split through every layer behind it."""
+    def hook(grad):
+        if not isinstance(grad, DTensor):
+            return None
+        target = [
+            held if held.is_partial() and own.is_partial() else Replicate() if own.is_partial() else own
+            for held, own in zip(grad.placements, placements)
+        ]
+        return grad.redistribute(mesh, target) if tuple(target) != tuple(grad.placements) else None
+
+    return hook
+
+
+def _redistribute_inputs(layouts: dict[str, Spec], mesh: DeviceMesh):
+    def hook(module, args, kwargs):
+        return _redistribute_tree((args, kwargs), layouts, mesh)
+
+    return hook
+
+
+def _redistribute_outputs(layouts: dict[str, Spec], mesh: DeviceMesh):
+    def hook(module, args, output):
+        # The trace keys a single-tensor output as "" and a structure by its paths.
+        return _redistribute_tree(output, layouts, mesh, settle_gradients=True)
+
+    return hook
+
+
+def _wrap_root(model: nn.Module, plan: Plan, mesh: DeviceMesh) -> None:
+    contexts: list[ExitStack] = []
+
+    def enter(module, args, kwargs):
+        stack = ExitStack()
+        stack.enter_context(plan_execution(mesh))
+        contexts.append(stack)
+        leaves, spec = tree_flatten_with_path((args, kwargs))
+        out = []
+        for path, leaf in leaves:
+            layout = plan.inputs.get(keystr(path))
+            if isinstance(leaf, torch.Tensor) and not isinstance(leaf, DTensor) and layout is not None:
+                leaf = DTensor.from_local(leaf, mesh, to_placements(layout.placements), run_check=False)
+            out.append(leaf)
+        args, kwargs = tree_unflatten(out, spec)
+        return args, training_kwargs(module, kwargs)
+
+    def leave(module, args, output):
+        if contexts:
+            contexts.pop().close()
+        return _plain_loss(output)
+
+    model.register_forward_pre_hook(enter, with_kwargs=True, prepend=True)
+    model.register_forward_hook(leave, always_call=True)
+
+
+@contextmanager
+def plan_execution(mesh: DeviceMesh):
+    """What a planned model's forward runs under (entered by the root module's pre-hook, left
+    by its forward hook): DTensor's implicit replication, ``_ReplicatePlainOperands`` and
+    ``saved_inputs.remember_saved_moves``.
+    ``autoplan calibrate`` times its DTensor ops under it too, so that they pay what a step's ops pay."""
+    with implicit_replication(), _ReplicatePlainOperands(mesh), remember_saved_moves():
+        yield
+
+
+class _ReplicatePlainOperands(TorchFunctionMode):
+    """Plain tensors passed to a torch function together with DTensors become replicated DTensors.
+
+    DTensor's implicit replication does the same at dispatch time, but that is below
+    autograd: autograd would save the plain tensor (position ids, a mask, BatchNorm's
+    running statistics) for the backward, where implicit replication is no longer in
+    force, and a backward op such as ``embedding_dense_backward`` would fail on a plain
+    tensor next to a DTensor gradient. Converting at the torch-function level makes
+    autograd save the DTensor. Calls that involve only plain tensors (code that works
+    on ``to_local()`` shards) are left alone. Such tensors are identical on every rank,
+    so replicating them is exactly what the planner assumed.
+    """
+
+    def __init__(self, mesh: DeviceMesh):
+        super().__init__()
+        self.mesh = mesh
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func in _TO_PYTHON and isinstance(args[0], DTensor):
+            # A Python value read from a tensor steers control flow (``if mask.all():``):
+            # every rank must read the global value, or ranks take different branches and
+            # their collectives no longer match.
+            return func(args[0].full_tensor(), *args[1:], **kwargs)
+        if _mixes_plain_and_dtensors((args, kwargs)):
+            leaves, spec = tree_flatten((args, kwargs))
+            args, kwargs = tree_unflatten([_as_dtensor(x, self.mesh) if _is_plain(x) else x for x in leaves], spec)
+        if func is F.scaled_dot_product_attention:
+            sharded = sharded_dropout_attention(args, kwargs)
+            if sharded is not None:
+                return sharded
+            args, kwargs = contiguous_operands(args, kwargs)
+        return func(*args, **kwargs)
+
+
+_TO_PYTHON = {
+    torch.Tensor.item, torch.Tensor.tolist, torch.Tensor.__bool__, torch.Tensor.__int__,
+    torch.Tensor.__float__, torch.Tensor.__index__,
+}
+
+
+def _is_plain(value) -> bool:
+    return isinstance(value, torch.Tensor) and not isinstance(value, DTensor)
+
+
+def _is_dtensor(value) -> bool:
+    return isinstance(value, DTensor)
+
+
+def _mixes_plain_and_dtensors(tree) -> bool:
+    """Whether ``tree`` holds both a DTensor and a plain tensor (most calls hold one kind)."""
+    tensors = tensor_leaves(tree)
+    if tensors is None:  # a container the fast walk does not know
+        tensors = [x for x in tree_flatten(tree)[0] if isinstance(x, torch.Tensor)]
+    return any(_is_dtensor(x) for x in tensors) and any(_is_plain(x) for x in tensors)
+
+
+def _plain_loss(output):
+    """The loss (``.loss`` or a scalar output) as a plain tensor with the global value."""
+    loss = getattr(output, "loss", None)
+    if isinstance(loss, DTensor):
+        output.loss = loss.full_tensor()
+        return output
+    if isinstance(output, DTensor) and output.dim() == 0:
+        return output.full_tensor()
+    return output

@@ -1,0 +1,217 @@
+"""Stage 2: the placement-choice graph.
+
+One decision per graph value that can be laid out: every parameter, batch input and
+op node. Its candidates come from DTensor's registry (``dtensor/strategies.py``); an op the
+registry does not cover runs replicated and is reported. Nodes computed from no
+placeholder at all (masks and position ids built from ``arange``) are replicated
+without a decision: every rank computes them alike, which is what DTensor's implicit
+replication does at run time.
+
+Edges run producer -> consumer, keyed by the consumer's tensor-input index, and carry
+which output of the producer they read (multi-output ops are read through getitem).
+"""
+
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass
+
+import networkx as nx
+import torch
+from torch import fx
+from torch.distributed.device_mesh import DeviceMesh
+from torch.utils._pytree import tree_flatten, tree_map
+
+from autoplan.dtensor import strategies as registry
+from autoplan.trace.opaque import OPAQUE_OP
+from autoplan.placements import candidate_specs, replicated
+from autoplan.dtensor.strategies import Strategy
+from autoplan.trace.tracer import TracedGraph
+
+PARAMETER, BUFFER, INPUT, OP, CONSTANT, FALLBACK = (
+    "parameter", "buffer", "input", "op", "constant", "fallback",
+)
+
+
+@dataclass(frozen=True)
+class ChoiceGraph:
+    """Decisions and their candidate strategies, as a networkx MultiDiGraph.
+
+    Node attributes: ``kind``, ``strategies`` (list of Strategy), ``fx_node`` (torch.fx
+    node), ``module`` (owning module FQN), ``requires_grad`` (output carries a gradient).
+    Edge attributes (key = consumer input index): ``out_index``.
+    """
+
+    graph: nx.MultiDiGraph
+    traced: TracedGraph
+    mesh_shape: tuple[int, ...]
+    axis_names: tuple[str, ...]
+    warnings: tuple[str, ...]
+    fallback_ops: tuple[str, ...] = ()
+    """Ops with no DTensor rule, planned replicated (sorted names such as ``aten.renorm.default``)."""
+
+    def strategies(self, name: str) -> list[Strategy]:
+        return self.graph.nodes[name]["strategies"]
+
+    def inputs_of(self, name: str) -> list[tuple[str, int, int]]:
+        """(producer, producer output index, input index) for each tensor input of ``name``."""
+        found = [(u, data["out_index"], k) for u, _, k, data in self.graph.in_edges(name, keys=True, data=True)]
+        return sorted(found, key=lambda item: item[2])
+
+
+def planning_mesh(mesh_shape: tuple[int, ...], axis_names: tuple[str, ...]) -> DeviceMesh:
+    """A DeviceMesh for strategy queries only: no process group, no communication."""
+    ranks = torch.arange(int(torch.tensor(mesh_shape).prod())).reshape(mesh_shape)
+    return DeviceMesh("cpu", ranks, mesh_dim_names=axis_names, _init_backend=False, _rank=0)
+
+
+def build_choices(traced: TracedGraph, mesh_shape: tuple[int, ...], axis_names: tuple[str, ...]) -> ChoiceGraph:
+    mesh = planning_mesh(mesh_shape, axis_names)
+    graph = nx.MultiDiGraph()
+    tuple_items: dict[str, tuple[str, int]] = {}  # getitem node -> (producer, index)
+    from_placeholder: set[str] = set()
+    requires_grad: set[str] = set()
+    cache: dict[tuple, list[Strategy] | None] = {}
+    uncovered: dict[str, list[str]] = {}
+    module_of = traced.node_modules
+
+    for node in traced.graph_module.graph.nodes:
+        if node.op == "placeholder":
+            kind = PARAMETER if node.name in traced.parameters else BUFFER if node.name in traced.buffers else INPUT
+            value = node.meta["val"]
+            if kind == BUFFER:
+                specs = [replicated(len(mesh_shape))]
+            else:
+                specs = candidate_specs(tuple(value.shape), mesh_shape, partial=False)
+            graph.add_node(
+                node.name, kind=kind, fx_node=node, module=module_of[node.name],
+                strategies=[Strategy((spec,), ()) for spec in specs],
+                requires_grad=node.name in traced.trainable,
+            )
+            from_placeholder.add(node.name)
+            if node.name in traced.trainable:
+                requires_grad.add(node.name)
+            continue
+        if node.op == "get_attr":
+            # A tensor the forward built from Python data (``torch.tensor(...)``: ALiBi
+            # slopes, a cache's empty start): the same on every rank, like an arange.
+            graph.add_node(
+                node.name, kind=CONSTANT, fx_node=node, module=module_of[node.name],
+                strategies=[_replicate_all(node, 0, len(mesh_shape))], requires_grad=False,
+            )
+            continue
+        if node.op != "call_function":
+            continue
+        if node.target is operator.getitem:
+            source, index = node.args
+            tuple_items[node.name] = (source.name, index)
+            if source.name in from_placeholder:
+                from_placeholder.add(node.name)
+            if source.name in requires_grad:
+                requires_grad.add(node.name)
+            continue
+
+        tensor_inputs = [a for a in tree_flatten((node.args, node.kwargs))[0] if _is_tensor_node(a)]
+        sources = [tuple_items.get(a.name, (a.name, 0)) for a in tensor_inputs]
+        depends = any(a.name in from_placeholder for a in tensor_inputs)
+        grad = depends and _floating(node) and any(a.name in requires_grad for a in tensor_inputs)
+        if depends:
+            from_placeholder.add(node.name)
+        if grad:
+            requires_grad.add(node.name)
+
+        kind, options = OP, None
+        if node.target is OPAQUE_OP:
+            kind = FALLBACK  # replicated: the planner cannot see inside (see opaque.py)
+        elif depends:
+            options = _strategies_for(node, mesh, cache)
+            buffer_inputs = [i for i, (source, _) in enumerate(sources) if source in traced.buffers]
+            if options and buffer_inputs:
+                options = _keep_buffers_in_place(options, buffer_inputs) or None
+            if not options:
+                kind = FALLBACK
+                uncovered.setdefault(str(node.target), []).append(node.name)
+        else:
+            kind = CONSTANT
+        if not options:
+            options = [_replicate_all(node, len(tensor_inputs), len(mesh_shape))]
+        graph.add_node(
+            node.name, kind=kind, fx_node=node, module=module_of[node.name],
+            strategies=options, requires_grad=grad,
+        )
+        for index, (source, out_index) in enumerate(sources):
+            graph.add_edge(source, node.name, key=index, out_index=out_index)
+
+    warnings = tuple(
+        f"no DTensor sharding rule for {op} ({len(names)} node(s), e.g. {names[0]}): replicated"
+        for op, names in sorted(uncovered.items())
+    ) + tuple(
+        f"module {fqn} ({cls}) has data-dependent shapes: run replicated as one opaque region, "
+        "not searched; its compute cost is an upper bound"
+        for fqn, cls in sorted(traced.opaque_modules.items())
+    )
+    return ChoiceGraph(graph, traced, tuple(mesh_shape), tuple(axis_names), warnings, tuple(sorted(uncovered)))
+
+
+def _keep_buffers_in_place(options: list[Strategy], buffer_inputs: list[int]) -> list[Strategy]:
+    """Strategies that read each buffer where it lives (buffers are replicated).
+
+    Ops may update a buffer in place (BatchNorm's running statistics, even though
+    ``native_batch_norm``'s schema does not declare it); fed a redistributed copy, the
+    update would be lost. Buffers are small, so reading them replicated costs little.
+    """
+    return [
+        strategy for strategy in options
+        if all(all(p == "R" for p in strategy.inputs[i]) for i in buffer_inputs)
+    ]
+
+
+def _is_tensor_node(arg) -> bool:
+    return isinstance(arg, fx.Node) and isinstance(arg.meta.get("val"), torch.Tensor) or (
+        isinstance(arg, fx.Node) and arg.target is operator.getitem
+    )
+
+
+def _floating(node: fx.Node) -> bool:
+    values = [v for v in tree_flatten(node.meta.get("val"))[0] if isinstance(v, torch.Tensor)]
+    return any(v.is_floating_point() for v in values)
+
+
+def _replicate_all(node: fx.Node, num_inputs: int, ndim: int) -> Strategy:
+    outputs = tuple(
+        replicated(ndim) if isinstance(v, torch.Tensor) else None
+        for v in tree_flatten(node.meta.get("val"))[0]
+    ) or (replicated(ndim),)
+    return Strategy(outputs, (replicated(ndim),) * num_inputs)
+
+
+def _signature(node: fx.Node) -> tuple:
+    def describe(arg):
+        if isinstance(arg, fx.Node):
+            val = arg.meta.get("val")
+            if isinstance(val, torch.Tensor):
+                return ("tensor", tuple(val.shape), tuple(val.stride()), val.dtype)
+            return ("value", repr(val))
+        return arg
+
+    args = tree_map(describe, (node.args, node.kwargs))
+    return (node.target, repr(args))
+
+
+def _strategies_for(node: fx.Node, mesh: DeviceMesh, cache: dict) -> list[Strategy] | None:
+    """Strategies for one op node, cached by op signature (repeated layers hit the cache)."""
+    key = _signature(node)
+    if key in cache:
+        return cache[key]
+    op = node.target
+    if not isinstance(op, torch._ops.OpOverload) or not registry.has_rule(op):
+        cache[key] = None
+        return None
+    args = tree_map(lambda a: a.meta["val"] if isinstance(a, fx.Node) else a, node.args)
+    kwargs = tree_map(lambda a: a.meta["val"] if isinstance(a, fx.Node) else a, node.kwargs)
+    try:
+        found = registry.enumerate_strategies(op, args, kwargs, node.meta["val"], mesh)
+    except Exception:  # a rule that cannot enumerate is treated like a missing rule
+        found = None
+    cache[key] = found or None
+    return cache[key]

@@ -1,0 +1,167 @@
+"""Communication time: alpha-beta per collective, per mesh axis, with nccl-tests bus factors.
+
+    time(kind, bytes, n) = latency + factor(kind, n) * bytes / bus_bandwidth
+    factor(all_reduce) = 2(n-1)/n ; factor(all_gather | reduce_scatter | all_to_all) = (n-1)/n
+
+``bytes`` is the size of the whole buffer as nccl-tests count it: the gathered output for
+all_gather, the full input for reduce_scatter, the buffer for all_reduce and all_to_all.
+
+A mesh is laid out row-major over global ranks, nodes holding consecutive ranks; an axis
+whose groups fit in one node talks over the intra-node link, otherwise inter-node. A
+profile calibrated on the planning mesh's very shape carries a cost per axis (its
+``axes`` table), measured where the plan will run; that table wins over the link table.
+
+Redistribution between two specs is priced the way DTensor performs it: one mesh axis
+at a time, in the order of DTensor's own planner (``transform_steps``), each step moving
+the tensor as the steps before it left it. Per step on an axis:
+
+    S(i) -> R or P     all_gather (the gathered size)
+    P -> R             all_reduce
+    P -> S(i)          reduce_scatter
+    S(i) -> S(j)       all_to_all (DTensor on a CPU mesh does it as an all_gather)
+    R -> S(i), R -> P  free (a slice, a zero-fill)
+
+A value that carries a gradient has it sent back from ``dst`` to ``src`` the same way.
+The gradient reduction a consumer causes when it splits work over an axis on which one
+of its inputs is replicated is priced by the cost stage, not here.
+"""
+
+from __future__ import annotations
+
+import math
+
+from autoplan.placements import REPLICATE, Spec, is_partial, is_shard, shard_factor
+from autoplan.cost.profile import ClusterProfile, LinkCost
+
+
+def axis_link(mesh_shape: tuple[int, ...], axis: int, devices_per_node: int) -> str:
+    stride = math.prod(mesh_shape[axis + 1:])
+    return "intra_node" if stride * mesh_shape[axis] <= devices_per_node else "inter_node"
+
+
+def collective_seconds(profile: ClusterProfile, kind: str, nbytes: float, mesh_shape: tuple[int, ...], axis: int) -> float:
+    n = mesh_shape[axis]
+    if n == 1 or nbytes <= 0:
+        return 0.0
+    cost = link_cost(profile, kind, mesh_shape, axis)
+    return cost.latency_s + bus_factor(kind, n) * nbytes / cost.bus_bandwidth_bytes_per_s
+
+
+def bus_factor(kind: str, n: int) -> float:
+    """nccl-tests bus factor: the share of the buffer each rank sends over its link."""
+    return 2 * (n - 1) / n if kind == "all_reduce" else (n - 1) / n
+
+
+def link_cost(profile: ClusterProfile, kind: str, mesh_shape: tuple[int, ...], axis: int) -> LinkCost:
+    """The measured cost of ``axis`` if the profile was calibrated on this mesh shape, else its link's."""
+    per_axis = profile.axes.get(tuple(mesh_shape))
+    if per_axis is not None:
+        return per_axis[axis][kind]
+    return profile.links[axis_link(mesh_shape, axis, profile.devices_per_node)][kind]
+
+
+def transform_steps(src: Spec, dst: Spec) -> list[tuple[int, str, str]]:
+    """The per-axis steps ``(axis, from, to)`` DTensor takes from ``src`` to ``dst``, in its
+    order (torch 2.13's greedy redistribute planner): when anything is sharded, first the
+    axes from innermost to outermost, going through Replicate where a target shard would
+    nest differently under the axes before it; then, outermost first, what is left.
+    The order matters: each step moves the tensor as the steps before it left it."""
+    current, target = list(src), list(dst)
+    steps = []
+    if any(is_shard(p) for p in current):
+        for axis in reversed(range(len(current))):
+            goal = target[axis]
+            if is_shard(goal):  # same tensor dim sharded over other axes before this one?
+                before = [i for i in range(axis) if current[i] == goal]
+                wanted = [i for i in range(axis) if target[i] == goal]
+                if before != wanted:
+                    goal = REPLICATE
+            if current[axis] != goal:
+                steps.append((axis, current[axis], goal))
+                current[axis] = goal
+    for axis, goal in enumerate(target):
+        if current[axis] != goal:
+            steps.append((axis, current[axis], goal))
+            current[axis] = goal
+    return steps
+
+
+def redistribute_collectives(
+    src: Spec,
+    dst: Spec,
+    global_bytes: float,
+    mesh_shape: tuple[int, ...],
+    backward: bool,
+) -> list[tuple[str, int, float, str]]:
+    """The collectives that move a tensor from ``src`` to ``dst`` (and, if ``backward``, its
+    gradient back): ``(kind, axis, bytes, "forward" | "backward")``.
+
+    The gradient goes back the way ``Redistribute``'s backward takes it: from ``dst`` to
+    ``src``, a partial placement on either side standing for Replicate (the gradient of a
+    partial value is replicated, and a gradient is never made partial)."""
+    found = [(kind, axis, nbytes, "forward") for kind, axis, nbytes in _moves(src, dst, global_bytes, mesh_shape)]
+    if backward:
+        grad = without_partial(dst)
+        found += [(kind, axis, nbytes, "backward") for kind, axis, nbytes in gradient_collectives(grad, src, global_bytes, mesh_shape)]
+    return found
+
+
+def gradient_collectives(grad: Spec, src: Spec, global_bytes: float, mesh_shape: tuple[int, ...]) -> list[tuple[str, int, float]]:
+    """``(kind, axis, bytes)`` that bring a gradient laid out as ``grad`` (partial where the
+    reader split its work over a replicated input) back to the value's layout ``src``: a
+    ``Redistribute``'s backward, in DTensor's order of axes."""
+    return _moves(grad, without_partial(src), global_bytes, mesh_shape)
+
+
+def without_partial(spec: Spec) -> Spec:
+    """``spec`` with every partial placement replicated: the layout of a partial value's
+    gradient, or of a partial value once reduced."""
+    return tuple(REPLICATE if is_partial(p) else p for p in spec)
+
+
+def moves_locally(src: Spec, dst: Spec) -> bool:
+    """Whether DTensor moves ``src`` to ``dst`` without communicating: unchanged, or
+    sliced (Replicate to Shard)."""
+    return all(a == b or (a == REPLICATE and is_shard(b)) for a, b in zip(src, dst))
+
+
+def _moves(src: Spec, dst: Spec, global_bytes: float, mesh_shape: tuple[int, ...]) -> list[tuple[str, int, float]]:
+    current = list(src)
+    found = []
+    for axis, before_placement, target in transform_steps(src, dst):
+        kind, size = _step_collective(before_placement, target)
+        if kind and mesh_shape[axis] > 1:
+            before = global_bytes / shard_factor(tuple(current), mesh_shape)
+            found.append((kind, axis, before * mesh_shape[axis] if size == "after" else before))
+        current[axis] = target
+    return found
+
+
+def _step_collective(src: str, dst: str) -> tuple[str | None, str]:
+    """(collective, which size it moves) for one step on one axis."""
+    if is_partial(src) and is_partial(dst):
+        return None, ""
+    if is_shard(src) and (dst == REPLICATE or is_partial(dst)):
+        return "all_gather", "after"
+    if is_partial(src) and dst == REPLICATE:
+        return "all_reduce", "before"
+    if is_partial(src) and is_shard(dst):
+        return "reduce_scatter", "before"
+    if is_shard(src) and is_shard(dst):
+        return "all_to_all", "before"
+    return None, ""  # R -> S (a slice), R -> P
+
+
+def redistribute_seconds(
+    profile: ClusterProfile,
+    src: Spec,
+    dst: Spec,
+    global_bytes: float,
+    mesh_shape: tuple[int, ...],
+    backward: bool,
+) -> float:
+    """Time to move a tensor from ``src`` to ``dst`` (and, if ``backward``, its gradient back)."""
+    return sum(
+        collective_seconds(profile, kind, nbytes, mesh_shape, axis)
+        for kind, axis, nbytes, _ in redistribute_collectives(src, dst, global_bytes, mesh_shape, backward)
+    )

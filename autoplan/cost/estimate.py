@@ -1,0 +1,339 @@
+"""Stage 3: cost of every candidate strategy and every edge, for one training step.
+
+Per decision and strategy (arrays indexed like the decision's strategies):
+- ``compute_s``: forward + backward of the op on its local shard. The kernel's work is a
+  roofline, ``max(flops / (peak[dtype] * eff(flops)), bytes / (hbm * eff(bytes)))``; the
+  work is split over every mesh axis on which any operand is not replicated; backward work
+  is one matmul per matrix operand needing a gradient for matmul-like ops, and twice the
+  forward traffic for the rest. Every op, views included, also pays the profile's fixed
+  eager-DTensor costs (``profile.DispatchCost``) of its op class (``cost/op_classes.py``): the
+  forward figure, and the backward figure when it carries a gradient; ``op_seconds`` adds
+  them to the work (CPU) or overlaps them with it (an asynchronous device). Trainable
+  parameters add ``AdamW.step()``: ``optimizer_param_s + local bytes / optimizer_bytes_per_s``.
+- ``comm_s``: gradient reductions the strategy causes: an input that is replicated on
+  an axis over which the op splits its work gets a partial gradient there, reduced by
+  one all_reduce per producer (shared between the consumers that cause it).
+- ``memory_bytes``: parameters x4 (weights, gradients, AdamW's two moments) and
+  activations kept for backward (outputs of non-view ops that carry a gradient).
+
+Per edge: ``seconds[row][col]`` for every (distinct producer output spec, distinct
+consumer input spec) pair, from ``comm.redistribute_seconds``; backward included when
+the value carries a gradient. A pair DTensor never runs costs ``NOT_RUN_S`` on top
+(``_not_run``): on an edge DTensor moves itself (inside a module, ``_moved_by_dtensor``),
+where the consumer's strategies of that column must gather the arriving value
+(``_gathers``) and another strategy takes it as it arrives (or only slices it), the other
+inputs as they were wanted, DTensor's selection, cost-driven op by op, runs that other one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch.utils._pytree import tree_flatten
+from torch.utils.flop_counter import flop_registry, sdpa_flop_count
+
+from autoplan.choices.graph import BUFFER, CONSTANT, INPUT, OP, PARAMETER, ChoiceGraph
+from autoplan.cost.comm import collective_seconds, moves_locally, redistribute_seconds
+from autoplan.dtensor.fused_attention import FUSED_FORWARD
+from autoplan.cost.op_classes import op_class
+from autoplan.placements import Spec, shard_factor
+from autoplan.cost.profile import ClusterProfile
+
+aten = torch.ops.aten
+VIEW_OPS = {
+    aten.view.default, aten._unsafe_view.default, aten.reshape.default, aten.t.default,
+    aten.transpose.int, aten.permute.default, aten.expand.default, aten.unsqueeze.default,
+    aten.squeeze.dim, aten.squeeze.dims, aten.squeeze.default, aten.slice.Tensor,
+    aten.select.int, aten.alias.default, aten.detach.default, aten.view.dtype,
+}
+MATMUL_OPS = {
+    aten.mm.default, aten.addmm.default, aten.bmm.default, aten.baddbmm.default,
+    aten.convolution.default, aten.linear.default,
+}
+STATE_COPIES = 4  # param, grad, exp_avg, exp_avg_sq
+
+
+@dataclass(frozen=True, slots=True)
+class NodeCost:
+    compute_s: tuple[float, ...]
+    comm_s: tuple[float, ...]
+    memory_bytes: tuple[float, ...]
+    memory_kind: str
+    """What the memory is: "model_state" (params+grads+optimizer) or "activations"."""
+
+
+@dataclass(frozen=True, slots=True)
+class EdgeCost:
+    rows: tuple[Spec, ...]
+    """Distinct output specs of the producer (at this output index)."""
+    cols: tuple[Spec, ...]
+    """Distinct input specs the consumer requires at this input index."""
+    row_of: tuple[int, ...]
+    """Producer strategy index -> row."""
+    col_of: tuple[int, ...]
+    """Consumer strategy index -> column."""
+    seconds: tuple[tuple[float, ...], ...]
+
+
+@dataclass(frozen=True)
+class CostedGraph:
+    choices: ChoiceGraph
+    profile: ClusterProfile
+    nodes: dict[str, NodeCost]
+    edges: dict[tuple[str, str, int], EdgeCost]
+
+
+def tensor_bytes(value) -> float:
+    return float(value.numel() * value.element_size()) if isinstance(value, torch.Tensor) else 0.0
+
+
+def estimate_costs(choices: ChoiceGraph, profile: ClusterProfile, reads=None) -> CostedGraph:
+    """``reads(producer, consumer)``: how many times the full model makes that read (default 1;
+    more where one traced layer stands for several, see ``solve/tie.py``)."""
+    graph = choices.graph
+    mesh_shape = choices.mesh_shape
+    reducers = _gradient_reducers(choices, reads or (lambda producer, consumer: 1))
+    nodes = {}
+    for name, data in graph.nodes(data=True):
+        nodes[name] = _node_cost(choices, profile, name, data, reducers)
+    edges = {}
+    moves: dict[tuple, float] = {}  # (src, dst, bytes, backward) -> seconds: layers repeat the same moves
+    free_inputs: dict[tuple, list] = {}  # (consumer's strategy list, input) -> _free_inputs
+    for u, v, k, data in graph.edges(keys=True, data=True):
+        edges[(u, v, k)] = _edge_cost(choices, profile, u, v, k, data["out_index"], mesh_shape, moves, free_inputs)
+    return CostedGraph(choices, profile, nodes, edges)
+
+
+NOT_RUN_S = 1.0
+"""Charged on an edge pair DTensor would not run (``_not_run``): far above any step's cost,
+so that the solver takes it only where nothing else fits."""
+
+
+def _free_inputs(strategies, k: int) -> list[set]:
+    """Per strategy j: the specs input ``k`` may take in a strategy that differs from j
+    only by free moves of the other inputs (each other input arriving as j wants it)."""
+    found = []
+    for strategy in strategies:
+        others = [m for m in range(len(strategy.inputs)) if m != k]
+        found.append({
+            alt.inputs[k] for alt in strategies
+            if len(alt.inputs) == len(strategy.inputs) and all(moves_locally(strategy.inputs[m], alt.inputs[m]) for m in others)
+        })
+    return found
+
+
+def _moved_by_dtensor(choices, u: str, v: str) -> bool:
+    """Whether DTensor's op selection moves the value on edge ``u -> v`` (``_not_run``
+    applies): an op's output read by an op in the same module or an enclosing one. Where
+    the edge enters a module, that module's input hook moves the value (``apply_plan``),
+    as it does a parameter to its use layout; DTensor then finds it as planned."""
+    graph = choices.graph
+    if graph.nodes[u]["kind"] != OP or graph.nodes[v]["kind"] != OP:
+        return False
+    owners = choices.traced.node_modules
+    made, read = owners.get(u) or "", owners.get(v) or ""
+    return made == read or read == "" or made.startswith(read + ".")
+
+
+def _gathers(src: Spec, dst: Spec) -> bool:
+    """Whether moving ``src`` to ``dst`` undoes a split on some axis. Only such a pair is
+    priced out: where DTensor skips a gather and computes on the split value instead,
+    the op's work is split there, and the gradients of its other inputs come out
+    partial (reduced where the plan has no reduction). A partial value left unreduced
+    through an op (a view of a matmul's partial output) is reduced at the next boundary
+    by the same collective, and its gradient is the same."""
+    return any(a.startswith("S(") and a != b for a, b in zip(src, dst))
+
+
+def _not_run(src: Spec, members: list[int], frees: list[set]) -> bool:
+    """Whether DTensor runs none of the strategies ``members`` (one column) for input ``k``
+    arriving as ``src``: every one of them has an alternative that takes ``src`` freely.
+    DTensor picks its strategy by the cost of the moves it needs, op by op, so it never
+    pays a collective where a strategy needs none; the planner may well have preferred to
+    move the value here (it prices each read of a value on its own), but the run would
+    not do so, and the prediction would not hold."""
+    return bool(members) and all(any(moves_locally(src, spec) for spec in frees[j] if spec is not None) for j in members)
+
+
+def output_values(data) -> list:
+    """A decision's traced output values (fake tensors), flattened."""
+    return tree_flatten(data["fx_node"].meta.get("val"))[0]
+
+
+def splits_work(strategy, axis: int) -> bool:
+    """Whether the strategy divides its work over mesh ``axis`` (some operand is not replicated there)."""
+    return any(s[axis] != "R" for s in strategy.inputs) or any(s and s[axis] != "R" for s in strategy.outputs)
+
+
+def is_view(data) -> bool:
+    """Whether a decision is a view op (moves no data; its layout follows its input's)."""
+    return data["fx_node"].target in VIEW_OPS
+
+
+def gradient_roots(choices: ChoiceGraph) -> dict[str, str]:
+    """Per node: the value it is a view of (itself if it is not a view). Partial gradients
+    of a value and of its views are summed before anything reduces them."""
+    graph = choices.graph
+    root: dict[str, str] = {}
+    for name in graph.nodes:  # insertion order is graph order
+        data = graph.nodes[name]
+        preds = list(graph.predecessors(name))
+        if data["kind"] not in (PARAMETER, INPUT, BUFFER) and is_view(data) and len(preds) == 1:
+            root[name] = root.get(preds[0], preds[0])
+        else:
+            root[name] = name
+    return root
+
+
+def _gradient_reducers(choices: ChoiceGraph, reads) -> dict[str, int]:
+    """Per producer: how many work ops consume its value (looked through views).
+
+    Consumers that each leave a partial gradient on the same value share one reduction:
+    autograd sums the partial gradients before anything reduces them. A consumer that
+    stands for several repeated layers counts once per layer.
+    """
+    graph = choices.graph
+    root = gradient_roots(choices)
+    counts: dict[str, int] = {}
+    for name in graph.nodes:
+        if root[name] != name:
+            continue
+        for pred in set(graph.predecessors(name)):
+            source = root[pred]
+            counts[source] = counts.get(source, 0) + reads(source, name)
+    return {name: max(1, counts.get(root[name], 1)) for name in graph.nodes}
+
+
+def _work(profile: ClusterProfile, flops: float, nbytes: float, dtype: torch.dtype) -> float:
+    """The kernel's own time beyond any fixed cost: the slower of its FLOPs and its traffic."""
+    if flops == 0 and nbytes == 0:
+        return 0.0
+    peak = profile.flops_for(str(dtype).removeprefix("torch."))
+    compute = flops / (peak * profile.matmul_efficiency.at(flops)) if flops else 0.0
+    memory = nbytes / (profile.memory_bandwidth_bytes_per_s * profile.memory_efficiency.at(nbytes)) if nbytes else 0.0
+    return max(compute, memory)
+
+
+def optimizer_seconds(profile: ClusterProfile, local_bytes: float) -> float:
+    """``AdamW.step()``'s time on one parameter's local shard."""
+    dispatch = profile.dispatch
+    return dispatch.optimizer_param_s + local_bytes / dispatch.optimizer_bytes_per_s
+
+
+def _flops(node) -> float:
+    if node.target is FUSED_FORWARD:  # torch's counter has no formula for the CPU kernel
+        query, key, value = (a.meta["val"] for a in node.args[:3])
+        return float(sdpa_flop_count(query.shape, key.shape, value.shape))
+    formula = flop_registry.get(node.target.overloadpacket) if hasattr(node.target, "overloadpacket") else None
+    if formula is None:
+        return 0.0
+    args = [a.meta["val"] if hasattr(a, "meta") else a for a in node.args]
+    kwargs = {k: (a.meta["val"] if hasattr(a, "meta") else a) for k, a in node.kwargs.items()}
+    try:
+        return float(formula(*args, **kwargs, out_val=node.meta.get("val")))
+    except Exception:  # a formula that cannot read these arguments counts no flops
+        return 0.0
+
+
+def _node_cost(choices, profile, name, data, reducers) -> NodeCost:
+    mesh_shape = choices.mesh_shape
+    strategies = data["strategies"]
+    kind = data["kind"]
+    outputs = output_values(data)
+    if kind in (PARAMETER, INPUT, BUFFER):
+        value = outputs[0]
+        full = tensor_bytes(value)
+        local = [full / shard_factor(s.outputs[0], mesh_shape) for s in strategies]
+        if kind == PARAMETER and data["requires_grad"]:
+            opt = [optimizer_seconds(profile, b) for b in local]
+            return NodeCost(tuple(opt), (0.0,) * len(local), tuple(STATE_COPIES * b for b in local), "model_state")
+        return NodeCost((0.0,) * len(local), (0.0,) * len(local), tuple(local),
+                        "model_state" if kind == PARAMETER else "activations")
+
+    node = data["fx_node"]
+    graph = choices.graph
+    ins = choices.inputs_of(name)
+    in_values = [output_values(graph.nodes[u])[i] if len(output_values(graph.nodes[u])) > i else None for u, i, _ in ins]
+    in_bytes = [tensor_bytes(v) for v in in_values]
+    out_bytes = [tensor_bytes(v) for v in outputs]
+    view = is_view(data)
+    flops = 0.0 if view else choices.traced.opaque_flops.get(name) or _flops(node)
+    dtype = next((v.dtype for v in outputs if isinstance(v, torch.Tensor)), torch.float32)
+    grad_inputs = [graph.nodes[u]["requires_grad"] for u, _, _ in ins]
+    # matmul backward: one matmul per matrix operand needing a gradient (a bias is a reduction)
+    grad_matrices = sum(g and getattr(v, "ndim", 0) >= 2 for g, v in zip(grad_inputs, in_values))
+    dispatch = profile.dispatch
+    forward_fixed, backward_fixed = dispatch.fixed_seconds(op_class(node.target))
+    # A tensor factory (no tensor input) runs as a plain op: DTensor only sees its result later.
+    if kind == CONSTANT:
+        forward_fixed = profile.kernel_overhead_s
+    compute, comm, memory = [], [], []
+    for strategy in strategies:
+        split = 1
+        for axis, size in enumerate(mesh_shape):
+            if splits_work(strategy, axis):
+                split *= size
+        local_in = sum(b / shard_factor(s, mesh_shape) for b, s in zip(in_bytes, strategy.inputs))
+        local_out = sum(b / shard_factor(s, mesh_shape) for b, s in zip(out_bytes, strategy.outputs) if s)
+        # A view moves no data, but it is a DTensor op all the same: it pays the fixed costs.
+        work = 0.0 if view else _work(profile, flops / split, local_in + local_out, dtype)
+        forward = dispatch.op_seconds(forward_fixed, profile.kernel_overhead_s, work)
+        backward = 0.0
+        if data["requires_grad"]:
+            factor = max(1, grad_matrices) if node.target in MATMUL_OPS else 2
+            backward = dispatch.op_seconds(backward_fixed, factor * profile.kernel_overhead_s, factor * work)
+        compute.append(forward + backward)
+        reduce = 0.0
+        for (u, _, _), spec, needs, nbytes in zip(ins, strategy.inputs, grad_inputs, in_bytes):
+            if not needs:
+                continue
+            for axis, size in enumerate(mesh_shape):
+                if spec[axis] != "R" or size == 1:
+                    continue
+                if splits_work(strategy, axis):
+                    local = nbytes / shard_factor(spec, mesh_shape)
+                    reduce += collective_seconds(profile, "all_reduce", local, mesh_shape, axis) / reducers[u]
+        comm.append(reduce)
+        saved = local_out if data["requires_grad"] and not view else 0.0
+        memory.append(saved)
+    return NodeCost(tuple(compute), tuple(comm), tuple(memory), "activations")
+
+
+def _edge_cost(choices, profile, u, v, k, out_index, mesh_shape, moves: dict, free_inputs: dict) -> EdgeCost:
+    graph = choices.graph
+    producer = graph.nodes[u]
+    value = output_values(producer)[out_index]
+    rows: dict[Spec, int] = {}
+    row_of = []
+    for s in producer["strategies"]:
+        row_of.append(rows.setdefault(s.output(out_index), len(rows)))
+    cols: dict[Spec, int] = {}
+    col_of = [cols.setdefault(s.inputs[k], len(cols)) for s in graph.nodes[v]["strategies"]]
+    nbytes = tensor_bytes(value)
+    backward = producer["requires_grad"] and graph.nodes[v]["requires_grad"]
+
+    def move(src, dst):
+        key = (src, dst, nbytes, backward)
+        if key not in moves:
+            moves[key] = redistribute_seconds(profile, src, dst, nbytes, mesh_shape, backward)
+        return moves[key]
+
+    seconds = tuple(tuple(move(src, dst) for dst in cols) for src in rows)
+    consumer = graph.nodes[v]
+    if _moved_by_dtensor(choices, u, v) and any(t > 0 for row in seconds for t in row):
+        # Repeated layers share one strategy list per op signature (``choices/graph.py``'s cache).
+        key = (id(consumer["strategies"]), k)
+        if key not in free_inputs:
+            free_inputs[key] = _free_inputs(consumer["strategies"], k)
+        frees = free_inputs[key]
+        col_specs = tuple(cols)
+        members = [[j for j, c in enumerate(col_of) if c == col] for col in range(len(cols))]
+        seconds = tuple(
+            tuple(
+                t + NOT_RUN_S if t > 0 and _gathers(src, col_specs[c]) and _not_run(src, members[c], frees) else t
+                for c, t in enumerate(row)
+            )
+            for src, row in zip(rows, seconds)
+        )
+    return EdgeCost(tuple(rows), tuple(cols), tuple(row_of), tuple(col_of), seconds)

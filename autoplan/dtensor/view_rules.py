@@ -1,0 +1,94 @@
+"""Reshapes stay in the planner's vocabulary: no view makes a ``_StridedShard``.
+
+Flattening dims of which a later one is sharded (attention's ``(batch, heads, ...)`` to
+``(batch * heads, ...)`` with the heads split, say) is a view DTensor runs without moving
+data, by marking the result ``_StridedShard``. The planner knows Shard, Replicate and
+Partial only (``dtensor/strategies.py`` drops every strategy holding another placement), so it
+plans such a view on a gathered input, and prices that gather. Left to itself, DTensor
+would skip the gather and carry the strided shard on through the ops after it (batched
+matmuls, softmax), into collectives the plan never priced at the module's boundary.
+
+``keep_views_unstrided`` wraps DTensor's rules for the reshaping views: where the rule
+would turn a plain Shard into a ``_StridedShard`` on a mesh axis, the input is replicated
+on that axis first, as DTensor does for a reshape it cannot express. That is the strategy
+the planner has for such an input, so the run does what the plan priced. A tensor that
+already holds a ``_StridedShard`` (built by other code) keeps DTensor's own rule.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch.distributed.tensor import DTensor, Replicate
+from torch.distributed.tensor._dtensor_spec import DTensorSpec
+from torch.distributed.tensor._op_schema import OpSchema, OpSpec, OpStrategy
+from torch.distributed.tensor._ops.utils import generate_redistribute_costs
+from torch.distributed.tensor.placement_types import _StridedShard
+
+aten = torch.ops.aten
+_PROPAGATOR = DTensor._op_dispatcher.sharding_propagator
+RESHAPING_VIEWS = (aten.view.default, aten._unsafe_view.default, aten.reshape.default, aten.view_copy.default)
+_wrapped: set = set()
+
+
+def keep_views_unstrided() -> None:
+    """Wrap DTensor's rule for each reshaping view (process-wide, once)."""
+    changed = False
+    for op in RESHAPING_VIEWS:
+        rule = _PROPAGATOR.op_strategy_funcs.get(op)
+        if rule is None or op in _wrapped:
+            continue
+        _PROPAGATOR.op_strategy_funcs[op] = _unstrided(rule)
+        _wrapped.add(op)
+        changed = True
+    if changed:  # sharding decisions made under the old rules must not be reused
+        from torch.distributed.tensor.debug import _clear_sharding_prop_cache
+
+        _clear_sharding_prop_cache()
+
+
+def _unstrided(rule):
+    def strategy(op_schema: OpSchema) -> OpStrategy:
+        result = rule(op_schema)
+        source = op_schema.args_schema[0]
+        if not isinstance(result, OpStrategy) or not isinstance(source, OpStrategy):
+            return result
+        kept = []
+        for op_spec in result.strategies:
+            made = _strided_axes(op_spec)
+            if not made:
+                kept.append(op_spec)
+                continue
+            kept.extend(_with_axes_replicated(rule, op_schema, source, op_spec, made))
+        return OpStrategy(kept)
+
+    return strategy
+
+
+def _strided_axes(op_spec: OpSpec) -> set[int]:
+    """Mesh axes on which the view would turn a plain Shard into a ``_StridedShard``."""
+    out = op_spec.output_specs
+    if not isinstance(out, DTensorSpec) or not op_spec.input_specs:
+        return set()
+    given = op_spec.input_specs[0].placements
+    return {
+        axis for axis, placement in enumerate(out.placements)
+        if isinstance(placement, _StridedShard) and not isinstance(given[axis], _StridedShard)
+    }
+
+
+def _with_axes_replicated(rule, op_schema: OpSchema, source: OpStrategy, op_spec: OpSpec, axes: set[int]) -> list[OpSpec]:
+    """The rule's strategies for the view's input replicated on ``axes`` (its cost from ``source``)."""
+    given = op_spec.input_specs[0]
+    placements = tuple(Replicate() if axis in axes else p for axis, p in enumerate(given.placements))
+    replicated = DTensorSpec(given.mesh, placements, tensor_meta=given.tensor_meta)
+    schema = OpSchema(
+        op_schema.op,
+        (OpStrategy([OpSpec(replicated)]),) + tuple(op_schema.args_schema[1:]),
+        op_schema.kwargs_schema,
+        schema_info=op_schema.schema_info,
+    )
+    found = []
+    for inner in _unstrided(rule)(schema).strategies:
+        costs = [generate_redistribute_costs(source, inner.input_specs[0])]
+        found.append(OpSpec(inner.output_specs, inner.input_specs, redistribute_cost=costs))
+    return found

@@ -1,0 +1,237 @@
+"""Baseline plans, built by autoplan itself: the layouts people write by hand.
+
+Each baseline fixes the parameter and batch placements, keeps every op's work split on
+the data-parallel axis (left free, the solver would rather gather a small batch than
+all-reduce the gradients, and "data parallel" would run replicated), and for the
+data-parallel family keeps the other mesh axes idle; the solver then finds the cheapest
+execution of that layout, as ``score`` does, and the result is an ordinary ``Plan``. A
+baseline is a subset of what ``suggest`` searches, so autoplan's own plan never predicts
+slower than any of them.
+
+Axis roles: the data-parallel axis is the one named ``dp`` (else axis 0), the
+tensor-parallel axis the one named ``tp`` (else the last axis). Any other axis (``cp`` of
+a 3-D mesh) replicates everything in every baseline.
+
+    data_parallel   parameters R; batch dim 0 sharded on dp; every other axis idle (R).
+                    autoplan shards a tensor dim on one mesh axis only, so on a 2x4 mesh the
+                    batch splits 2 ways and each tp group of 4 repeats the same work.
+    fsdp            as data_parallel, but each parameter sharded on dp along its first dim
+                    that divides evenly (dim 0 first; FSDP2 pads dim 0 instead, which
+                    DTensor plans cannot express), replicated if none does.
+    megatron        torchtitan's layout on tp: q/k/v and gate/up (GPT-2's c_attn/c_fc, BERT's
+                    query/key/value/intermediate) column-parallel, o/down (c_proj, BERT's
+                    output.dense) row-parallel; embeddings, norms and heads replicated;
+                    batch on dp, parameters replicated on dp. Activations on tp are the
+                    solver's choice (sequence parallel where it pays). GPT-2's Conv1D stores
+                    its weight input x output, so its column shard is dim 1, its row shard dim 0.
+    megatron_fsdp   megatron on tp plus fsdp on dp: each parameter also sharded on dp along
+                    its first dim that tp leaves whole and that divides evenly.
+
+A baseline that does not apply (no transformer projections for megatron, a 1-D mesh for
+megatron_fsdp, a batch that does not divide the dp axis) raises NotApplicableError.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from torch import nn
+
+from autoplan.errors import NotApplicableError
+from autoplan.pipeline.pinning import Pins, Problem, prepare_problem, solve_pinned
+from autoplan.placements import Spec, replicated, shard
+from autoplan.plan.module_plan import Plan
+
+BASELINES = ("data_parallel", "fsdp", "megatron", "megatron_fsdp")
+
+# Module name suffixes (torchtitan's per-family TP plans, as data). A module matches when
+# its FQN is the suffix or ends with "." + suffix.
+COLUMN_PARALLEL = (
+    "q_proj", "k_proj", "v_proj", "gate_proj", "up_proj",  # Llama, Mistral, Mixtral attention
+    "wq", "wk", "wv", "w1", "w3",  # torchtitan / torch's test Transformer
+    "c_attn", "c_fc",  # GPT-2 (Conv1D)
+    "query", "key", "value", "intermediate.dense",  # BERT
+)
+ROW_PARALLEL = (
+    "o_proj", "down_proj",
+    "wo", "w2",
+    "c_proj",
+    "output.dense",  # BERT: attention.output.dense and the layer's output.dense
+)
+# Weight dims per module type: (dim sharded when column-parallel, when row-parallel).
+_WEIGHT_DIMS = {"Linear": (0, 1), "Conv1D": (1, 0)}
+
+
+@dataclass(frozen=True)
+class Baseline:
+    name: str
+    plan: Plan
+    """The cheapest execution of the layout, as a plan (predicted times included)."""
+    layout: dict[str, Spec]
+    """What was pinned: parameter FQNs and batch key paths -> placements."""
+    notes: tuple[str, ...]
+    """Where the layout departs from its description (dims that do not divide evenly)."""
+    fits: bool
+    """Whether it fits the per-device memory budget."""
+
+
+def build_baseline(
+    name: str,
+    model: nn.Module,
+    example_inputs,
+    mesh=(2, 4),
+    axis_names=("dp", "tp"),
+    profile=None,
+    memory_gb: float | None = None,
+) -> Baseline:
+    """The baseline ``name`` (one of BASELINES) for ``model`` on ``mesh``."""
+    _check_name(name)
+    problem = prepare_problem(model, example_inputs, tuple(mesh), tuple(axis_names), profile, memory_gb)
+    return baseline_for_problem(name, problem)
+
+
+def baseline_for_problem(name: str, problem: Problem, time_limit_s: float | None = None) -> Baseline:
+    """The baseline ``name`` on a prepared problem (trace once, build every baseline)."""
+    _check_name(name)
+    layout, idle, notes = baseline_layout(name, problem)
+    pins = Pins(problem)
+    for key, spec in layout.items():
+        pins.value(problem.node_of(key), 0, spec, key, strict=True)
+    dp = _dp_axis(problem, name)
+    if dp is not None:
+        whole = pins.split_work(dp)  # data parallel: the batch stays split, never gathered to save a reduction
+        if whole:
+            ops = sorted({str(problem.choices.graph.nodes[n]["fx_node"].target).split(".")[1] for n in whole})
+            notes.append(f"{len(whole)} ops cannot split their work on {problem.choices.axis_names[dp]} ({', '.join(ops[:6])})")
+    if idle:
+        names = problem.choices.axis_names
+        free, stray = pins.replicate_axes(idle)
+        idle_names = ", ".join(names[a] for a in idle)
+        if free or stray:
+            ops = sorted({str(problem.choices.graph.nodes[n]["fx_node"].target).split(".")[1] for n in free + stray})
+            notes.append(
+                f"{len(free) + len(stray)} values still split on {idle_names} ({', '.join(ops[:6])}): "
+                "no strategy of theirs keeps that axis idle in the simplified problem"
+            )
+    warnings = [f"baseline {name}", *notes]
+    plan, _, _ = solve_pinned(problem, pins, time_limit_s, warnings=warnings)
+    # What the plan JSON keeps is its parameter, batch and boundary layouts, not the pins
+    # above (work split on dp inside modules): priced as ``score`` prices any plan, the same
+    # layout may run cheaper inside its modules. The baseline is that priced plan, so that
+    # scoring it gives its own prediction back.
+    from autoplan.evaluate.score import pins_for_plan  # score imports the pipeline; keep this module light
+
+    plan, _, fits = solve_pinned(problem, pins_for_plan(problem, plan)[0], time_limit_s, warnings=warnings)
+    return Baseline(name, plan, layout, tuple(notes), fits)
+
+
+def baseline_layout(name: str, problem: Problem) -> tuple[dict[str, Spec], tuple[int, ...], list[str]]:
+    """(pinned placements, axes kept idle, notes) of baseline ``name``."""
+    mesh = problem.choices.mesh_shape
+    names = problem.choices.axis_names
+    tp = names.index("tp") if "tp" in names else len(mesh) - 1
+    uses_tp = name in ("megatron", "megatron_fsdp")
+    dp = _dp_axis(problem, name)
+    uses_dp = dp is not None
+    if name == "megatron_fsdp" and len(mesh) < 2:
+        raise NotApplicableError(
+            "megatron_fsdp needs a 2-D mesh (dp x tp)", hint="use a mesh such as 2x4, or the megatron or fsdp baseline"
+        )
+    active = {a for a in ((dp,) if uses_dp else ()) + ((tp,) if uses_tp else ())}
+    idle = tuple(a for a in range(len(mesh)) if a not in active)
+    notes: list[str] = []
+    shapes = _placeholder_shapes(problem)
+
+    layout: dict[str, Spec] = {}
+    for node, key in problem.traced.inputs.items():
+        spec = list(replicated(len(mesh)))
+        if uses_dp:
+            size = shapes[node][0] if shapes[node] else 0
+            if not size or size % mesh[dp]:
+                raise NotApplicableError(
+                    f"{name}: batch input {key} of shape {list(shapes[node])} does not split evenly over the "
+                    f"{names[dp]} axis of size {mesh[dp]}",
+                    hint=f"use a batch size divisible by {mesh[dp]}",
+                )
+            spec[dp] = shard(0)
+        layout[key] = tuple(spec)
+
+    tensor_parallel = _megatron_dims(problem, mesh[tp], notes) if uses_tp else {}
+    if uses_tp and not tensor_parallel:
+        raise NotApplicableError(
+            f"{name}: no transformer projections found (modules named {', '.join(COLUMN_PARALLEL[:5])}, "
+            f"{', '.join(ROW_PARALLEL[:2])}, ... of type Linear or Conv1D)",
+            hint="megatron applies to transformer models; use the data_parallel or fsdp baseline",
+        )
+    for node, fqns in problem.traced.parameters.items():
+        spec = list(replicated(len(mesh)))
+        shape = shapes[node]
+        if node in tensor_parallel:
+            spec[tp] = shard(tensor_parallel[node])
+        if name in ("fsdp", "megatron_fsdp"):
+            taken = tensor_parallel.get(node)
+            dim = next((d for d in range(len(shape)) if d != taken and shape[d] % mesh[dp] == 0), None)
+            if dim is None:
+                notes.append(f"{fqns[0]} {list(shape)}: no dim (that tp leaves whole) divides {mesh[dp]}, replicated on {names[dp]}")
+            else:
+                spec[dp] = shard(dim)
+        for fqn in fqns:
+            layout[fqn] = tuple(spec)
+    return layout, idle, notes
+
+
+def _dp_axis(problem: Problem, name: str) -> int | None:
+    """The axis the baseline splits the batch on, or None (a 1-D mesh is all tp for megatron)."""
+    names = problem.choices.axis_names
+    if name in ("megatron", "megatron_fsdp") and len(names) == 1:
+        return None
+    return names.index("dp") if "dp" in names else 0
+
+
+def _check_name(name: str) -> None:
+    if name not in BASELINES:
+        raise NotApplicableError(f"unknown baseline {name!r}", hint=f"use one of {', '.join(BASELINES)}")
+
+
+def _megatron_dims(problem: Problem, tp_size: int, notes: list[str]) -> dict[str, int]:
+    """Parameter placeholder -> tensor dim sharded on tp, for the matched projections."""
+    by_fqn = {fqn: node for node, fqns in problem.traced.parameters.items() for fqn in fqns}
+    shapes = _placeholder_shapes(problem)
+    dims: dict[str, int] = {}
+    for module, kind in problem.traced.module_types.items():
+        role = _role(module)
+        if role is None or kind not in _WEIGHT_DIMS:
+            continue
+        column_dim, row_dim = _WEIGHT_DIMS[kind]
+        weight = by_fqn.get(f"{module}.weight")
+        bias = by_fqn.get(f"{module}.bias")
+        wanted = {weight: column_dim if role == "column" else row_dim}
+        if role == "column" and bias is not None:
+            wanted[bias] = 0  # the output features; a row-parallel bias stays replicated
+        for node, dim in wanted.items():
+            if node is None:
+                continue
+            if shapes[node][dim] % tp_size:
+                notes.append(f"{module}: dim {dim} of {list(shapes[node])} does not divide {tp_size}, replicated on tp")
+                continue
+            dims[node] = dim
+    return dims
+
+
+def _role(module: str) -> str | None:
+    def matches(suffix: str) -> bool:
+        return module == suffix or module.endswith("." + suffix)
+
+    if any(matches(s) for s in ROW_PARALLEL):  # before column: "output.dense" vs "dense"
+        return "row"
+    if any(matches(s) for s in COLUMN_PARALLEL):
+        return "column"
+    return None
+
+
+def _placeholder_shapes(problem: Problem) -> dict[str, tuple[int, ...]]:
+    return {
+        node.name: tuple(node.meta["val"].shape)
+        for node in problem.traced.graph_module.graph.nodes
+        if node.op == "placeholder"
+    }

@@ -1,0 +1,219 @@
+"""Score any plan: its predicted step time, the time's breakdown and its peak memory.
+
+A plan fixes the placements of parameters, batch inputs and the tensors that cross
+module boundaries; the ops between boundaries run however DTensor propagates them. The
+score of a plan is the cheapest execution of its layout under the cost model: the full
+pipeline (trace -> choices -> cost -> simplify) is run for the plan's mesh, every
+parameter, batch input and module boundary layout the plan names is pinned
+(``pipeline/pinning.py``), and the solver picks the rest. For a plan that ``suggest`` wrote, with
+the same profile and budget, that is the plan's own prediction again: the plan's
+solution satisfies every pin, and it was the optimum of a larger problem.
+
+A module boundary layout that cannot be pinned alongside the others (a hand-edited plan
+whose module layouts contradict its parameters, say) is skipped and counted: the score
+is then of the parameter and batch layout plus the boundaries that could be honoured.
+
+    score = autoplan.score(model, batch, plan, profile="cpu-gloo")
+    score.step_time_s, score.compute_s, score.comm_s, score.peak_memory_bytes
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from torch import nn
+
+from autoplan.errors import PlanError, ProfileError
+from autoplan.pipeline.pinning import GIB, Pins, Problem, problem_from_trace, solve_pinned
+from autoplan.plan.module_plan import Plan
+from autoplan.cost.profile import ClusterProfile, load_profile
+from autoplan.trace.repeats import find_repeated_blocks, tied_fingerprint, truncated
+from autoplan.trace.tracer import TracedGraph, trace_model
+
+
+@dataclass(frozen=True)
+class Score:
+    """What one step of a plan costs, predicted by one cluster profile."""
+
+    step_time_s: float
+    """Compute plus communication, seconds (no overlap assumed)."""
+    compute_s: float
+    comm_s: float
+    peak_memory_bytes: int
+    """Per device: model state plus activations kept for backward."""
+    model_state_bytes: int
+    activation_bytes: int
+    fits: bool
+    """Whether the peak fits the per-device memory budget."""
+    budget_bytes: float
+    profile: str
+    pinned_values: int
+    """Parameters and batch inputs pinned."""
+    pinned_boundaries: int
+    """Module boundary layouts pinned."""
+    skipped_boundaries: tuple[str, ...]
+    """Module boundary layouts that could not be pinned (see the module docstring)."""
+    plan: Plan
+    """The scored plan as re-solved: same layout, its prediction under ``profile``."""
+
+    def summary(self) -> str:
+        mesh = "x".join(map(str, self.plan.mesh_shape))
+        lines = [
+            f"mesh {mesh} ({', '.join(self.plan.axis_names)}), profile {self.profile}",
+            f"predicted step time {self.step_time_s * 1e3:.3f} ms "
+            f"(compute {self.compute_s * 1e3:.3f} ms, communication {self.comm_s * 1e3:.3f} ms)",
+            f"peak memory per device {self.peak_memory_bytes / GIB:.3f} GiB "
+            f"(model state {self.model_state_bytes / GIB:.3f} GiB, activations {self.activation_bytes / GIB:.3f} GiB); "
+            + ("fits" if self.fits else "does NOT fit")
+            + f" the {self.budget_bytes / GIB:.3g} GiB budget",
+            f"pinned {self.pinned_values} parameters and batch inputs, {self.pinned_boundaries} module boundary layouts"
+            + (f" ({len(self.skipped_boundaries)} could not be pinned)" if self.skipped_boundaries else ""),
+        ]
+        lines.extend(f"not pinned: {what}" for what in self.skipped_boundaries)
+        return "\n".join(lines)
+
+
+def score(
+    model: nn.Module,
+    example_inputs,
+    plan: Plan,
+    profile=None,
+    memory_gb: float | None = None,
+    time_limit_s: float | None = None,
+    mesh: tuple[int, ...] | None = None,
+) -> Score:
+    """Score ``plan`` for ``model`` on ``example_inputs`` (meta tensors are fine).
+
+    ``profile`` (a name, a path or a ClusterProfile) defaults to the profile the plan was
+    made with. ``mesh``, when given, must be the plan's mesh shape.
+    """
+    _check_mesh(plan, mesh)
+    cluster = _profile(plan, profile)
+    traced, accepted = check_plan_for_model(model, example_inputs, plan)  # fails fast, before the costly stages
+    problem = problem_from_trace(traced, plan.mesh_shape, plan.axis_names, cluster, memory_gb)
+    return score_problem(problem, plan, time_limit_s, accepted)
+
+
+def check_plan_for_model(model: nn.Module, example_inputs, plan: Plan) -> tuple[TracedGraph, set[str]]:
+    """Trace ``model`` and check that ``plan`` was made for it (parameters, batch shapes,
+    modules, model fingerprint, a tied plan's included); returns the trace and the
+    fingerprints accepted. A mismatch is a PlanError naming it."""
+    traced = trace_model(model, example_inputs)
+    accepted = {traced.fingerprint} | _tied_fingerprints(model, example_inputs, plan, traced)
+    _check_model(traced, plan, accepted)
+    return traced, accepted
+
+
+def score_problem(problem: Problem, plan: Plan, time_limit_s: float | None = None, fingerprints=None) -> Score:
+    """Score ``plan`` on a prepared problem (the model traced once, many plans scored).
+
+    ``fingerprints``: the model fingerprints to accept (default: the traced graph's).
+    """
+    _check_model(problem.traced, plan, fingerprints or {problem.traced.fingerprint})
+    if tuple(problem.choices.mesh_shape) != tuple(plan.mesh_shape):
+        _check_mesh(plan, problem.choices.mesh_shape)
+    pins, values, boundaries = pins_for_plan(problem, plan)
+    skipped = tuple(pins.conflicts)
+    warnings = [f"module boundary not pinned: {what}" for what in skipped]
+    scored, _, fits = solve_pinned(problem, pins, time_limit_s, warnings)
+    p = scored.predicted
+    return Score(
+        step_time_s=p.step_time_s,
+        compute_s=p.compute_s,
+        comm_s=p.comm_s,
+        peak_memory_bytes=p.peak_memory_bytes,
+        model_state_bytes=p.model_state_bytes,
+        activation_bytes=p.activation_bytes,
+        fits=fits,
+        budget_bytes=problem.budget_bytes,
+        profile=problem.profile.name,
+        pinned_values=values,
+        pinned_boundaries=boundaries,
+        skipped_boundaries=skipped,
+        plan=scored,
+    )
+
+
+def pins_for_plan(problem: Problem, plan: Plan) -> tuple[Pins, int, int]:
+    """What a plan fixes: its parameter, batch and module boundary layouts, as pins
+    (with the number of values and of boundaries pinned); the solver places the rest."""
+    pins = Pins(problem)
+    values = 0
+    for fqn, spec in sorted(plan.parameters.items()):
+        pins.value(problem.node_of(fqn), 0, spec, f"parameter {fqn}", strict=True)
+        values += 1
+    for key, batch in sorted(plan.inputs.items()):
+        pins.value(problem.node_of(key), 0, batch.placements, f"batch input {key}", strict=True)
+        values += 1
+    boundaries, _ = pins.module_boundaries(plan.modules)
+    return pins, values, boundaries
+
+
+def _profile(plan: Plan, profile) -> ClusterProfile:
+    if isinstance(profile, ClusterProfile):
+        return profile
+    if profile is not None:
+        return load_profile(profile)
+    try:
+        return load_profile(plan.profile)
+    except ProfileError as err:
+        raise ProfileError(
+            f"the plan was made with profile {plan.profile!r}, which is not a built-in profile",
+            hint="pass the profile to score with (--profile NAME|FILE)",
+        ) from err
+
+
+def _check_mesh(plan: Plan, mesh) -> None:
+    if mesh is not None and tuple(int(n) for n in mesh) != tuple(plan.mesh_shape):
+        raise PlanError(
+            f"the plan is for a {'x'.join(map(str, plan.mesh_shape))} mesh, got {'x'.join(map(str, mesh))}",
+            hint="score the plan on its own mesh, or re-plan for this mesh with `autoplan suggest --mesh`",
+        )
+
+
+def _tied_fingerprints(model, example_inputs, plan: Plan, traced: TracedGraph) -> set[str]:
+    """The fingerprint ``suggest`` gives a plan made with identical layers tied (``trace/repeats.py``)."""
+    blocks = find_repeated_blocks(model)
+    if blocks is None or plan.fingerprint == traced.fingerprint:
+        return set()
+    with truncated(model, blocks):
+        cut = trace_model(model, example_inputs)
+    return {tied_fingerprint(cut.fingerprint, blocks)}
+
+
+def _check_model(traced: TracedGraph, plan: Plan, accepted: set[str]) -> None:
+    names = {fqn for fqns in traced.parameters.values() for fqn in fqns}
+    unknown = sorted(set(plan.parameters) - names)
+    missing = sorted(names - set(plan.parameters))
+    if unknown or missing:
+        what = f"plan parameters not in the model: {unknown[:3]}" if unknown else f"model parameters missing from the plan: {missing[:3]}"
+        raise PlanError(f"the plan does not match the model ({what})", hint="score the model the plan was made for, or re-plan it with `autoplan suggest`")
+    keys = set(traced.inputs.values())
+    if set(plan.inputs) != keys:
+        raise PlanError(
+            f"the plan's batch inputs {sorted(plan.inputs)} are not the model's {sorted(keys)}",
+            hint="pass the example inputs the plan was made with",
+        )
+    for node, key in traced.inputs.items():
+        shape = _shape(traced, node)
+        if tuple(plan.inputs[key].shape) != shape:
+            raise PlanError(
+                f"batch input {key} has shape {list(shape)}, the plan was made for {list(plan.inputs[key].shape)}",
+                hint="score with the batch shape the plan was made for, or re-plan with `autoplan suggest`",
+            )
+    if plan.fingerprint not in accepted:
+        raise PlanError(
+            f"the plan's model fingerprint {plan.fingerprint} is not this model's ({traced.fingerprint}): "
+            "it was made for another model, another version of it, or another autoplan",
+            hint="score the model file and builder the plan was made for, or re-plan it with `autoplan suggest`",
+        )
+    stray = sorted(set(plan.modules) - set(traced.module_types))
+    if stray:
+        raise PlanError(f"plan modules not in the model: {stray[:3]}", hint="re-plan this model with `autoplan suggest`")
+
+
+def _shape(traced, node: str) -> tuple[int, ...]:
+    for fx_node in traced.graph_module.graph.nodes:
+        if fx_node.name == node:
+            return tuple(fx_node.meta["val"].shape)
+    raise AssertionError(f"no placeholder {node}")

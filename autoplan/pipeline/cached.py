@@ -1,0 +1,127 @@
+"""``suggest`` with the plan cache, and on every rank of a job.
+
+``suggest_cached`` traces the model as planning would (the cache key needs its fingerprint), returns the
+cached plan when there is one, and otherwise runs the pipeline on that trace and stores
+the plan. ``suggest_on_every_rank`` runs that on rank 0 and hands every rank rank 0's
+plan bytes (``rank_sync``), so a training script can call ``autoplan.suggest`` on every
+rank and the ranks agree by construction.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import time
+from dataclasses import dataclass
+
+from autoplan.plan.module_plan import Plan
+from autoplan.pipeline.plan_cache import PlanCache, make_cache_key
+from autoplan.pipeline.rank_sync import is_distributed, run_on_rank_zero
+from autoplan.pipeline.suggest import SuggestReport, resolve_options, suggest_with_report, trace_for_planning
+
+log = logging.getLogger("autoplan")
+
+HIT, MISS, REPLACED, OFF, NOT_STORED = "hit", "miss", "replaced", "off", "not stored"
+"""Cache outcomes: reused; planned and stored; a bad entry planned again and replaced; cache
+not used; planned, and the cache could not be written (warned)."""
+
+
+@dataclass(frozen=True, slots=True)
+class SharedPlan:
+    plan: Plan
+    cache: str
+    """One of HIT, MISS, REPLACED, OFF (rank 0's outcome, on every rank)."""
+    cache_path: str | None
+    """The cache entry rank 0 read or wrote."""
+
+
+def suggest_cached(
+    model,
+    example_inputs,
+    mesh,
+    axis_names=None,
+    profile=None,
+    memory_gb: float | None = None,
+    time_limit_s: float | None = None,
+    pinned=None,
+    cache_dir=None,
+    tie: bool = True,
+) -> tuple[Plan, SuggestReport]:
+    """``suggest_with_report`` that reuses the cached plan when the question is unchanged.
+
+    ``report.extra`` has ``cache`` (HIT, MISS or REPLACED) and ``cache_path``. On a hit
+    the report's sizes are the planning run's and its stage times are this run's (trace
+    and cache lookup); no choice, cost or solve stage runs.
+    """
+    mesh, axis_names, cluster, budget = resolve_options(mesh, axis_names, profile, memory_gb)
+    start = time.perf_counter()
+    trace = trace_for_planning(model, example_inputs, tie)
+    trace_s = time.perf_counter() - start
+    key = make_cache_key(trace, mesh, axis_names, cluster, budget, time_limit_s, pinned)
+    store = PlanCache(cache_dir)
+    existed = _exists(store.path(key))
+    start = time.perf_counter()
+    cached = store.lookup(key)
+    if cached is not None:
+        sizes = cached.report
+        report = SuggestReport(
+            plan=cached.plan,
+            stage_seconds={"trace": trace_s, "cache lookup": time.perf_counter() - start},
+            graph_nodes=int(sizes.get("graph_nodes", 0)),
+            decisions=int(sizes.get("decisions", 0)),
+            decisions_after_merge=int(sizes.get("decisions_after_merge", 0)),
+            variables=int(sizes.get("variables", 0)),
+            constraints=int(sizes.get("constraints", 0)),
+            extra={"cache": HIT, "cache_path": str(cached.path), "planned_stage_seconds": sizes.get("stage_seconds", {})},
+        )
+        return cached.plan, report
+    plan, report = suggest_with_report(
+        model, example_inputs, mesh, axis_names, cluster, memory_gb, time_limit_s, pinned, tie=tie, trace=trace
+    )
+    stages = {"trace": trace_s, **report.stage_seconds}
+    if plan.fingerprint != trace.fingerprint:
+        # The two traced layers differed, so the whole model was traced and planned untied:
+        # the key (made from the cut trace) does not name this plan's model. Not stored.
+        log.info("autoplan.suggest: identical-looking layers traced differently; the untied plan is not cached")
+        return plan, dataclasses.replace(report, stage_seconds=stages, extra={**report.extra, "cache": OFF, "cache_path": None})
+    path = store.store(key, plan, {
+        "graph_nodes": report.graph_nodes, "decisions": report.decisions,
+        "decisions_after_merge": report.decisions_after_merge, "variables": report.variables,
+        "constraints": report.constraints, "stage_seconds": stages,
+    })
+    outcome = NOT_STORED if path is None else REPLACED if existed else MISS
+    extra = {**report.extra, "cache": outcome, "cache_path": None if path is None else str(path)}
+    return plan, dataclasses.replace(report, stage_seconds=stages, extra=extra)
+
+
+def _exists(path) -> bool:
+    try:
+        return path.exists()
+    except OSError:  # an unreadable cache directory: lookup warns about it
+        return False
+
+
+def suggest_on_every_rank(model, example_inputs, mesh, axis_names, options: dict, cache: bool, cache_dir, broadcast: bool) -> SharedPlan:
+    """The plan rank 0 makes (or finds in its cache), on every rank; see ``autoplan.suggest``."""
+
+    def produce() -> str:
+        if cache:
+            plan, report = suggest_cached(model, example_inputs, mesh, axis_names, cache_dir=cache_dir, **options)
+        else:
+            plan, report = suggest_with_report(model, example_inputs, mesh, axis_names, **options)
+        extra = report.extra
+        return json.dumps({"plan": plan.to_json(), "cache": extra.get("cache", OFF), "cache_path": extra.get("cache_path")})
+
+    shared = broadcast and is_distributed()
+    message = json.loads(run_on_rank_zero(produce) if shared else produce())
+    plan = Plan.from_dict(json.loads(message["plan"]), source="rank 0's plan" if shared else "<suggest>")
+    result = SharedPlan(plan, message["cache"], message["cache_path"])
+    where = "rank 0's " if shared else "the "
+    what = {HIT: "reused", MISS: "solved and stored", REPLACED: "solved again, replacing a bad entry,", NOT_STORED: "solved, not stored"}
+    if result.cache in what:
+        log.info("autoplan.suggest: plan %s in %splan cache %s", what[result.cache], where, result.cache_path,
+                 extra={"autoplan_cache": result.cache, "autoplan_cache_path": result.cache_path})
+    else:
+        log.info("autoplan.suggest: plan solved without the cache", extra={"autoplan_cache": OFF, "autoplan_cache_path": None})
+    return result

@@ -1,0 +1,204 @@
+"""Stage 5: turn a solution (one strategy per decision) into a module-level ``Plan``."""
+
+from __future__ import annotations
+
+import operator
+
+import torch
+
+from autoplan.choices.graph import INPUT
+from autoplan.plan.collectives import module_table, step_collectives
+from autoplan.cost.estimate import CostedGraph
+from autoplan.placements import format_spec
+from autoplan.plan.module_plan import BatchInput, ModuleLayout, Plan, Predicted, SolverReport, rounded, total_table
+from autoplan.solve.ilp import Solution
+from autoplan.dtensor.strategies import is_inplace
+from autoplan.trace.tracer import ModuleCall
+from autoplan.plan.views import spec_before_views, view_chain
+
+
+def build_plan(costed: CostedGraph, choice: dict[str, int], solution: Solution, extra_warnings=()) -> Plan:
+    """``choice`` is the full assignment (followers expanded); ``solution`` reports the solve."""
+    choices = costed.choices
+    graph = choices.graph
+    traced = choices.traced
+
+    def output_spec(name: str, out_index: int = 0):
+        return graph.nodes[name]["strategies"][choice[name]].output(out_index)
+
+    parameters, shapes = {}, {}
+    for node, fqns in traced.parameters.items():
+        for fqn in fqns:
+            parameters[fqn] = output_spec(node)
+            shapes[fqn] = tuple(graph.nodes[node]["fx_node"].meta["val"].shape)
+    uses = _parameter_uses(choices, choice, parameters)
+    inputs = {}
+    for node, key in traced.inputs.items():
+        if graph.nodes[node]["kind"] == INPUT:
+            value = graph.nodes[node]["fx_node"].meta["val"]
+            inputs[key] = BatchInput(tuple(value.shape), output_spec(node))
+
+    warnings = list(choices.warnings) + list(extra_warnings) + _moved_inplace_selves(graph, choice)
+    order = {name: i for i, name in enumerate(graph.nodes)}
+    items = {
+        node.name: (node.args[0].name, node.args[1])
+        for node in traced.graph_module.graph.nodes
+        if node.op == "call_function" and node.target is operator.getitem
+    }
+    modules: dict[str, ModuleLayout] = {}
+    conflicting: set[str] = set()
+    for call in traced.module_calls:
+        if call.fqn == "":
+            continue  # the root's inputs are the batch layout; its outputs go back to the user
+        layout = _call_layout(costed, choice, call, output_spec, order, items)
+        if call.fqn in modules and modules[call.fqn] != layout:
+            conflicting.add(call.fqn)
+        modules.setdefault(call.fqn, layout)
+    for fqn in sorted(conflicting):
+        del modules[fqn]
+        warnings.append(f"module {fqn} is called more than once with different layouts: its boundaries are left to DTensor")
+    modules = {fqn: layout for fqn, layout in modules.items() if layout.inputs or layout.outputs}
+
+    return Plan(
+        mesh_shape=choices.mesh_shape,
+        axis_names=choices.axis_names,
+        parameters=parameters,
+        modules=modules,
+        inputs=inputs,
+        predicted=predict(costed, choice, choices.axis_names, modules),
+        profile=costed.profile.name,
+        fingerprint=traced.fingerprint,
+        solver=SolverReport(solution.status, rounded(solution.objective_s), rounded(solution.bound_s), rounded(solution.gap)),
+        warnings=tuple(warnings),
+        fallback_ops=choices.fallback_ops,
+        opaque_modules=tuple(sorted(traced.opaque_modules)),
+        parameter_uses=uses,
+        module_types={
+            owner: traced.module_types[owner]
+            for owner in {fqn.rpartition(".")[0] for fqn in parameters}
+            if owner in traced.module_types
+        },
+        parameter_shapes=shapes,
+    )
+
+
+def _moved_inplace_selves(graph, choice: dict[str, int]) -> list[str]:
+    """A plan that lays out an in-place op's self other than its producer made it: DTensor
+    runs the op where self is instead, so the run will differ from the prediction there."""
+    found = []
+    for u, v, k, data in graph.edges(keys=True, data=True):
+        target = graph.nodes[v]["fx_node"].target
+        if k != 0 or not isinstance(target, torch._ops.OpOverload) or not is_inplace(target):
+            continue
+        made = graph.nodes[u]["strategies"][choice[u]].output(data["out_index"])
+        wanted = graph.nodes[v]["strategies"][choice[v]].inputs[0]
+        if made != wanted:
+            found.append(
+                f"in-place op {v} ({target}) is planned on self laid out {format_spec(wanted)}, made "
+                f"{format_spec(made)}: DTensor runs it where self is, and the run will differ from the prediction there"
+            )
+    return found
+
+
+def _parameter_uses(choices, choice: dict[str, int], storage: dict) -> dict:
+    """FQN -> the layout its module computes with, where that differs from how it is stored.
+
+    A parameter stored sharded and used replicated (FSDP-style) is gathered by its module
+    just before use; recording the planned use layout lets the apply engine do that
+    gather itself rather than leave it to DTensor's runtime choice, which may differ from
+    the plan (and, for some ops, ignores a sharded weight). A tied parameter used by two
+    modules gets an entry under each module's own FQN.
+    """
+    graph, traced = choices.graph, choices.traced
+    found: dict[str, set] = {}
+    for node, fqns in traced.parameters.items():
+        for consumer, spec in _uses(choices, choice, node):
+            owner = traced.node_modules.get(consumer, "")
+            fqn = next((f for f in fqns if f.rpartition(".")[0] == owner), None)
+            if fqn is None:  # used outside its own module: keyed by its first name
+                fqn = fqns[0]
+            found.setdefault(fqn, set()).add(spec)
+    return {
+        fqn: next(iter(specs))
+        for fqn, specs in sorted(found.items())
+        if len(specs) == 1 and next(iter(specs)) != storage[fqn]
+    }
+
+
+def _uses(choices, choice: dict[str, int], node: str):
+    """(consumer, spec) for each use of parameter ``node``: the layout the parameter itself
+    must have for that use (``_through_views``)."""
+    graph = choices.graph
+    for _, consumer, key in graph.out_edges(node, keys=True):
+        found = _through_views(graph, choice, consumer, key)
+        if found is not None:
+            yield found
+
+
+def _through_views(graph, choice: dict[str, int], consumer: str, key: int, inside=lambda node: True):
+    """(op, spec): the first non-view op down the views from input ``key`` of ``consumer``
+    (``views.view_chain``), and the layout the chain's input must have to give that op the
+    spec its strategy asks for. A value laid out so is what the op computes with; laid out
+    as the view's own strategy takes it, DTensor would be free to choose another strategy
+    for the op. None if no view strategy gives it."""
+    chain = view_chain(graph, consumer, key, inside)
+    last, last_key = chain[-1]
+    wanted = spec_before_views(graph, chain, graph.nodes[last]["strategies"][choice[last]].inputs[last_key])
+    return None if wanted is None else (last, wanted)
+
+
+def predict(costed: CostedGraph, choice: dict[str, int], axis_names: tuple[str, ...], modules: dict | None = None) -> Predicted:
+    """Step time, memory and collectives of one full assignment, from the unsimplified costs."""
+    compute = comm = state = activations = 0.0
+    for name, cost in costed.nodes.items():
+        i = choice[name]
+        compute += cost.compute_s[i]
+        comm += cost.comm_s[i]
+        if cost.memory_kind == "model_state":
+            state += cost.memory_bytes[i]
+        else:
+            activations += cost.memory_bytes[i]
+    for (u, v, _), edge in costed.edges.items():
+        comm += edge.seconds[edge.row_of[choice[u]]][edge.col_of[choice[v]]]
+    modules = module_table(step_collectives(costed, choice, modules), axis_names)
+    return Predicted(
+        step_time_s=rounded(compute + comm),
+        compute_s=rounded(compute),
+        comm_s=rounded(comm),
+        peak_memory_bytes=int(state + activations),
+        model_state_bytes=int(state),
+        activation_bytes=int(activations),
+        collectives=total_table(modules),
+        module_collectives=modules,
+    )
+
+
+def _call_layout(costed: CostedGraph, choice, call: ModuleCall, output_spec, order, items) -> ModuleLayout:
+    """Inputs: the spec the first op inside the module asks for; outputs: the spec produced."""
+    graph = costed.choices.graph
+    owners = costed.choices.traced.node_modules
+
+    def inside(node: str) -> bool:
+        owner = owners.get(node, "")
+        return owner == call.fqn or owner.startswith(call.fqn + ".")
+
+    inputs = {}
+    for key, node in call.inputs:
+        source, out_index = items.get(node, (node, 0))
+        if source not in graph:
+            continue
+        consumers = sorted(
+            (order[v], v, k)
+            for _, v, k, data in graph.out_edges(source, keys=True, data=True)
+            if data["out_index"] == out_index and inside(v)
+        )
+        if consumers:
+            _, v, k = consumers[0]
+            found = _through_views(graph, choice, v, k, inside)
+            inputs[key] = found[1] if found is not None else graph.nodes[v]["strategies"][choice[v]].inputs[k]
+    outputs = {}
+    for key, node in call.outputs:
+        source, out_index = items.get(node, (node, 0))
+        if source in graph:
+            outputs[key] = output_spec(source, out_index)
+    return ModuleLayout(inputs, outputs)

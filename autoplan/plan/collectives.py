@@ -1,0 +1,315 @@
+"""The collectives one training step of a solved plan runs.
+
+One entry per collective: the module whose op causes it, its kind, mesh axis and bytes
+(nccl-tests sizes, as in ``cost/comm.py``), in the way ``apply_plan`` and DTensor run them:
+
+- each module input the plan lays out: the module's input hook (``apply_plan``) moves the
+  value once per call, from the layout it arrives in (its producer's, or an enclosing
+  module's), for every reader inside; charged to that module;
+- each edge whose reader asks for another layout than the value arrives in (from its
+  producer or the innermost boundary it crossed): ``comm.redistribute_collectives``,
+  charged to the consumer's module. A view runs on its input as it arrives (DTensor
+  moves nothing for it where one of its strategies takes that layout), so a boundary
+  that lays a value out for the compute op behind a reshape leaves that op nothing to
+  move;
+- gradients go back the same way: each reader's gradient is partial on each axis over
+  which it splits its work while reading the value replicated, a view passes its
+  output's gradient on to its input, a slice DTensor took inside an op sends it back
+  split, autograd sums the readers' gradients in the order they are ready (DTensor adds
+  a replicated one to a partial one as partial, and reduce-scatters a partial one added
+  to a split one, each time; a boundary hook that moved nothing makes no sum of its
+  own), and each move sends the sum back in DTensor's order of axes
+  (``gradient_collectives``): a partial gradient of a moved value is reduced there (an
+  FSDP parameter's gradient is reduce-scattered there);
+- a partial gradient left where the value was made: one reduction per value and axis
+  brings it to the value's layout (``apply_plan`` hooks module outputs and parameters to
+  do so): a reduce_scatter where the value is sharded on that axis, else an all_reduce.
+  Charged to the module that made the value; for a parameter, to its own module;
+- the loss (``plan/loss_reductions.py``): a loss left partial on an axis is all-reduced there
+  (at the root), and so is a mean ``nll_loss``'s count of targets, in its backward.
+
+The cost stage prices the same collectives, except that it charges each reader a share
+of a shared gradient reduction and a move of its own (where a module boundary moves a
+value once for all its readers), ignores the order of axes on a gradient's way back, and
+leaves out the loss's all_reduces (``plan/loss_reductions.py`` says why).
+
+For a tied plan (``solve/tie.py``) the table covers the traced layers; ``plan/expand.py``
+copies the last one's entries to every later layer.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections import Counter
+from dataclasses import dataclass
+
+from autoplan.choices.graph import OP, PARAMETER
+from autoplan.cost.comm import _moves, gradient_collectives, moves_locally, redistribute_collectives, without_partial
+from autoplan.cost.estimate import CostedGraph, is_view, output_values, splits_work, tensor_bytes
+from autoplan.plan.loss_reductions import loss_output, loss_reductions
+from autoplan.plan.module_plan import ROOT_MODULE as ROOT, collective_table
+from autoplan.placements import PARTIAL, REPLICATE, is_partial, is_shard, shard_factor
+
+
+def step_collectives(costed: CostedGraph, choice: dict[str, int], modules: dict | None = None) -> Counter:
+    """``(module, kind, axis index, bytes) -> count`` for one step of the assignment ``choice``.
+
+    ``modules``: the plan's module layouts (``Plan.modules``), whose boundary moves the
+    apply engine runs once per call, for every reader inside."""
+    choices = costed.choices
+    graph = choices.graph
+    mesh_shape = choices.mesh_shape
+    owners = choices.traced.node_modules
+    found: Counter = Counter()
+
+    def module_of(name: str) -> str:
+        return owners.get(name) or ROOT
+
+    def planned_out(name: str, index: int):
+        return graph.nodes[name]["strategies"][choice[name]].output(index)
+
+    boundaries = _boundaries(choices, modules or {})
+    followed: dict[str, object] = {}  # view -> the strategy it runs, taking its input as it arrives
+    exits = _output_nodes(choices, modules or {})
+
+    def made(name: str, index: int):
+        """The layout a value leaves its producer in at run time."""
+        if index == 0 and name in followed and name not in exits:
+            return followed[name].outputs[0]
+        return planned_out(name, index)
+
+    def parent_spec(b: "_Boundary"):
+        return b.parent.spec if b.parent is not None else made(*b.value)
+
+    # Forward: each boundary moves its value once; each reader moves what arrives to what it reads.
+    readers: dict[tuple[str, int], list] = {}
+    for u, v, k, data in graph.edges(keys=True, data=True):
+        out_index = data["out_index"]
+        value = (u, out_index)
+        attach = _attach(boundaries.get(value, ()), module_of(v), owners.get(u) or "")
+        arrived = attach.spec if attach is not None else made(u, out_index)
+        strategy = graph.nodes[v]["strategies"][choice[v]]
+        if arrived != strategy.inputs[k] and k == 0 and _views_follow(graph, v):
+            follow = next((s for s in graph.nodes[v]["strategies"] if len(s.inputs) == 1 and s.inputs[0] == arrived), None)
+            if follow is not None:
+                followed[v], strategy = follow, follow
+        dst = strategy.inputs[k]
+        nbytes = tensor_bytes(output_values(graph.nodes[u])[out_index])
+        for kind, axis, size, _ in redistribute_collectives(arrived, dst, nbytes, mesh_shape, backward=False):
+            found[(module_of(v), kind, axis, round(size))] += 1
+        readers.setdefault(value, []).append((v, strategy, arrived, dst, attach, nbytes))
+    for value, chain in boundaries.items():
+        nbytes = tensor_bytes(output_values(graph.nodes[value[0]])[value[1]])
+        for b in chain:
+            for kind, axis, size, _ in redistribute_collectives(parent_spec(b), b.spec, nbytes, mesh_shape, backward=False):
+                found[(b.fqn, kind, axis, round(size))] += 1
+    for name in exits:  # a module output hook puts a view that followed its input back to the plan's layout
+        if name in followed and followed[name].outputs[0] != planned_out(name, 0):
+            nbytes = tensor_bytes(output_values(graph.nodes[name])[0])
+            for kind, axis, size, _ in redistribute_collectives(followed[name].outputs[0], planned_out(name, 0), nbytes, mesh_shape, backward=False):
+                found[(module_of(name), kind, axis, round(size))] += 1
+
+    # Backward: each value's gradient, summed over its readers, goes back through the
+    # boundaries it crossed; a view passes its output's gradient on to its input.
+    grads: dict[tuple[str, int], tuple | None] = {}
+    partial: dict[tuple[str, int], float] = {}
+    order = {name: i for i, name in enumerate(graph.nodes)}
+    for name in reversed(list(graph.nodes)):
+        data = graph.nodes[name]
+        if not data["requires_grad"]:
+            continue
+        for out_index in range(max(1, len(output_values(data)))):
+            value = (name, out_index)
+            if value not in readers:
+                continue
+            grads[value] = _value_gradient(
+                value, readers[value], boundaries.get(value, ()), graph, order, grads, mesh_shape, parent_spec, found, module_of,
+                made,
+            )
+    for value, grad in grads.items():
+        u = value[0]
+        if grad is None or (_views_follow(graph, u) and len(list(graph.predecessors(u))) == 1):
+            continue  # a view's gradient goes on to its input
+        src = made(*value)
+        nbytes = tensor_bytes(output_values(graph.nodes[u])[value[1]])
+        for axis, p in enumerate(grad):
+            if is_partial(p):
+                partial[(u, axis)] = nbytes / shard_factor(src, mesh_shape)
+        # A gradient summed split where the value was made whole is gathered there (by the
+        # producer's backward op, or the hook on a module output or a parameter).
+        whole = tuple(q if is_partial(p) else p for p, q in zip(grad, src))
+        for kind, axis, size in gradient_collectives(whole, src, nbytes, mesh_shape):
+            found[(module_of(u), kind, axis, round(size))] += 1
+    for (source, axis), nbytes in partial.items():
+        data = graph.nodes[source]
+        spec = data["strategies"][choice[source]].outputs[0] if data["strategies"] else None
+        kind = "reduce_scatter" if spec is not None and is_shard(spec[axis]) else "all_reduce"
+        module = _parameter_module(choices, source) if data["kind"] == PARAMETER else module_of(source)
+        found[(module, kind, axis, round(nbytes))] += 1
+
+    loss = loss_output(choices)
+    if loss is not None:
+        node = loss[0]
+        data = graph.nodes[node]
+        strategy = data["strategies"][choice[node]]
+        values = output_values(data)
+        for at_root, axis, index in loss_reductions(loss, data["fx_node"], strategy, mesh_shape):
+            found[(ROOT if at_root else module_of(node), "all_reduce", axis, round(tensor_bytes(values[index])))] += 1
+    return found
+
+
+def _views_follow(graph, name: str) -> bool:
+    """Whether ``name`` is a view, which DTensor runs on its input as it arrives (no move)."""
+    data = graph.nodes[name]
+    return data["kind"] == OP and is_view(data)
+
+
+def _value_gradient(value, readers, chain, graph, order, grads, mesh_shape, parent_spec, found, module_of, made):
+    """The layout of ``value``'s summed gradient where it was made (partial where a
+    reduction is still due); the collectives on its way back go into ``found``.
+    ``order``: node -> its position in the graph (when its gradient part is ready)."""
+    into: dict[object, list] = {}  # attach point -> [(when the part is ready, gradient)]
+    for v, strategy, arrived, dst, attach, nbytes in readers:
+        if not graph.nodes[v]["requires_grad"]:
+            continue
+        if _views_follow(graph, v) and len(strategy.inputs) == 1:
+            after = grads.get((v, 0))
+            if after is None:
+                continue
+            grad = tuple(PARTIAL if is_partial(g) else p for g, p in zip(after, dst))
+        else:
+            grad = tuple(
+                PARTIAL if p == REPLICATE and n > 1 and splits_work(strategy, axis) else p
+                for axis, (p, n) in enumerate(zip(dst, mesh_shape))
+            )
+        if arrived != dst and not moves_locally(arrived, dst):
+            # gathered or reduced on the way in: its backward brings the gradient back. A
+            # slice DTensor takes inside the op leaves no autograd node: the gradient stays
+            # split, into the sum
+            for kind, axis, size in gradient_collectives(grad, arrived, nbytes, mesh_shape):
+                found[(module_of(v), kind, axis, round(size))] += 1
+            grad = without_partial(arrived)
+        into.setdefault(attach, []).append((order[v], grad))
+    nbytes = tensor_bytes(output_values(graph.nodes[value[0]])[value[1]])
+    module = module_of(value[0])
+    for b in sorted(chain, key=lambda b: -b.depth):  # inner boundaries first
+        parts = into.pop(b, [])
+        before = parent_spec(b)
+        if not parts:
+            continue
+        if before == b.spec:  # the hook moved nothing: one tensor, one sum with the outer readers
+            into.setdefault(b.parent, []).extend(parts)
+            continue
+        grad = _summed(parts, nbytes, mesh_shape, found, b.fqn)
+        for kind, axis, size in gradient_collectives(grad, before, nbytes, mesh_shape):
+            found[(b.fqn, kind, axis, round(size))] += 1
+        into.setdefault(b.parent, []).append((min(when for when, _ in parts), without_partial(before)))
+    parts = into.get(None, [])
+    return _summed(parts, nbytes, mesh_shape, found, module) if parts else None
+
+
+def _summed(parts: list, nbytes: float, mesh_shape, found: Counter, module: str) -> tuple:
+    """The layout of autograd's sum of gradients ``[(when ready, layout)]``, added in the
+    order they become ready (the last reader's first): per axis a common placement stays;
+    a replicated gradient added to a partial one makes a partial sum; one added to a
+    split one is sliced. A partial gradient added to a split one is reduce-scattered
+    first, by DTensor's add, each time (the collectives go into ``found``)."""
+    ordered = [grad for _, grad in sorted(parts, key=lambda part: -part[0])]
+    total = ordered[0]
+    for part in ordered[1:]:
+        target = tuple(_added(a, b) for a, b in zip(total, part))
+        for side in (total, part):
+            for kind, axis, size in _moves(side, target, nbytes, mesh_shape):
+                found[(module, kind, axis, round(size))] += 1
+        total = target
+    return total
+
+
+def _added(a: str, b: str) -> str:
+    """One axis of the layout DTensor adds two gradients in."""
+    if a == b:
+        return a
+    if is_shard(a) or is_shard(b):
+        return a if is_shard(a) else b
+    return PARTIAL  # replicated and partial
+
+
+@dataclass(eq=False)
+class _Boundary:
+    """A module call's input hook moving one value to the plan's layout."""
+
+    value: tuple[str, int]
+    fqn: str
+    spec: tuple
+    parent: "_Boundary | None" = None
+
+    @property
+    def depth(self) -> int:
+        return self.fqn.count(".") + 1
+
+
+def _inside(owner: str, fqn: str) -> bool:
+    return owner == fqn or owner.startswith(fqn + ".")
+
+
+def _planned_calls(choices, modules: dict):
+    """``(call, layout, getitem node -> (producer, index))`` for each call of a module the
+    plan lays out (the root's layout is the batch's, not a hook's)."""
+    items = {
+        node.name: (node.args[0].name, node.args[1])
+        for node in choices.traced.graph_module.graph.nodes
+        if node.op == "call_function" and node.target is operator.getitem
+    }
+    for call in choices.traced.module_calls:
+        layout = modules.get(call.fqn)
+        if layout is not None and call.fqn != "":
+            yield call, layout, items
+
+
+def _boundaries(choices, modules: dict) -> dict[tuple[str, int], list[_Boundary]]:
+    """Per value: the module input hooks that move it (``apply._redistribute_inputs``), each
+    with the enclosing one it receives the value from (None: from its producer)."""
+    graph = choices.graph
+    found: dict[tuple[str, int], list[_Boundary]] = {}
+    seen = set()
+    for call, layout, items in _planned_calls(choices, modules):
+        for key, node in call.inputs:
+            spec = layout.inputs.get(key)
+            value = items.get(node, (node, 0))
+            if spec is None or value[0] not in graph or (value, call.fqn) in seen:
+                continue
+            seen.add((value, call.fqn))
+            found.setdefault(value, []).append(_Boundary(value, call.fqn, tuple(spec)))
+    for chain in found.values():
+        for b in chain:
+            enclosing = [a for a in chain if a is not b and _inside(b.fqn, a.fqn) and a.fqn != b.fqn]
+            b.parent = max(enclosing, key=lambda a: a.depth) if enclosing else None
+    return found
+
+
+def _attach(chain, reader_module: str, producer_module: str):
+    """The innermost boundary of ``chain`` the reader sits behind (None: it reads the value
+    as its producer left it). A boundary of a module that made the value is not crossed."""
+    owner = "" if reader_module == ROOT else reader_module
+    inner = [b for b in chain if _inside(owner, b.fqn) and not _inside(producer_module, b.fqn)]
+    return max(inner, key=lambda b: b.depth) if inner else None
+
+
+def _output_nodes(choices, modules: dict) -> set[str]:
+    """Nodes a planned module returns (its output hook puts them in the plan's layout)."""
+    return {
+        items.get(node, (node, 0))[0]
+        for call, layout, items in _planned_calls(choices, modules)
+        for key, node in call.outputs
+        if key in layout.outputs
+    }
+
+
+def module_table(found: Counter, axis_names: tuple[str, ...]) -> dict:
+    """``step_collectives``' counter as the plan's table (``plan.collective_table``)."""
+    return collective_table(((module, axis_names[axis], kind, nbytes), count) for (module, kind, axis, nbytes), count in found.items())
+
+
+def _parameter_module(choices, node: str) -> str:
+    fqns = choices.traced.parameters.get(node, ())
+    return fqns[0].rpartition(".")[0] if fqns else ROOT

@@ -1,0 +1,237 @@
+"""Stage 5: the module-level plan, its JSON form, and how it is built from a solution.
+
+The plan is data: per-parameter placements (every parameter FQN, one placement string
+per mesh axis), per-module input/output layouts keyed by the path of each tensor in the
+module's ``(args, kwargs)`` / output, the batch layout, and the prediction it was chosen
+for. Same input, same bytes: keys are sorted, floats rounded, and nothing time-dependent
+is stored.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from autoplan._files import write_atomic
+from autoplan.errors import PlanError
+from autoplan.placements import Spec, format_spec, shard_dim
+from autoplan.validation import check_schema, read_json
+
+SCHEMA_VERSION = 1
+"""The plan format's version; its schema is ``autoplan/schemas/plan.schema.json``."""
+_FIX = "re-create it with `autoplan suggest`"
+
+
+def rounded(value: float) -> float:
+    """Six significant digits: stable across runs, plenty for predictions."""
+    return float(f"{value:.6g}")
+
+
+@dataclass(frozen=True)
+class ModuleLayout:
+    inputs: dict[str, Spec] = field(default_factory=dict)
+    """Key path into the call's ``(args, kwargs)`` -> placement the module receives."""
+    outputs: dict[str, Spec] = field(default_factory=dict)
+    """Key path into the module's output -> placement it returns."""
+
+
+@dataclass(frozen=True)
+class BatchInput:
+    shape: tuple[int, ...]
+    """Global (traced) shape."""
+    placements: Spec
+
+
+@dataclass(frozen=True)
+class Predicted:
+    step_time_s: float
+    compute_s: float
+    comm_s: float
+    peak_memory_bytes: int
+    model_state_bytes: int
+    """Parameters, gradients and AdamW state on one device."""
+    activation_bytes: int
+    """Activations kept for backward on one device."""
+    collectives: dict = field(default_factory=dict)
+    """Collectives of one training step: axis name -> kind -> {"count", "bytes"} (``plan/collectives.py``)."""
+    module_collectives: dict = field(default_factory=dict)
+    """The same per module FQN ("<root>" for ops outside any module): what ``autoplan verify`` checks."""
+
+
+@dataclass(frozen=True)
+class SolverReport:
+    status: str
+    objective: float
+    bound: float
+    gap: float
+
+
+@dataclass(frozen=True)
+class Plan:
+    mesh_shape: tuple[int, ...]
+    axis_names: tuple[str, ...]
+    parameters: dict[str, Spec]
+    modules: dict[str, ModuleLayout]
+    inputs: dict[str, BatchInput]
+    predicted: Predicted
+    profile: str
+    fingerprint: str
+    solver: SolverReport
+    warnings: tuple[str, ...] = ()
+    fallback_ops: tuple[str, ...] = ()
+    """ATen ops with no DTensor rule, planned replicated; apply_plan lets DTensor run them so."""
+    opaque_modules: tuple[str, ...] = ()
+    """Modules with data-dependent shapes: apply_plan runs each one replicated, on whole tensors."""
+    parameter_uses: dict[str, Spec] = field(default_factory=dict)
+    """FQN -> layout the owning module computes with, where it differs from the stored one
+    (e.g. stored sharded, gathered to replicated just before use, FSDP-style)."""
+    module_types: dict[str, str] = field(default_factory=dict)
+    """FQN -> class name of each module that owns parameters (for exports to ParallelStyles)."""
+    parameter_shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    """FQN -> the parameter's global shape: what ``apply_plan`` checks the model against."""
+
+    def to_dict(self) -> dict:
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "mesh": {"shape": list(self.mesh_shape), "axis_names": list(self.axis_names)},
+            "parameters": {fqn: list(spec) for fqn, spec in sorted(self.parameters.items())},
+            "modules": {
+                fqn: {
+                    "inputs": {k: list(v) for k, v in sorted(layout.inputs.items())},
+                    "outputs": {k: list(v) for k, v in sorted(layout.outputs.items())},
+                }
+                for fqn, layout in sorted(self.modules.items())
+            },
+            "inputs": {
+                key: {"shape": list(b.shape), "placements": list(b.placements)}
+                for key, b in sorted(self.inputs.items())
+            },
+            "predicted": asdict(self.predicted),
+            "profile": self.profile,
+            "fingerprint": self.fingerprint,
+            "solver": asdict(self.solver),
+            "warnings": list(self.warnings),
+            "fallback_ops": list(self.fallback_ops),
+            "opaque_modules": list(self.opaque_modules),
+            "parameter_uses": {fqn: list(spec) for fqn, spec in sorted(self.parameter_uses.items())},
+            "module_types": dict(sorted(self.module_types.items())),
+            "parameter_shapes": {fqn: list(shape) for fqn, shape in sorted(self.parameter_shapes.items())},
+        }
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n"
+
+    def save(self, path: str | Path) -> Path:
+        """Write the plan atomically: an existing file is replaced whole or not at all."""
+        path = Path(path)
+        write_atomic(path, self.to_json())
+        return path
+
+    @classmethod
+    def load(cls, path: str | Path) -> "Plan":
+        """Read and validate a plan file; every problem is a PlanError naming the file and field."""
+        data = read_json(path, PlanError, "plan file", "run `autoplan suggest` to write one", _FIX)
+        return cls.from_dict(data, source=str(path))
+
+    @classmethod
+    def from_dict(cls, data: dict, source: str = "<dict>") -> "Plan":
+        """Validate plan data (``plan.schema.json``, then ``check_plan_data``) and build the Plan."""
+        check_schema(data, "plan", PlanError, f"plan {source}", _FIX)
+        check_plan_data(data, source)
+        return _build(data)
+
+
+def check_plan_data(data: dict, source: str) -> None:
+    """What the schema cannot say: names and placements per mesh axis, shard dims in range,
+    a dim sharded by one axis at most and divisible by its size (``placements.fits_evenly``)."""
+    shape, names = tuple(data["mesh"]["shape"]), data["mesh"]["axis_names"]
+
+    def fail(what: str, hint: str = _FIX):
+        raise PlanError(f"plan {source}: {what}", hint=hint)
+
+    if len(names) != len(shape):
+        fail(f"mesh.axis_names has {len(names)} names for the {len(shape)}-axis mesh.shape {list(shape)}")
+    sizes = data.get("parameter_shapes", {})
+    specs = [(f"parameters.{fqn}", spec, sizes.get(fqn)) for fqn, spec in data["parameters"].items()]
+    specs += [(f"parameter_uses.{fqn}", spec, sizes.get(fqn)) for fqn, spec in data.get("parameter_uses", {}).items()]
+    specs += [(f"inputs.{key}.placements", b["placements"], b["shape"]) for key, b in data["inputs"].items()]
+    for fqn, layout in data["modules"].items():
+        for side in ("inputs", "outputs"):
+            specs += [(f"modules.{fqn}.{side}.{key}", spec, None) for key, spec in layout[side].items()]
+    for where, spec, tensor_shape in specs:
+        if len(spec) != len(shape):
+            fail(f"{where}: expected one placement per mesh axis ({len(shape)}), got {spec!r}")
+        if tensor_shape is not None:
+            problem = _uneven(spec, tuple(tensor_shape), shape, names)
+            if problem:
+                fail(f"{where} {format_spec(tuple(spec))} on a tensor of shape {list(tensor_shape)}: {problem}",
+                     "shard only dims the tensor has, each on one mesh axis whose size divides it")
+
+
+def _uneven(spec, tensor_shape: tuple[int, ...], mesh_shape: tuple[int, ...], names) -> str | None:
+    seen: dict[int, str] = {}
+    for placement, size, name in zip(spec, mesh_shape, names):
+        dim = shard_dim(placement)
+        if dim is None:
+            continue
+        if dim >= len(tensor_shape):
+            return f"it has {len(tensor_shape)} dims, {placement} shards dim {dim}"
+        if dim in seen:
+            return f"dim {dim} is sharded on two mesh axes ({seen[dim]} and {name}); autoplan shards a dim on one"
+        if tensor_shape[dim] % size:
+            return f"dim {dim} ({tensor_shape[dim]}) does not divide by mesh axis {name} ({size})"
+        seen[dim] = name
+    return None
+
+
+def _build(data: dict) -> Plan:
+    """The Plan of validated data."""
+    spec = tuple
+    return Plan(
+        mesh_shape=tuple(int(n) for n in data["mesh"]["shape"]),
+        axis_names=tuple(data["mesh"]["axis_names"]),
+        parameters={fqn: spec(v) for fqn, v in data["parameters"].items()},
+        modules={
+            fqn: ModuleLayout({k: spec(v) for k, v in m["inputs"].items()}, {k: spec(v) for k, v in m["outputs"].items()})
+            for fqn, m in data["modules"].items()
+        },
+        inputs={key: BatchInput(tuple(int(n) for n in b["shape"]), spec(b["placements"])) for key, b in data["inputs"].items()},
+        predicted=Predicted(**data["predicted"]),
+        profile=data["profile"],
+        fingerprint=data["fingerprint"],
+        solver=SolverReport(**data["solver"]),
+        warnings=tuple(data["warnings"]),
+        fallback_ops=tuple(data.get("fallback_ops", [])),
+        opaque_modules=tuple(data.get("opaque_modules", [])),
+        parameter_uses={fqn: spec(v) for fqn, v in data.get("parameter_uses", {}).items()},
+        module_types=dict(data.get("module_types", {})),
+        parameter_shapes={fqn: tuple(int(n) for n in s) for fqn, s in data.get("parameter_shapes", {}).items()},
+    )
+
+
+ROOT_MODULE = "<root>"
+"""The module name collective tables give ops outside every module (the model's own forward)."""
+
+
+def collective_table(counts) -> dict:
+    """``((module, axis name, kind, bytes), count)`` pairs as the table ``Predicted`` stores:
+    module -> axis -> kind -> {"count", "bytes"} (the prediction, and ``autoplan verify``'s count)."""
+    table: dict = {}
+    for (module, axis, kind, nbytes), count in sorted(counts):
+        entry = table.setdefault(module, {}).setdefault(axis, {}).setdefault(kind, {"count": 0, "bytes": 0})
+        entry["count"] += count
+        entry["bytes"] += count * nbytes
+    return table
+
+
+def total_table(modules: dict) -> dict:
+    """A ``collective_table`` summed over modules: axis -> kind -> {"count", "bytes"}."""
+    total: dict = {}
+    for per_axis in modules.values():
+        for axis, per_kind in per_axis.items():
+            for kind, entry in per_kind.items():
+                into = total.setdefault(axis, {}).setdefault(kind, {"count": 0, "bytes": 0})
+                into["count"] += entry["count"]
+                into["bytes"] += entry["bytes"]
+    return {axis: dict(sorted(kinds.items())) for axis, kinds in sorted(total.items())}

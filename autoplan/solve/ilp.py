@@ -1,0 +1,300 @@
+"""Stage 4: pick one strategy per decision by an integer linear program (OR-Tools MathOpt, HiGHS).
+
+Sets: decisions V, each with strategies I_v; edges E = (u, v, k) with rows R_e (distinct
+specs u can output) and columns C_e (distinct specs v can require at input k).
+
+Variables
+    s[v, i] in {0, 1}           decision v uses strategy i                (_add_strategy_vars)
+    e[uvk, r, c] in [0, 1]      producer shows spec r, consumer wants c  (_add_edge_vars)
+
+Objective (integer nanoseconds)
+    min  sum_v sum_i s[v,i] * (compute[v,i] + comm[v,i])
+       + sum_e sum_{r,c} e[e,r,c] * reshard[e,r,c]                       (_objective)
+
+Constraints
+    sum_i s[v,i] = 1                                   one strategy each  (_add_strategy_vars)
+    sum_c e[e,r,c] = sum_{i: row(i)=r} s[u,i]          edge rows match u  (_add_edge_vars)
+    sum_r e[e,r,c] = sum_{j: col(j)=c} s[v,j]          edge cols match v  (_add_edge_vars)
+    sum_v sum_i s[v,i] * memory[v,i] <= budget         per-device memory  (_add_memory_limit)
+
+Edges with no variables: an edge whose cost is zero, or depends on one end alone (one row,
+one column, or an end with a single strategy), is added to that end's strategy costs
+instead (_edge_folds): exact, and it keeps the model small.
+
+The edge linking is the tight (transportation) form: with one-hot s the margins are
+one-hot and e is the product s_u * s_v, so e can be continuous. Edges are aggregated
+over distinct specs, not strategy pairs, which keeps them small.
+
+Coefficients are whole nanoseconds: rounding once, here, makes equal costs compare equal
+however they were summed, so ties break the same way on every run; the reported
+objective is recomputed from the unrounded costs of the chosen plan.
+
+HiGHS runs with a fixed seed and its default (deterministic) parallelism, so the same model
+gives the same answer unless the time limit cuts the search. It starts from a feasible
+plan (``solve/warm_start.py``), so a time limit always returns a plan, with its gap to the
+best bound the solver proved.
+"""
+
+from __future__ import annotations
+
+import datetime
+import time
+from dataclasses import dataclass
+
+from ortools.math_opt.python import mathopt
+
+from autoplan.cost.estimate import CostedGraph
+from autoplan.errors import InfeasibleError
+from autoplan.solve.warm_start import greedy_start
+
+NS = 1e9  # objective unit: nanoseconds
+TIE_BREAK_NS = 1
+"""Charged per sharded or partial output placement, and removed from the reported objective.
+
+Among plans of equal cost (a value nothing differentiates, such as rotary tables that
+are as cheap sliced as whole), the solver then picks the replicated layout: it is what a
+person would write, and DTensor's run-time propagation on N-D meshes gets much slower
+for needlessly mixed layouts."""
+
+
+@dataclass(frozen=True, slots=True)
+class Solution:
+    choice: dict[str, int]
+    """Decision -> index of the chosen strategy."""
+    status: str
+    """"optimal", or "feasible" when the time limit stopped the search early."""
+    objective_s: float
+    bound_s: float
+    gap: float
+    variables: int
+    constraints: int
+    wall_s: float
+    """Building the model and searching."""
+    search_s: float = 0.0
+    """Wall time inside the solver (what the time limit bounds)."""
+    search_cpu_s: float = 0.0
+    """CPU time inside the solver (on a loaded machine, the part of the wall time that was ours)."""
+    stopped_by_time_limit: bool = False
+    """The search ended at the time limit. HiGHS looks at its clock between steps, so it
+    finishes the step it is in first (a presolve pass of a 100k-variable model: about 1 s)."""
+
+
+def solve(
+    costed: CostedGraph,
+    memory_budget_bytes: float,
+    time_limit_s: float | None = None,
+    allowed: dict[str, set[int]] | None = None,
+) -> Solution:
+    """Optimal strategies under the budget; ``allowed`` restricts some decisions (pinning)."""
+    started = time.perf_counter()
+    model = mathopt.Model(name="autoplan")
+    s = _add_strategy_vars(model, costed)
+    _pin(model, s, allowed or {})
+    e = _add_edge_vars(model, costed, s)
+    _add_memory_limit(model, costed, s, memory_budget_bytes)
+    model.minimize(_objective(costed, s, e))
+
+    params = mathopt.SolveParameters(
+        random_seed=0,
+        relative_gap_tolerance=1e-6,
+        time_limit=datetime.timedelta(seconds=time_limit_s) if time_limit_s else None,
+    )
+    start = greedy_start(costed, memory_budget_bytes, allowed)
+    hint = mathopt.ModelSolveParameters(solution_hints=[_hint(costed, s, e, start)])
+    searching, searching_cpu = time.perf_counter(), time.process_time()
+    result = mathopt.solve(model, mathopt.SolverType.HIGHS, params=params, model_params=hint)
+    search_s, search_cpu_s = time.perf_counter() - searching, time.process_time() - searching_cpu
+    reason = result.termination.reason
+    if reason in (mathopt.TerminationReason.INFEASIBLE, mathopt.TerminationReason.INFEASIBLE_OR_UNBOUNDED) or not result.has_primal_feasible_solution():
+        if reason == mathopt.TerminationReason.NO_SOLUTION_FOUND:
+            raise InfeasibleError(
+                f"the solver found no plan within the {time_limit_s:g} s time limit",
+                hint="raise --time-limit",
+            )
+        need = minimum_memory_bytes(costed)
+        err = InfeasibleError(
+            f"no plan fits {memory_budget_bytes / 2**30:.3g} GiB per device "
+            f"(the smallest possible needs {need / 2**30:.3g} GiB)",
+            hint="raise --memory-gb, use a mesh with more devices, or a smaller batch",
+        )
+        err.smallest_bytes = need
+        raise err
+    values = result.variable_values()
+    choice = {}
+    for name, variables in s.items():
+        if isinstance(variables, int):
+            choice[name] = variables
+        else:
+            choice[name] = max(range(len(variables)), key=lambda i: (values[variables[i]], -i))
+    objective = plan_seconds(costed, choice)
+    optimal = reason == mathopt.TerminationReason.OPTIMAL
+    # Every cost is >= 0, so 0 bounds the optimum when the solver proved nothing better.
+    found, proved = result.objective_value(), max(0.0, result.best_objective_bound())
+    gap = 0.0 if optimal or found <= 0 else max(0.0, (found - proved) / found)
+    bound = objective * (1.0 - gap)
+    return Solution(
+        choice=choice,
+        status="optimal" if optimal else "feasible",
+        objective_s=objective,
+        bound_s=bound,
+        gap=gap,
+        variables=model.get_num_variables(),
+        constraints=model.get_num_linear_constraints(),
+        wall_s=time.perf_counter() - started,
+        search_s=search_s,
+        search_cpu_s=search_cpu_s,
+        stopped_by_time_limit=result.termination.limit == mathopt.Limit.TIME,
+    )
+
+
+def plan_seconds(costed: CostedGraph, choice: dict[str, int]) -> float:
+    """Step time of one assignment of the problem's decisions, from its unrounded costs."""
+    total = sum(cost.compute_s[choice[n]] + cost.comm_s[choice[n]] for n, cost in costed.nodes.items())
+    for (u, v, _), edge in costed.edges.items():
+        total += edge.seconds[edge.row_of[choice[u]]][edge.col_of[choice[v]]]
+    return total
+
+
+def _hint(costed, s, e, start: dict[str, int]):
+    """The warm start as values for every variable (edge variables: the product of the two ends)."""
+    values = {}
+    for name, variables in s.items():
+        if not isinstance(variables, int):
+            for i, var in enumerate(variables):
+                values[var] = 1.0 if i == start[name] else 0.0
+    for (u, v, k), grid in e.items():
+        edge = costed.edges[(u, v, k)]
+        row, col = edge.row_of[start[u]], edge.col_of[start[v]]
+        for r, cells in enumerate(grid):
+            for c, var in enumerate(cells):
+                values[var] = 1.0 if (r, c) == (row, col) else 0.0
+    return mathopt.SolutionHint(variable_values=values)
+
+
+def minimum_memory_bytes(costed: CostedGraph) -> float:
+    """Memory of the leanest strategy everywhere: a lower bound on any plan's peak."""
+    return sum(min(cost.memory_bytes) for cost in costed.nodes.values())
+
+
+def _add_strategy_vars(model, costed):
+    """s[v] is a list of binaries, or the index itself when v has one strategy."""
+    s = {}
+    for name, cost in costed.nodes.items():
+        count = len(cost.compute_s)
+        if count == 1:
+            s[name] = 0
+            continue
+        variables = [model.add_binary_variable(name=f"s[{name},{i}]") for i in range(count)]
+        model.add_linear_constraint(mathopt.fast_sum(variables) == 1)
+        s[name] = variables
+    return s
+
+
+def _pin(model, s, allowed):
+    """s[v,i] = 0 for every strategy i of v outside ``allowed[v]``."""
+    for name, keep in allowed.items():
+        variables = s[name]
+        if isinstance(variables, int):
+            if variables not in keep:
+                raise InfeasibleError(f"decision {name} cannot take the pinned layout", hint="check the pinned placements")
+            continue
+        for i, var in enumerate(variables):
+            if i not in keep:
+                model.add_linear_constraint(var == 0)
+
+
+def _strategy_sum(s_v, members):
+    if isinstance(s_v, int):
+        return 1.0 if s_v in members else 0.0
+    return mathopt.fast_sum(s_v[i] for i in members)
+
+
+def _add_edge_vars(model, costed, s):
+    """Edge variables where both ends vary; other edges' costs go to one end (``_edge_folds``)."""
+    e = {}
+    for key, edge in costed.edges.items():
+        u, v, _ = key
+        if _folded(edge, s[u], s[v]):
+            continue
+        rows = [[i for i, r in enumerate(edge.row_of) if r == row] for row in range(len(edge.rows))]
+        cols = [[j for j, c in enumerate(edge.col_of) if c == col] for col in range(len(edge.cols))]
+        grid = [[model.add_variable(lb=0.0, ub=1.0) for _ in edge.cols] for _ in edge.rows]
+        for r, members in enumerate(rows):
+            model.add_linear_constraint(mathopt.fast_sum(grid[r]) == _strategy_sum(s[u], members))
+        for c, members in enumerate(cols):
+            model.add_linear_constraint(mathopt.fast_sum(grid[r][c] for r in range(len(rows))) == _strategy_sum(s[v], members))
+        e[key] = grid
+    return e
+
+
+def _folded(edge, s_u, s_v) -> bool:
+    """True when the edge needs no variables: its cost is zero, or a function of one end alone
+    (one row or one column, or an end with a single strategy)."""
+    if not any(round(t * NS) for row in edge.seconds for t in row):
+        return True
+    return len(edge.rows) == 1 or len(edge.cols) == 1 or isinstance(s_u, int) or isinstance(s_v, int)
+
+
+def _edge_folds(costed, s) -> dict[str, list[int]]:
+    """Per decision, the cost (ns) of each strategy from folded edges (``_folded``).
+
+    An edge whose producer side is fixed (one row, or a producer with one strategy) costs
+    ``reshard[row(u), col(j)]`` for the consumer's strategy j: linear in s[v]; likewise the
+    other way round. Where both sides are fixed it is a constant, kept on the consumer.
+    """
+    extra = {name: [0] * len(cost.compute_s) for name, cost in costed.nodes.items()}
+    for (u, v, _), edge in costed.edges.items():
+        if not _folded(edge, s[u], s[v]):
+            continue
+        fixed_row = 0 if len(edge.rows) == 1 else edge.row_of[s[u]] if isinstance(s[u], int) else None
+        if fixed_row is not None:
+            for j, col in enumerate(edge.col_of):
+                extra[v][j] += round(edge.seconds[fixed_row][col] * NS)
+            continue
+        fixed_col = 0 if len(edge.cols) == 1 else edge.col_of[s[v]] if isinstance(s[v], int) else None
+        if fixed_col is not None:
+            for i, row in enumerate(edge.row_of):
+                extra[u][i] += round(edge.seconds[row][fixed_col] * NS)
+        # else: an all-zero edge, nothing to add
+    return extra
+
+
+def _add_memory_limit(model, costed, s, budget):
+    terms, constant = [], 0.0
+    for name, cost in costed.nodes.items():
+        if isinstance(s[name], int):
+            constant += cost.memory_bytes[s[name]]
+        else:
+            terms.extend(var * (b / 2**30) for var, b in zip(s[name], cost.memory_bytes) if b)
+    model.add_linear_constraint(mathopt.fast_sum(terms) <= budget / 2**30 - constant / 2**30)
+
+
+def _sharded_outputs(costed, name: str, index: int) -> int:
+    """Tie-break units of a strategy: an op's non-replicated output placements; a batch
+    input's replicated ones (a batch that is as cheap split as whole should arrive split);
+    nothing for parameters."""
+    data = costed.choices.graph.nodes[name]
+    outputs = data["strategies"][index].outputs
+    if data["kind"] == "input":
+        return sum(p == "R" for spec in outputs if spec for p in spec)
+    if data["kind"] != "op":
+        return 0
+    return sum(p != "R" for spec in outputs if spec for p in spec)
+
+
+def _objective(costed, s, e):
+    terms, constant = [], 0.0
+    folds = _edge_folds(costed, s)
+    for name, cost in costed.nodes.items():
+        per = [
+            round((c + m) * NS) + _sharded_outputs(costed, name, i) * TIE_BREAK_NS + folds[name][i]
+            for i, (c, m) in enumerate(zip(cost.compute_s, cost.comm_s))
+        ]
+        if isinstance(s[name], int):
+            constant += per[s[name]]
+        else:
+            terms.extend(var * p for var, p in zip(s[name], per) if p)
+    for key, grid in e.items():
+        for r, row in enumerate(costed.edges[key].seconds):
+            terms.extend(grid[r][c] * round(t * NS) for c, t in enumerate(row) if round(t * NS))
+    return mathopt.fast_sum(terms) + constant

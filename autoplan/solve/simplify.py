@@ -1,0 +1,142 @@
+"""Shrink the ILP before solving: merge "follower" decisions into the decision they follow.
+
+A decision with a single tensor input (views, casts, unary elementwise ops, norms'
+reductions) is merged into its producer's leader: for each strategy ``i`` of the leader,
+the follower takes its cheapest strategy that consumes the spec the leader's strategy
+``i`` hands it as it is (ties to the lowest index); only when none does, the cheapest
+with resharding from that spec. Its costs and memory are added to the leader's strategy
+``i``; edges leaving it leave the leader instead, their rows re-derived per leader
+strategy. Chains merge transitively.
+
+Why "as it is" first: a follower's choice is fixed before its consumers are seen. The
+cheapest response to a replicated input is often a free local slice (the op then runs
+on a quarter of the data), but every consumer that wants the whole tensor pays an
+all-gather for it. Tiny Llama's rotary cos/sin were sliced on two axes this way: 30 us
+of gathers per consumer to save 1 ns, and a layout that sent DTensor's run-time
+propagation on a 2x2x2 mesh into its exhaustive redistribute planner. Keeping the
+layout is what the follower's consumers can always accept at the producer's price.
+
+``regions`` (node -> region key) keeps merges inside one region: a follower is merged only
+into a leader of its own region. Tying (``solve/tie.py``) needs this so that the two traced
+copies of a repeated layer simplify alike, each into leaders of its own copy. ``keep``
+lists decisions never to merge.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from autoplan.cost.estimate import CostedGraph, EdgeCost, NodeCost
+
+
+@dataclass(frozen=True)
+class Simplified:
+    costed: CostedGraph
+    """The reduced problem: leaders only."""
+    followers: dict[str, tuple[str, tuple[int, ...]]]
+    """Merged decision -> (leader, its strategy index for each leader strategy)."""
+
+    def expand(self, choice: dict[str, int]) -> dict[str, int]:
+        full = dict(choice)
+        for name, (leader, pick) in self.followers.items():
+            full[name] = pick[choice[leader]]
+        return full
+
+
+def merge_followers(costed: CostedGraph, regions: dict | None = None, keep=frozenset()) -> Simplified:
+    regions = regions or {}
+    graph = costed.choices.graph
+    followers: dict[str, tuple[str, tuple[int, ...]]] = {}
+    totals = {name: [list(c.compute_s), list(c.comm_s), list(c.memory_bytes)] for name, c in costed.nodes.items()}
+
+    def spec_seen(node: str, out_index: int, leader_strategy: int):
+        """Spec ``node`` outputs at ``out_index`` when its leader uses ``leader_strategy``."""
+        own = followers[node][1][leader_strategy] if node in followers else leader_strategy
+        return graph.nodes[node]["strategies"][own].output(out_index)
+
+    for name in graph.nodes:  # graph order: producers first
+        in_edges = list(graph.in_edges(name, keys=True, data=True))
+        if len(in_edges) != 1 or len(graph.nodes[name]["strategies"]) == 1:
+            continue
+        u, _, k, data = in_edges[0]
+        leader = followers[u][0] if u in followers else u
+        if len(graph.nodes[leader]["strategies"]) == 1 or name in keep:
+            continue
+        if regions.get(name) != regions.get(leader):
+            continue
+        edge = costed.edges[(u, name, k)]
+        cost = costed.nodes[name]
+        own = [c + m for c, m in zip(cost.compute_s, cost.comm_s)]
+        pick = []
+        for i in range(len(graph.nodes[leader]["strategies"])):
+            handed = spec_seen(u, data["out_index"], i)
+            row = edge.rows.index(handed)
+            as_is = [j for j in range(len(own)) if edge.cols[edge.col_of[j]] == handed]
+            best = min(as_is or range(len(own)), key=lambda j: (own[j] + edge.seconds[row][edge.col_of[j]], j))
+            pick.append(best)
+            totals[leader][0][i] += cost.compute_s[best]
+            totals[leader][1][i] += cost.comm_s[best] + edge.seconds[row][edge.col_of[best]]
+            totals[leader][2][i] += cost.memory_bytes[best]
+        followers[name] = (leader, tuple(pick))
+
+    nodes = {
+        name: NodeCost(tuple(t[0]), tuple(t[1]), tuple(t[2]), costed.nodes[name].memory_kind)
+        for name, t in totals.items()
+        if name not in followers
+    }
+    edges = {}
+    for (u, v, k), edge in costed.edges.items():
+        if v in followers:
+            continue  # absorbed into the leader's cost above
+        if u not in followers:
+            edges[(u, v, k)] = edge
+            continue
+        leader = followers[u][0]
+        out_index = graph.edges[u, v, k]["out_index"]
+        rows: dict = {}
+        row_of = tuple(
+            rows.setdefault(spec_seen(u, out_index, i), len(rows))
+            for i in range(len(graph.nodes[leader]["strategies"]))
+        )
+        specs = tuple(rows)
+        seconds = tuple(edge.seconds[edge.rows.index(spec)] for spec in specs)
+        edges[(leader, v, k)] = EdgeCost(specs, edge.cols, row_of, edge.col_of, seconds)
+    reduced = CostedGraph(costed.choices, costed.profile, nodes, edges)
+    return Simplified(reduced, followers)
+
+
+def layer_regions(choices) -> dict[str, str] | None:
+    """Decision -> the numbered layer it lives in (``model.layers.3``), for ``regions``.
+
+    Keeping merges inside each layer of a stack of three or more is what tied planning
+    does (``solve/tie.py``); untied planning and scoring do the same so that all three solve the
+    same problem. It also keeps a value read by every layer (rotary tables) from being
+    fixed by one greedy best response for all of them. None when the model has no such stack.
+    """
+    traced = choices.traced
+    sizes: dict[str, int] = {}
+    for fqn in traced.module_types:
+        prefix = _numbered_prefix(fqn)
+        if prefix is not None and prefix == fqn:
+            stack = prefix.rpartition(".")[0]
+            sizes[stack] = sizes.get(stack, 0) + 1
+    if not any(n >= 3 for n in sizes.values()):
+        return None
+    regions = {}
+    for name, data in choices.graph.nodes(data=True):
+        if name in traced.parameters:
+            fqn = traced.parameters[name][0]
+        elif name in traced.buffers:
+            fqn = traced.buffers[name]
+        else:
+            fqn = data["module"]
+        regions[name] = _numbered_prefix(fqn)
+    return regions
+
+
+def _numbered_prefix(fqn: str) -> str | None:
+    parts = fqn.split(".")
+    for i, part in enumerate(parts):
+        if part.isdigit():
+            return ".".join(parts[: i + 1])
+    return None

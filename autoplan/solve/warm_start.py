@@ -1,0 +1,49 @@
+"""A feasible plan to start the solver from, found greedily in one pass.
+
+With a time limit, the solver must always have a plan to return; HiGHS starts from
+this one (a MIP start) and reports its gap against it. It is FSDP taken to every mesh
+axis: each parameter and batch input takes its leanest placement (the most sharded one),
+then, in graph order, each op takes the strategy that is cheapest given the placements
+its already-placed producers chose. If that plan does not fit the memory budget,
+every decision takes its leanest strategy instead: that assignment needs the least
+memory any plan can, so it fits whenever any plan does.
+"""
+
+from __future__ import annotations
+
+from autoplan.cost.estimate import CostedGraph
+
+
+def greedy_start(costed: CostedGraph, budget_bytes: float, allowed: dict[str, set[int]] | None = None) -> dict[str, int]:
+    allowed = allowed or {}
+    inputs: dict[str, list] = {}
+    for (u, v, k), edge in costed.edges.items():
+        inputs.setdefault(v, []).append((u, edge))
+    choice: dict[str, int] = {}
+    for name, cost in costed.nodes.items():
+        options = sorted(allowed.get(name, range(len(cost.compute_s))))
+        ins = inputs.get(name, [])
+        if not ins:  # a placeholder (or a decision read from nothing placed yet): leanest first
+            choice[name] = min(options, key=lambda i: (cost.memory_bytes[i], cost.compute_s[i] + cost.comm_s[i], i))
+            continue
+
+        def seconds(i: int) -> float:
+            total = cost.compute_s[i] + cost.comm_s[i]
+            for u, edge in ins:
+                if u in choice:
+                    total += edge.seconds[edge.row_of[choice[u]]][edge.col_of[i]]
+            return total
+
+        choice[name] = min(options, key=lambda i: (seconds(i), i))
+    if sum(costed.nodes[n].memory_bytes[i] for n, i in choice.items()) > budget_bytes:
+        choice = leanest(costed, allowed)
+    return choice
+
+
+def leanest(costed: CostedGraph, allowed: dict[str, set[int]]) -> dict[str, int]:
+    """Every decision at its least-memory strategy (ties: the faster, then the lower index)."""
+    choice = {}
+    for name, cost in costed.nodes.items():
+        options = sorted(allowed.get(name, range(len(cost.compute_s))))
+        choice[name] = min(options, key=lambda i: (cost.memory_bytes[i], cost.compute_s[i] + cost.comm_s[i], i))
+    return choice

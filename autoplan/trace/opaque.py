@@ -1,0 +1,186 @@
+"""Data-dependent regions: modules whose shapes depend on tensor values, traced as one op.
+
+Mixture-of-experts layers find each expert's tokens with ``nonzero``/``where`` and loop
+over the experts that got any; on fake tensors such code cannot be traced (the sizes are
+unknown). autoplan then treats the innermost module where tracing failed, and every
+module of the same class, as an *opaque region*: the traced graph holds one
+``autoplan::opaque_region`` op per call, fed the call's tensors and the module's
+parameters and buffers, and the planner runs it replicated (inputs gathered, every rank
+computing the whole region) since it cannot look inside. The apply engine does exactly
+that at run time (``apply/engine.py``), so results stay exact.
+
+To learn the region's output shapes and FLOPs on fake tensors, its forward runs once
+under ``_DataDependentHints``: ``nonzero`` answers with its largest possible size (every
+element selected) and a tensor's truth value or ``.item()`` answers zero. The shapes of
+what the region returns do not depend on these answers (a MoE block returns one row per
+token); its FLOPs then count every token at every expert, an upper bound the plan's
+warning states.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+from torch.nn.utils.stateless import _reparametrize_module
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten, tree_unflatten
+from torch.utils.flop_counter import FlopCounterMode
+
+aten = torch.ops.aten
+
+_LIBRARY = torch.library.Library("autoplan", "DEF")
+_LIBRARY.define("opaque_region(str key, Tensor[] tensors) -> Tensor[]")
+OPAQUE_OP = torch.ops.autoplan.opaque_region.default
+
+DATA_DEPENDENT_ERRORS = (
+    "GuardOnDataDependentSymNode",
+    "DataDependentOutputException",
+    "DynamicOutputShapeException",
+    "UserError",
+)
+
+
+@dataclass
+class Region:
+    """One opaque module, as the trace sees it."""
+
+    module: nn.Module
+    fqn: str
+    state_names: tuple[str, ...]
+    """The module's parameter and buffer names, in the order they follow the inputs."""
+    in_spec: object = None
+    in_constants: list = field(default_factory=list)
+    out_spec: object = None
+    out_constants: list = field(default_factory=list)
+    flops: float = 0.0
+    original_forward: object = None
+
+
+_REGIONS: dict[str, Region] = {}
+
+
+def region(key: str) -> Region:
+    return _REGIONS[key]
+
+
+def region_flops(key: str) -> float:
+    """FLOPs of the region's last traced call (an upper bound, see the module docstring)."""
+    return _REGIONS[key].flops
+
+
+@torch.library.impl(_LIBRARY, "opaque_region", "CompositeExplicitAutograd")
+def _eager(key: str, tensors: list[torch.Tensor]) -> list[torch.Tensor]:
+    return _run(_REGIONS[key], tensors, hints=False)
+
+
+@torch.library.register_fake("autoplan::opaque_region")
+def _fake(key: str, tensors: list[torch.Tensor]) -> list[torch.Tensor]:
+    return _run(_REGIONS[key], tensors, hints=True)
+
+
+def _run(region: Region, tensors: list[torch.Tensor], hints: bool) -> list[torch.Tensor]:
+    n_state = len(region.state_names)
+    inputs, state = list(tensors[: len(tensors) - n_state]), tensors[len(tensors) - n_state:]
+    leaves = list(region.in_constants)
+    tensor_iter = iter(inputs)
+    leaves = [next(tensor_iter) if leaf is _TENSOR else leaf for leaf in leaves]
+    args, kwargs = tree_unflatten(leaves, region.in_spec)
+    counter = FlopCounterMode(display=False)
+    with _reparametrize_module(region.module, dict(zip(region.state_names, state))), counter:
+        if hints:
+            with _DataDependentHints():
+                output = region.original_forward(*args, **kwargs)
+        else:
+            output = region.original_forward(*args, **kwargs)
+    region.flops = float(counter.get_total_flops())
+    out_leaves, region.out_spec = tree_flatten(output)
+    region.out_constants = [_TENSOR if isinstance(x, torch.Tensor) else x for x in out_leaves]
+    # A custom op's outputs may not alias its inputs.
+    return [x.clone() for x in out_leaves if isinstance(x, torch.Tensor)]
+
+
+class _TensorSlot:
+    def __repr__(self):
+        return "<tensor>"
+
+
+_TENSOR = _TensorSlot()
+
+
+class _DataDependentHints(TorchDispatchMode):
+    """Concrete answers for value-dependent ops, so a region's forward runs on fake tensors."""
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is aten.nonzero.default:
+            source = args[0]
+            return torch.empty((source.numel(), source.dim()), dtype=torch.long, device=source.device)
+        if func is aten.where.default:  # where(condition): nonzero as a tuple of index vectors
+            source = args[0]
+            return tuple(torch.empty(source.numel(), dtype=torch.long, device=source.device) for _ in range(source.dim()))
+        if func is aten.is_nonzero.default:
+            return False
+        if func in (aten.item.default, aten._local_scalar_dense.default):
+            return 0
+        return func(*args, **kwargs)
+
+
+def install(model: nn.Module, classes: set[type]) -> list[Region]:
+    """Route every module of ``classes`` through ``autoplan::opaque_region``; undo with ``uninstall``."""
+    installed = []
+    for fqn, module in model.named_modules():
+        if type(module) not in classes:
+            continue
+        names = tuple(name for name, _ in module.named_parameters()) + tuple(name for name, _ in module.named_buffers())
+        found = Region(module, fqn, names)
+        found.original_forward = module.forward
+        key = fqn  # deterministic: it is part of the traced graph (and its fingerprint)
+        _REGIONS[key] = found
+        module.forward = _traced_forward(key, found)
+        installed.append(found)
+    return installed
+
+
+def uninstall(regions: list[Region]) -> None:
+    for found in regions:
+        found.module.__dict__.pop("forward", None)
+
+
+def _traced_forward(key: str, found: Region):
+    def forward(*args, **kwargs):
+        leaves, found.in_spec = tree_flatten((args, kwargs))
+        found.in_constants = [_TENSOR if isinstance(x, torch.Tensor) else x for x in leaves]
+        tensors = [x for x in leaves if isinstance(x, torch.Tensor)]
+        state = dict(found.module.named_parameters())
+        state.update(dict(found.module.named_buffers()))
+        outputs = OPAQUE_OP(key, tensors + [state[name] for name in found.state_names])
+        out_iter = iter(outputs)
+        out_leaves = [next(out_iter) if leaf is _TENSOR else leaf for leaf in found.out_constants]
+        return tree_unflatten(out_leaves, found.out_spec)
+
+    return forward
+
+
+def is_data_dependent(error: BaseException) -> bool:
+    """Whether a tracing error comes from shapes that depend on tensor values."""
+    seen = error
+    while seen is not None:
+        if type(seen).__name__ in DATA_DEPENDENT_ERRORS or "data-dependent" in str(seen):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+def failing_module(error: BaseException, model: nn.Module) -> nn.Module | None:
+    """The innermost module of ``model`` whose ``forward`` was running when ``error`` was raised."""
+    modules = {id(m) for m in model.modules()}
+    found = None
+    tb = error.__traceback__
+    while tb is not None:
+        candidate = tb.tb_frame.f_locals.get("self")
+        if isinstance(candidate, nn.Module) and id(candidate) in modules and tb.tb_frame.f_code.co_name == "forward":
+            found = candidate
+        tb = tb.tb_next
+    return found

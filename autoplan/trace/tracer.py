@@ -1,0 +1,258 @@
+"""Stage 1: trace a model to an ATen-level torch.fx graph on fake tensors.
+
+``make_fx`` traces one training-step forward (model call plus loss) with parameters,
+buffers and inputs as placeholders, so no weight memory is used. Module forward hooks,
+active only while tracing, record which module owns each node and which graph values
+enter and leave each module call; the plan's module-level layouts come from them.
+
+The step is the one the device runs: the model is called as a training step calls it
+(``trace/training_call.py``: no inference cache), ``scaled_dot_product_attention`` is recorded as
+the fused kernel (``dtensor/fused_attention.py``), and fake kernels accept what device kernels
+accept (``dtensor/fake_kernels.py``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+
+import torch
+from torch import fx, nn
+from torch.fx.experimental.proxy_tensor import get_proxy_mode, get_proxy_slot, make_fx
+from torch.utils._pytree import keystr, tree_flatten, tree_flatten_with_path
+
+from autoplan.trace import opaque
+from autoplan.errors import TraceError
+from autoplan.dtensor.fake_kernels import device_dtype_kernels
+from autoplan.dtensor.fused_attention import FusedAttention
+from autoplan.trace.loss import training_loss
+from autoplan.trace.training_call import training_kwargs
+
+
+@dataclass(frozen=True, slots=True)
+class ModuleCall:
+    """One call of a module during the traced step."""
+
+    fqn: str
+    """Module name as in ``named_modules()`` ("" is the root)."""
+    inputs: tuple[tuple[str, str], ...]
+    """(key path into ``(args, kwargs)``, graph node) for each tensor the call received."""
+    outputs: tuple[tuple[str, str], ...]
+    """(key path into the output, graph node) for each tensor the call returned."""
+
+
+@dataclass(frozen=True)
+class TracedGraph:
+    """The traced training-step forward and what autoplan needs to know about it."""
+
+    graph_module: fx.GraphModule
+    """ATen graph; every tensor node has a FakeTensor in ``meta["val"]``."""
+    parameters: dict[str, tuple[str, ...]]
+    """Placeholder node -> parameter FQNs (more than one when parameters are tied)."""
+    trainable: frozenset[str]
+    """Parameter placeholder nodes that require a gradient."""
+    buffers: dict[str, str]
+    """Placeholder node -> buffer FQN."""
+    inputs: dict[str, str]
+    """Placeholder node -> key path of the batch tensor it stands for."""
+    node_modules: dict[str, str]
+    """Node -> FQN of the innermost module whose call created it."""
+    module_calls: tuple[ModuleCall, ...]
+    """Every module call, in the order the calls finished."""
+    module_types: dict[str, str]
+    """Module FQN -> class name."""
+    batch_is_kwargs: bool
+    """True when the example batch is a dict of keyword arguments."""
+    fingerprint: str
+    """Hash of the graph, parameter shapes and input shapes."""
+    opaque_modules: dict[str, str] = field(default_factory=dict)
+    """FQN -> class name of each module traced as one opaque region (``trace/opaque.py``)."""
+    opaque_flops: dict[str, float] = field(default_factory=dict)
+    """Opaque-region node -> its forward FLOPs (an upper bound)."""
+
+
+def split_batch(batch) -> tuple[tuple, dict]:
+    """A global batch as ``(args, kwargs)``: a dict is keyword arguments, anything else positional."""
+    if isinstance(batch, dict):
+        return (), dict(batch)
+    if isinstance(batch, (tuple, list)):
+        return tuple(batch), {}
+    return (batch,), {}
+
+
+def trace_model(model: nn.Module, example_inputs) -> TracedGraph:
+    """Trace one training step of ``model`` on ``example_inputs`` (meta or real tensors)."""
+    args, kwargs = split_batch(example_inputs)
+    params = dict(model.named_parameters())
+    buffers = dict(model.named_buffers())
+    aliases = _tied_parameter_names(model)
+    was_training = model.training
+    recorder = _CallRecorder(model)
+
+    def step(params, buffers, args, kwargs):
+        output = torch.func.functional_call(model, {**params, **buffers}, args, training_kwargs(model, kwargs))
+        return training_loss(output)
+
+    opaque_classes: set[type] = set()
+    while True:
+        model.train()
+        regions = opaque.install(model, opaque_classes)
+        try:
+            with recorder, device_dtype_kernels(), FusedAttention():
+                # Tensors the forward builds from Python data on the meta device (``torch.tensor``
+                # in a module's forward) become graph constants instead of failing the trace.
+                gm = make_fx(step, tracing_mode="fake", _allow_non_fake_inputs=True)(params, buffers, args, kwargs)
+            culprit = _module_with_unknown_sizes(gm, recorder, model)
+            if culprit is not None and type(culprit) not in opaque_classes:
+                opaque_classes.add(type(culprit))  # traced, but with sizes no cost can be put on
+                recorder.reset()
+                continue
+            break
+        except Exception as err:  # tracing errors come from anywhere in user code
+            culprit = opaque.failing_module(err, model) if opaque.is_data_dependent(err) else None
+            if culprit is not None and type(culprit) not in opaque_classes and culprit is not model:
+                opaque_classes.add(type(culprit))  # trace again with that region opaque
+                recorder.reset()
+                continue
+            raise TraceError(
+                f"could not trace the model: {type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}",
+                hint="the model must run on meta tensors with the example inputs; try it with "
+                "model(**example_inputs()) under torch.device('meta') (--debug shows the traceback)",
+            ) from err
+        finally:
+            opaque.uninstall(regions)
+            model.train(was_training)
+
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    n_params, n_buffers = len(params), len(buffers)
+    param_nodes = {
+        node.name: aliases.get(fqn, (fqn,)) for node, fqn in zip(placeholders[:n_params], params)
+    }
+    buffer_nodes = {node.name: fqn for node, fqn in zip(placeholders[n_params:n_params + n_buffers], buffers)}
+    batch_paths = [keystr(path) for path, leaf in tree_flatten_with_path((args, kwargs))[0]]
+    input_nodes = {node.name: path for node, path in zip(placeholders[n_params + n_buffers:], batch_paths)}
+
+    node_modules = recorder.node_owners(gm.graph)
+    return TracedGraph(
+        graph_module=gm,
+        parameters=param_nodes,
+        trainable=frozenset(
+            node.name for node, param in zip(placeholders[:n_params], params.values()) if param.requires_grad
+        ),
+        buffers=buffer_nodes,
+        inputs=input_nodes,
+        node_modules=node_modules,
+        module_calls=tuple(recorder.calls),
+        module_types={fqn: type(m).__name__ for fqn, m in model.named_modules()},
+        batch_is_kwargs=isinstance(example_inputs, dict),
+        fingerprint=_fingerprint(gm.graph, params, buffers),
+        opaque_modules={fqn: type(m).__name__ for fqn, m in model.named_modules() if type(m) in opaque_classes},
+        opaque_flops={
+            node.name: opaque.region_flops(node.args[0])
+            for node in gm.graph.nodes if node.target is opaque.OPAQUE_OP
+        },
+    )
+
+
+def _module_with_unknown_sizes(gm: fx.GraphModule, recorder: "_CallRecorder", model: nn.Module) -> nn.Module | None:
+    """The innermost module that made a value whose size depends on the data (``torch.where``
+    traced with an unbacked size), or None. Such a module is traced again as an opaque
+    region, as one whose trace fails on a data-dependent size is."""
+    owners = recorder.node_owners(gm.graph)
+    for node in gm.graph.nodes:
+        values = [v for v in tree_flatten(node.meta.get("val"))[0] if isinstance(v, torch.Tensor)]
+        if any(not isinstance(size, int) for v in values for size in v.shape):
+            fqn = owners.get(node.name, "")
+            return model.get_submodule(fqn) if fqn else None
+    return None
+
+
+def _tied_parameter_names(model: nn.Module) -> dict[str, tuple[str, ...]]:
+    """Canonical FQN -> every FQN of the same parameter, for parameters tied under several names."""
+    by_id: dict[int, list[str]] = {}
+    for fqn, param in model.named_parameters(remove_duplicate=False):
+        by_id.setdefault(id(param), []).append(fqn)
+    return {names[0]: tuple(names) for names in by_id.values() if len(names) > 1}
+
+
+class _CallRecorder:
+    """Forward hooks that map module calls to graph nodes while ``make_fx`` traces."""
+
+    def __init__(self, model: nn.Module):
+        self.model = model
+        self.calls: list[ModuleCall] = []
+        self._ranges: list[tuple[str, int, int]] = []
+        self._stack: list[tuple[str, int, tuple]] = []
+        self._handles = []
+
+    def __enter__(self):
+        for fqn, module in self.model.named_modules():
+            self._handles.append(module.register_forward_pre_hook(self._pre(fqn), with_kwargs=True))
+            self._handles.append(module.register_forward_hook(self._post(fqn), always_call=True))
+        return self
+
+    def reset(self) -> None:
+        self.calls.clear()
+        self._ranges.clear()
+        self._stack.clear()
+
+    def __exit__(self, *exc):
+        for handle in self._handles:
+            handle.remove()
+        self._handles.clear()
+
+    @staticmethod
+    def _tracer_graph():
+        mode = get_proxy_mode()
+        return (mode.tracer, mode.tracer.graph) if mode is not None else (None, None)
+
+    @staticmethod
+    def _tensor_nodes(tree, tracer) -> tuple[tuple[str, str], ...]:
+        found = []
+        for path, leaf in tree_flatten_with_path(tree)[0]:
+            if isinstance(leaf, torch.Tensor):
+                proxy = get_proxy_slot(leaf, tracer, None)
+                if proxy is not None:
+                    found.append((keystr(path), proxy.proxy.node.name))
+        return tuple(found)
+
+    def _pre(self, fqn):
+        def hook(module, args, kwargs):
+            tracer, graph = self._tracer_graph()
+            if tracer is not None:
+                self._stack.append((fqn, len(graph.nodes), self._tensor_nodes((args, kwargs), tracer)))
+
+        return hook
+
+    def _post(self, fqn):
+        def hook(module, args, output):
+            tracer, graph = self._tracer_graph()
+            if tracer is None or not self._stack or self._stack[-1][0] != fqn:
+                return
+            _, start, inputs = self._stack.pop()
+            self._ranges.append((fqn, start, len(graph.nodes)))
+            self.calls.append(ModuleCall(fqn, inputs, self._tensor_nodes(output, tracer)))
+
+        return hook
+
+    def node_owners(self, graph: fx.Graph) -> dict[str, str]:
+        nodes = list(graph.nodes)
+        owners: dict[str, str] = {}
+        for fqn, start, end in self._ranges:  # inner calls finish first, so they win
+            for node in nodes[start:end]:
+                owners.setdefault(node.name, fqn)
+        for node in nodes:
+            owners.setdefault(node.name, "")
+        return owners
+
+
+def _fingerprint(graph: fx.Graph, params: dict, buffers: dict) -> str:
+    digest = hashlib.sha256()
+    for node in graph.nodes:
+        val = node.meta.get("val")
+        shape = tuple(val.shape) if isinstance(val, torch.Tensor) else None
+        dtype = str(val.dtype) if isinstance(val, torch.Tensor) else None
+        digest.update(f"{node.op}|{node.name}|{node.target}|{node.args}|{shape}|{dtype}\n".encode())
+    for fqn, tensor in list(params.items()) + list(buffers.items()):
+        digest.update(f"{fqn}|{tuple(tensor.shape)}|{tensor.dtype}\n".encode())
+    return "sha256:" + digest.hexdigest()[:32]

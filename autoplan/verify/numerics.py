@@ -1,0 +1,190 @@
+"""Numerical check of plans: run them on gloo processes and compare with one device.
+
+For each job (a model file, its builder and a plan) every rank builds the model with the
+same seed, keeps an untouched copy as the single-device reference, applies the plan,
+feeds its slice of the same global batch, and runs forward and backward; both models do
+the same on the reference side, with dropout the identity on both (``_WithoutDropout``).
+Rank 0 reports the relative error of the loss, of every parameter gradient
+(``max|g - g_ref| / max|g_ref|``) and of every floating buffer after the step
+(BatchNorm's running statistics, updated in place). A gradient far below the
+model's largest (``ZERO_GRADIENT_FLOOR``) is judged against that floor instead of its
+own size: such gradients are zero in exact arithmetic and hold only rounding noise.
+
+All jobs run in one launch of ``world`` processes on 127.0.0.1, since starting the
+processes (importing torch) costs far more than a small model's step. Used by the tests,
+``benchmarks/zoo.py`` and, later, ``autoplan verify --numerics``.
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime
+import json
+import os
+import socket
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+import torch.nn.functional as F
+from torch.overrides import TorchFunctionMode
+
+from autoplan.dtensor.fused_attention import sdpa_call
+
+
+COLLECTIVE_TIMEOUT_S = 300
+ZERO_GRADIENT_FLOOR = 1e-4
+"""Gradients smaller than this fraction of the model's largest are judged against that size."""
+
+
+@dataclass(frozen=True)
+class NumericsJob:
+    model_file: str
+    builder: str
+    plan_json: str
+
+
+@dataclass(frozen=True)
+class NumericsResult:
+    loss: float
+    """Relative error of the loss."""
+    gradients: dict[str, float] = field(default_factory=dict)
+    buffers: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def worst(self) -> float:
+        return max([self.loss, *self.gradients.values(), *self.buffers.values()])
+
+
+def check_numerics(jobs: list[NumericsJob], world: int, seed: int = 0) -> list[NumericsResult]:
+    """Run every job on ``world`` gloo processes; one result per job, in order."""
+    with tempfile.TemporaryDirectory(prefix="autoplan-numerics-") as tmp:
+        out = Path(tmp) / "results.json"
+        mp.spawn(_worker, args=(world, _free_port(), jobs, seed, str(out), os.getpid()), nprocs=world, join=True)
+        raw = json.loads(out.read_text())
+    return [NumericsResult(**item) for item in raw]
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _worker(rank: int, world: int, port: int, jobs: list[NumericsJob], seed: int, out_path: str, launcher_pid: int) -> None:
+    from torch.distributed.device_mesh import init_device_mesh
+
+    from autoplan._processes import die_with_parent
+
+    die_with_parent(launcher_pid)  # a killed `autoplan verify` takes its gloo ranks with it
+    import autoplan
+    from autoplan.model_file import import_model_file
+
+    torch.set_num_threads(1)  # many processes share few cores
+    dist.init_process_group(
+        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
+        timeout=datetime.timedelta(seconds=COLLECTIVE_TIMEOUT_S),
+    )
+    results = []
+    try:
+        for job in jobs:
+            # A job that fails on one rank leaves the others blocked in a collective, so
+            # errors are not caught here: the launch fails and names the job.
+            try:
+                plan = autoplan.Plan.from_dict(json.loads(job.plan_json))
+                module = import_model_file(Path(job.model_file))
+                mesh = init_device_mesh("cpu", plan.mesh_shape, mesh_dim_names=plan.axis_names)
+                results.append(_compare(module, job.builder, plan, mesh, seed))
+            except Exception as err:
+                raise RuntimeError(f"numerics job {job.model_file}:{job.builder} failed on rank {rank}") from err
+    finally:
+        dist.destroy_process_group()
+    if rank == 0:
+        tmp = out_path + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump(results, f)
+        os.replace(tmp, out_path)
+
+
+def call_model(model, batch):
+    """``model(**batch)`` for a dict batch, ``model(*batch)`` for a tuple."""
+    return model(**batch) if isinstance(batch, dict) else model(*batch)
+
+
+def build_seeded(module, builder: str, seed: int):
+    """The model file's model, its weights drawn from ``seed``: the same on every process."""
+    torch.manual_seed(seed)
+    return getattr(module, builder)()
+
+
+def seeded_batch(module, seed: int):
+    """The model file's ``example_inputs()`` drawn from ``seed``, as a dict or a tuple."""
+    torch.manual_seed(seed)
+    batch = module.example_inputs()
+    return batch if isinstance(batch, (dict, tuple)) else (batch,) if isinstance(batch, torch.Tensor) else tuple(batch)
+
+
+def _compare(module, builder: str, plan, mesh, seed: int) -> dict:
+    import autoplan
+
+    model = build_seeded(module, builder, seed)
+    reference = copy.deepcopy(model)
+    batch = seeded_batch(module, seed + 1)
+
+    autoplan.apply_plan(model, plan, mesh)
+    with _WithoutDropout():
+        loss = autoplan.training_loss(call_model(model, autoplan.shard_batch(batch, plan, mesh)))
+        loss.backward()
+        ref_loss = autoplan.training_loss(call_model(reference, batch))
+        ref_loss.backward()
+
+    gradients = {}
+    ref_params = dict(reference.named_parameters())
+    # A gradient that is zero in exact arithmetic (a key bias under softmax) holds only
+    # rounding noise; it is compared against a floor tied to the model's largest gradient.
+    floor = ZERO_GRADIENT_FLOOR * max(
+        (p.grad.abs().max().item() for p in reference.parameters() if p.grad is not None), default=0.0
+    )
+    for fqn, param in model.named_parameters():
+        ref = ref_params[fqn].grad
+        if ref is None:
+            continue
+        grad = param.grad.full_tensor() if param.grad is not None else torch.zeros_like(ref)
+        gradients[fqn] = _relative(grad, ref, floor)
+    buffers = {}
+    ref_buffers = dict(reference.named_buffers())
+    for fqn, buffer in model.named_buffers():
+        if buffer.is_floating_point():
+            local = buffer.full_tensor() if hasattr(buffer, "full_tensor") else buffer
+            buffers[fqn] = _relative(local, ref_buffers[fqn])
+    return {
+        "loss": abs(loss.item() - ref_loss.item()) / max(abs(ref_loss.item()), 1e-30),
+        "gradients": gradients,
+        "buffers": buffers,
+    }
+
+
+class _WithoutDropout(TorchFunctionMode):
+    """Dropout as the identity on both sides: its random masks differ between a rank's shard
+    and the whole tensor by design, and are not what is compared (configs ship with
+    dropout on, T5's at 0.1). Everything else a training-mode forward does still runs."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func in _DROPOUTS:
+            return args[0]
+        if func is F.scaled_dot_product_attention:  # its own dropout, on the attention weights
+            return sdpa_call(args, kwargs)._replace(dropout_p=0.0).run()
+        return func(*args, **kwargs)
+
+
+_DROPOUTS = {F.dropout, F.dropout1d, F.dropout2d, F.dropout3d, F.alpha_dropout, F.feature_alpha_dropout}
+
+
+def _relative(value: torch.Tensor, reference: torch.Tensor, floor: float = 0.0) -> float:
+    scale = max(reference.abs().max().item(), floor)
+    diff = (value.detach().float() - reference.detach().float()).abs().max().item()
+    return diff / scale if scale > 0 else diff

@@ -1,0 +1,166 @@
+"""Verification: run one training step of a planned model and hold the plan to its word.
+
+``verify_plan`` applies a plan, runs forward, backward and ``AdamW.step()`` under a
+``CollectiveCounter`` (``verify/observe.py``), and compares the count and bytes of the
+collectives that ran with those the plan predicted (``predicted.module_collectives``).
+The verdict is per mesh axis and kind, summed over the step; the per-module rows show
+where each one ran, and where that was another module than predicted. It runs on whatever process group is current: the
+CLI sets up a fake one of the plan's world size, so any mesh verifies in one process.
+
+Bytes are rank 0's. autoplan never shards a dimension unevenly, so every rank sends the
+same sizes. On a CPU mesh DTensor replaces all_to_all by an all_gather (gloo has none);
+the prediction is translated likewise before comparing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from torch.distributed.device_mesh import DeviceMesh
+
+from autoplan.apply.engine import apply_plan, shard_batch
+from autoplan.errors import AutoplanError, StepError
+from autoplan.trace.loss import training_loss
+from autoplan.verify.observe import CollectiveCounter
+from autoplan.trace.opaque import failing_module
+from autoplan.plan.module_plan import Plan
+
+
+@dataclass(frozen=True)
+class Row:
+    module: str
+    axis: str
+    kind: str
+    predicted: tuple[int, int]
+    """(count, bytes)"""
+    observed: tuple[int, int]
+
+    @property
+    def matches(self) -> bool:
+        return self.predicted == self.observed
+
+
+@dataclass(frozen=True)
+class Verification:
+    rows: tuple[Row, ...]
+    """One per (module, axis, kind) predicted or observed."""
+
+    def totals(self) -> tuple[Row, ...]:
+        """The rows summed over modules: one per (axis, kind). What passes or fails."""
+        sums: dict[tuple[str, str], list[int]] = {}
+        for row in self.rows:
+            entry = sums.setdefault((row.axis, row.kind), [0, 0, 0, 0])
+            for i, value in enumerate(row.predicted + row.observed):
+                entry[i] += value
+        return tuple(Row("(all)", axis, kind, (p, pb), (o, ob)) for (axis, kind), (p, pb, o, ob) in sorted(sums.items()))
+
+    @property
+    def mismatches(self) -> tuple[Row, ...]:
+        """(axis, kind) totals whose count or bytes differ from the prediction."""
+        return tuple(row for row in self.totals() if not row.matches)
+
+    @property
+    def moved(self) -> tuple[Row, ...]:
+        """Module rows that differ: where the totals agree, a collective that ran in another
+        module than predicted (a gradient reduced at a parent's boundary, say)."""
+        return tuple(row for row in self.rows if not row.matches)
+
+    @property
+    def passed(self) -> bool:
+        return not self.mismatches
+
+    def summary(self, all_rows: bool = False) -> str:
+        lines = [f"{'module':<44} {'axis':<8} {'kind':<15} {'predicted':>22} {'observed':>22}"]
+        for row in (self.rows if all_rows else self.moved) + self.totals():
+            mark = "" if row.matches else ("   MISMATCH" if row.module == "(all)" else "   differs")
+            lines.append(
+                f"{row.module:<44} {row.axis:<8} {row.kind:<15} {_cell(row.predicted):>22} {_cell(row.observed):>22}{mark}"
+            )
+        if self.passed:
+            verdict = "passed: every kind on every axis ran as often and as large as predicted"
+            if self.moved:
+                verdict += f" ({len(self.moved)} module rows ran in another module than predicted)"
+        else:
+            verdict = f"FAILED: {len(self.mismatches)} of {len(self.totals())} kinds per axis differ"
+        lines.append(f"collectives: {verdict}")
+        return "\n".join(lines)
+
+
+def _cell(value: tuple[int, int]) -> str:
+    count, nbytes = value
+    return f"{count} x, {nbytes} B" if count else "-"
+
+
+def verify_plan(model: nn.Module, batch, plan: Plan, device_mesh: DeviceMesh) -> Verification:
+    """Apply ``plan`` to ``model`` (in place), run one training step on the global ``batch``
+    and compare its collectives with the plan's prediction."""
+    apply_plan(model, plan, device_mesh)
+    optimizer = torch.optim.AdamW(model.parameters())
+    try:
+        with CollectiveCounter(model, device_mesh) as counter:
+            local = shard_batch(batch, plan, device_mesh)
+            output = model(**local) if isinstance(local, dict) else model(*local)
+            training_loss(output).backward()
+            optimizer.step()
+    except AutoplanError:
+        raise
+    except Exception as err:  # from DTensor or the model's own code, anywhere in the step
+        raise step_error(err, model) from err
+    predicted = plan.predicted.module_collectives
+    if device_mesh.device_type == "cpu":
+        predicted = as_on_cpu(predicted, dict(zip(plan.axis_names, plan.mesh_shape)))
+    return compare(predicted, counter.table())
+
+
+def step_error(err: Exception, model: nn.Module) -> StepError:
+    """One line for a failed planned step: where (the innermost module running, or the
+    backward), the exception, and what the user can change."""
+    culprit = failing_module(err, model)
+    names = {id(m): fqn for fqn, m in model.named_modules()}
+    where = f"module {names[id(culprit)] or '<root>'} ({type(culprit).__name__})" if culprit is not None else "the backward or optimizer step"
+    first = str(err).strip().splitlines()[0] if str(err).strip() else ""
+    return StepError(
+        f"the planned training step failed in {where}: {type(err).__name__}: {first}",
+        hint="that code runs on DTensors here: read host values with .full_tensor() first; "
+        "for an op that cannot run sharded, raise --memory-gb so that less is sharded "
+        "(--debug shows the traceback)",
+    )
+
+
+def as_on_cpu(table: dict, axis_sizes: dict[str, int]) -> dict:
+    """A prediction as DTensor runs it on a CPU mesh, where gloo has no all_to_all and
+    DTensor all-gathers instead (then keeps its chunk): same count, n times the bytes."""
+    out: dict = {}
+    for module, per_axis in table.items():
+        for axis, per_kind in per_axis.items():
+            for kind, entry in per_kind.items():
+                scale = 1
+                if kind == "all_to_all":
+                    kind, scale = "all_gather", axis_sizes[axis]
+                into = out.setdefault(module, {}).setdefault(axis, {}).setdefault(kind, {"count": 0, "bytes": 0})
+                into["count"] += entry["count"]
+                into["bytes"] += entry["bytes"] * scale
+    return out
+
+
+def compare(predicted: dict, observed: dict) -> Verification:
+    """Both tables are module -> axis -> kind -> {"count", "bytes"}."""
+    keys = {
+        (module, axis, kind)
+        for table in (predicted, observed)
+        for module, axes in table.items()
+        for axis, kinds in axes.items()
+        for kind in kinds
+    }
+
+    def cell(table, module, axis, kind) -> tuple[int, int]:
+        entry = table.get(module, {}).get(axis, {}).get(kind)
+        return (int(entry["count"]), int(entry["bytes"])) if entry else (0, 0)
+
+    rows = tuple(
+        Row(module, axis, kind, cell(predicted, module, axis, kind), cell(observed, module, axis, kind))
+        for module, axis, kind in sorted(keys)
+    )
+    return Verification(rows)
