@@ -10,15 +10,15 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import Replicate, Shard, distribute_tensor
 from torch.testing._internal.distributed.fake_pg import FakeStore
 
-from autoplan.dtensor.rules import register_builtin_rules
+from autoplan.dtensor.overrides import installed
 from autoplan.verify.observe import CollectiveCounter
 
 
 @pytest.fixture
 def mesh():
     dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=8)
-    register_builtin_rules()
-    yield init_device_mesh("cpu", (2, 4), mesh_dim_names=("dp", "tp"))
+    with installed():
+        yield init_device_mesh("cpu", (2, 4), mesh_dim_names=("dp", "tp"))
     dist.destroy_process_group()
 
 

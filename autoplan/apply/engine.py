@@ -27,9 +27,9 @@ from torch.distributed.tensor.experimental import implicit_replication
 from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import keystr, tree_flatten, tree_flatten_with_path, tree_unflatten
 
-from autoplan.dtensor.rules import op_by_name, register_builtin_rules, register_replicate_fallback
+from autoplan.dtensor import overrides
+from autoplan.dtensor.rules import op_by_name
 from autoplan.errors import PlanError
-from autoplan.dtensor.fake_kernels import install_for_process
 from autoplan.dtensor.fused_attention import contiguous_operands, sharded_dropout_attention
 from autoplan.apply.materialize import empty_shard, initialize, materialize_buffers
 from autoplan.placements import Spec, format_spec, to_placements
@@ -47,10 +47,14 @@ def apply_plan(model: nn.Module, plan: Plan, device_mesh: DeviceMesh, init=None)
     """
     _check_mesh(plan, device_mesh)
     _check_model(model, plan)
-    register_builtin_rules()
-    install_for_process()
     for name in plan.fallback_ops:
-        register_replicate_fallback(op_by_name(name))
+        overrides.add_fallback(op_by_name(name))
+    with overrides.installed():
+        _apply(model, plan, device_mesh, init)
+    return model
+
+
+def _apply(model: nn.Module, plan: Plan, device_mesh: DeviceMesh, init) -> None:
     born_meta = _distribute_parameters(model, plan, device_mesh)
     born_meta |= materialize_buffers(model, device_mesh)
     initialize(model, born_meta, init)
@@ -65,7 +69,6 @@ def apply_plan(model: nn.Module, plan: Plan, device_mesh: DeviceMesh, init=None)
         if layout.outputs:
             module.register_forward_hook(_redistribute_outputs(layout.outputs, device_mesh))
     _wrap_root(model, plan, device_mesh)
-    return model
 
 
 def shard_batch(batch, plan: Plan, device_mesh: DeviceMesh):
@@ -319,9 +322,11 @@ def _wrap_root(model: nn.Module, plan: Plan, mesh: DeviceMesh) -> None:
         return args, training_kwargs(module, kwargs)
 
     def leave(module, args, output):
+        output = _plain_loss(output)
         if contexts:
             contexts.pop().close()
-        return _plain_loss(output)
+        _overrides_for_backward(output)
+        return output
 
     model.register_forward_pre_hook(enter, with_kwargs=True, prepend=True)
     model.register_forward_hook(leave, always_call=True)
@@ -330,11 +335,33 @@ def _wrap_root(model: nn.Module, plan: Plan, mesh: DeviceMesh) -> None:
 @contextmanager
 def plan_execution(mesh: DeviceMesh):
     """What a planned model's forward runs under (entered by the root module's pre-hook, left
-    by its forward hook): DTensor's implicit replication, ``_ReplicatePlainOperands`` and
-    ``saved_inputs.remember_saved_moves``.
+    by its forward hook): autoplan's DTensor changes (``dtensor/overrides.py``), DTensor's
+    implicit replication, ``_ReplicatePlainOperands`` and ``saved_inputs.remember_saved_moves``.
     ``autoplan calibrate`` times its DTensor ops under it too, so that they pay what a step's ops pay."""
-    with implicit_replication(), _ReplicatePlainOperands(mesh), remember_saved_moves():
+    with overrides.installed(), implicit_replication(), _ReplicatePlainOperands(mesh), remember_saved_moves():
         yield
+
+
+def _overrides_for_backward(output) -> None:
+    """autoplan's DTensor changes, installed again for the backward of ``output``: from the
+    moment autograd reaches the model's outputs to the end of that backward pass.
+
+    Between the forward and the backward (the user's own loss code, say) torch is as it
+    was; an output nobody calls backward on leaves nothing installed."""
+    if not torch.is_grad_enabled():
+        return
+    leaves = tensor_leaves(output)
+    if leaves is None:  # a container the fast walk does not know
+        leaves = [x for x in tree_flatten(output)[0] if isinstance(x, torch.Tensor)]
+    tensors = [t for t in leaves if t.requires_grad]
+    if not tensors:
+        return
+
+    def reached(_grad):
+        overrides.install()
+        torch.autograd.Variable._execution_engine.queue_callback(overrides.uninstall)
+
+    torch.autograd.graph.register_multi_grad_hook(tensors, reached, mode="any")
 
 
 class _ReplicatePlainOperands(TorchFunctionMode):

@@ -25,6 +25,7 @@ from torch.utils._pytree import tree_flatten, tree_map
 from autoplan.dtensor import strategies as registry
 from autoplan.trace.opaque import OPAQUE_OP
 from autoplan.placements import candidate_specs, replicated
+from autoplan.dtensor.overrides import while_installed
 from autoplan.dtensor.strategies import Strategy
 from autoplan.trace.tracer import TracedGraph
 
@@ -65,6 +66,7 @@ def planning_mesh(mesh_shape: tuple[int, ...], axis_names: tuple[str, ...]) -> D
     return DeviceMesh("cpu", ranks, mesh_dim_names=axis_names, _init_backend=False, _rank=0)
 
 
+@while_installed  # DTensor's registry, with autoplan's rules and views in it
 def build_choices(traced: TracedGraph, mesh_shape: tuple[int, ...], axis_names: tuple[str, ...]) -> ChoiceGraph:
     mesh = planning_mesh(mesh_shape, axis_names)
     graph = nx.MultiDiGraph()

@@ -11,46 +11,26 @@
   layout (a partial one is gathered first: filling a share would not fill the sum) and the
   value is read replicated.
 - Replicate fallback. An op DTensor has no rule for is planned replicated (the plan lists
-  it in ``fallback_ops`` and in its warnings); ``register_replicate_fallback`` lets DTensor
+  it in ``fallback_ops`` and in its warnings); ``fallback_rules`` let DTensor
   run it that way: every input is gathered to Replicate and the op runs on whole tensors,
   so results are exact, only slower. Its backward op (``<name>_backward``), when it has
   no rule either, gets the same fallback.
-- Reshapes without strided shards (``dtensor/view_rules.py``): DTensor's rules for the reshaping
-  views are wrapped so that no view makes a ``_StridedShard``, a placement the planner
-  cannot plan; the input is replicated on that axis first, as the plan priced it.
-- Strategy choice (``dtensor/strategy_choice.py``): where DTensor must move an input anyway, it no
-  longer splits a value on an axis where it arrives replicated just to shrink that move.
 
-Registration is process-wide and idempotent; rules DTensor already has are never replaced,
-only the reshaping views' are wrapped.
+``overrides.py`` adds these to DTensor's registry while autoplan plans or runs a plan, and
+deletes them again; a rule DTensor already has is never replaced.
 """
 
 from __future__ import annotations
 
 import torch
-from torch.distributed.tensor import DTensor, Replicate, Shard
+from torch.distributed.tensor import Replicate, Shard
 from torch.distributed.tensor._op_schema import OpSchema, OpSpec, OpStrategy, RuntimeSchemaInfo
 
 from autoplan.errors import PlanError
-from autoplan.dtensor.strategy_choice import keep_replicated_axes_whole
-from autoplan.dtensor.view_rules import keep_views_unstrided
 
 aten = torch.ops.aten
-_PROPAGATOR = DTensor._op_dispatcher.sharding_propagator
-_registered: set = set()
 
 _BATCH_DIM, _HEADS_DIM = 0, 1
-
-
-def _has_rule(op) -> bool:
-    return op in _PROPAGATOR.op_strategy_funcs or op in _PROPAGATOR.op_single_dim_strategy_funcs
-
-
-def _register(op, strategy_func, schema_info: RuntimeSchemaInfo) -> None:
-    if op in _registered or _has_rule(op):
-        return
-    _PROPAGATOR.register_op_strategy(op, strategy_func, schema_info=schema_info)
-    _registered.add(op)
 
 
 def _tensor_args(op_schema: OpSchema) -> list[OpStrategy]:
@@ -117,21 +97,21 @@ def _fill_with_tensor(op_schema: OpSchema) -> OpStrategy:
     return OpStrategy(strategies)
 
 
-def register_builtin_rules() -> None:
-    """Rules autoplan always adds (see the module docstring)."""
-    _register(
-        aten._scaled_dot_product_flash_attention_for_cpu.default,
-        _cpu_attention_forward,
-        RuntimeSchemaInfo(3, static_kwargkey=["scale"]),
-    )
-    _register(
-        aten._scaled_dot_product_flash_attention_for_cpu_backward.default,
-        _cpu_attention_backward,
-        RuntimeSchemaInfo(6, static_kwargkey=["scale"]),
-    )
-    _register(aten.fill_.Tensor, _fill_with_tensor, RuntimeSchemaInfo())
-    keep_views_unstrided()
-    keep_replicated_axes_whole()
+def builtin_rules() -> list[tuple]:
+    """(op, strategy function, schema info) of the rules autoplan always adds."""
+    return [
+        (
+            aten._scaled_dot_product_flash_attention_for_cpu.default,
+            _cpu_attention_forward,
+            RuntimeSchemaInfo(3, static_kwargkey=["scale"]),
+        ),
+        (
+            aten._scaled_dot_product_flash_attention_for_cpu_backward.default,
+            _cpu_attention_backward,
+            RuntimeSchemaInfo(6, static_kwargkey=["scale"]),
+        ),
+        (aten.fill_.Tensor, _fill_with_tensor, RuntimeSchemaInfo()),
+    ]
 
 
 def _replicate_everything(op_schema: OpSchema) -> OpStrategy:
@@ -154,11 +134,16 @@ def op_by_name(name: str):
         raise PlanError(f"the plan names an unknown op {name!r} in fallback_ops", hint="re-plan with this torch version") from err
 
 
-def register_replicate_fallback(op) -> None:
-    """Let DTensor run ``op`` (and its backward op, if it lacks a rule) fully replicated."""
+def fallback_rules(ops, has_rule) -> list[tuple]:
+    """Rules that run each of ``ops``, and its backward op where ``has_rule`` says it has
+    none, fully replicated: (op, strategy function, schema info)."""
     static = RuntimeSchemaInfo(needs_pytree=True)
-    _register(op, _replicate_everything, static)
-    backward = getattr(aten, f"{op._schema.name.split('::')[1]}_backward", None)
-    if backward is not None:
-        for overload in backward.overloads():
-            _register(getattr(backward, overload), _replicate_everything, static)
+    found = []
+    for op in sorted(ops, key=str):
+        found.append((op, _replicate_everything, static))
+        backward = getattr(aten, f"{op._schema.name.split('::')[1]}_backward", None)
+        if backward is not None:
+            for overload in backward.overloads():
+                if not has_rule(getattr(backward, overload)):
+                    found.append((getattr(backward, overload), _replicate_everything, static))
+    return found

@@ -11,7 +11,8 @@ placements"; a planner needs every strategy. We get them by
   candidate placement of that input, so rules that follow their input enumerate them all.
 
 Only strategies whose shards split evenly are kept (uneven sharding is a later issue).
-Ops without a rule get ``None`` and the caller falls back to Replicate.
+Ops without a rule get ``None`` and the caller falls back to Replicate. The registry is
+read with autoplan's rules installed (``overrides.py``; ``build_choices`` installs them).
 """
 
 from __future__ import annotations
@@ -26,11 +27,9 @@ from torch.distributed.tensor._dtensor_spec import DTensorSpec, TensorMeta
 from torch.distributed.tensor._op_schema import OpSchema, OpSpec, OpStrategy, TupleStrategy
 from torch.utils._pytree import tree_flatten, tree_map
 
-from autoplan.dtensor.rules import register_builtin_rules
 from autoplan.placements import Spec, candidate_specs, fits_evenly, is_partial, spec_from_placements, to_placements, to_string
 
 _PROPAGATOR = DTensor._op_dispatcher.sharding_propagator
-register_builtin_rules()
 
 
 @dataclass(frozen=True, slots=True)

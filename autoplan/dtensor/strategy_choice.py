@@ -9,21 +9,18 @@ all-gathered back on tp by the next op or module boundary that wants it whole (a
 gradient comes back split on tp as well). The planner priced that path too, found it
 dearer over the whole step, and chose the strategy that leaves tp alone.
 
-``keep_replicated_axes_whole`` wraps DTensor's selection: where the strategy it picks has
+``selection`` wraps DTensor's selection (``overrides.py`` installs it): where the strategy it picks has
 to move an input anyway (its cost is positive) and splits an input on an axis where
 every input arrives unsplit, the cheapest strategy that splits no such input runs
 instead, if there is one. A split that lines an input up with another one that arrives
 split on that axis (a query sliced by heads to meet keys split by heads) is the op's
 own, and stays. Strategies that move nothing, or only chunk (cost zero), are DTensor's
-choice as before. Installed process-wide (``dtensor_rules.register_builtin_rules``).
+choice as before.
 """
 
 from __future__ import annotations
 
-import torch.distributed.tensor._sharding_prop as _sharding_prop
 from torch.distributed.tensor._op_schema import OpSchema, OpSpec, OpStrategy
-
-_dtensor_choice = _sharding_prop._select_min_cost_strategy
 
 
 def _cost(spec: OpSpec) -> float:
@@ -48,25 +45,20 @@ def _splits_replicated(spec: OpSpec, op_schema: OpSchema) -> bool:
     return False
 
 
-def _select(strategy: OpStrategy, op_schema: OpSchema | None = None) -> OpSpec:
-    chosen = _dtensor_choice(strategy, op_schema)
-    if op_schema is None or not _splits_replicated(chosen, op_schema):
-        return chosen
-    try:
-        cost = _cost(chosen)
-        if not cost > 0:
+def selection(dtensor_choice):
+    """DTensor's selection ``dtensor_choice``, kept from splitting replicated axes."""
+
+    def select(strategy: OpStrategy, op_schema: OpSchema | None = None) -> OpSpec:
+        chosen = dtensor_choice(strategy, op_schema)
+        if op_schema is None or not _splits_replicated(chosen, op_schema):
             return chosen
-        whole = [s for s in strategy.strategies if not _splits_replicated(s, op_schema) and _cost(s) < float("inf")]
-    except TypeError:  # symbolic costs: leave the choice to DTensor
-        return chosen
-    return min(whole, key=_cost) if whole else chosen
+        try:
+            cost = _cost(chosen)
+            if not cost > 0:
+                return chosen
+            whole = [s for s in strategy.strategies if not _splits_replicated(s, op_schema) and _cost(s) < float("inf")]
+        except TypeError:  # symbolic costs: leave the choice to DTensor
+            return chosen
+        return min(whole, key=_cost) if whole else chosen
 
-
-def keep_replicated_axes_whole() -> None:
-    """Install the selection above (idempotent); cached propagations are dropped."""
-    if _sharding_prop._select_min_cost_strategy is _select:
-        return
-    _sharding_prop._select_min_cost_strategy = _select
-    from torch.distributed.tensor import DTensor
-
-    DTensor._op_dispatcher.sharding_propagator.propagate_op_sharding.cache_clear()
+    return select

@@ -8,7 +8,7 @@ plans such a view on a gathered input, and prices that gather. Left to itself, D
 would skip the gather and carry the strided shard on through the ops after it (batched
 matmuls, softmax), into collectives the plan never priced at the module's boundary.
 
-``keep_views_unstrided`` wraps DTensor's rules for the reshaping views: where the rule
+``unstrided`` wraps DTensor's rule for a reshaping view (``overrides.py`` installs it): where the rule
 would turn a plain Shard into a ``_StridedShard`` on a mesh axis, the input is replicated
 on that axis first, as DTensor does for a reshape it cannot express. That is the strategy
 the planner has for such an input, so the run does what the plan priced. A tensor that
@@ -18,35 +18,19 @@ already holds a ``_StridedShard`` (built by other code) keeps DTensor's own rule
 from __future__ import annotations
 
 import torch
-from torch.distributed.tensor import DTensor, Replicate
+from torch.distributed.tensor import Replicate
 from torch.distributed.tensor._dtensor_spec import DTensorSpec
 from torch.distributed.tensor._op_schema import OpSchema, OpSpec, OpStrategy
 from torch.distributed.tensor._ops.utils import generate_redistribute_costs
 from torch.distributed.tensor.placement_types import _StridedShard
 
 aten = torch.ops.aten
-_PROPAGATOR = DTensor._op_dispatcher.sharding_propagator
 RESHAPING_VIEWS = (aten.view.default, aten._unsafe_view.default, aten.reshape.default, aten.view_copy.default)
-_wrapped: set = set()
 
 
-def keep_views_unstrided() -> None:
-    """Wrap DTensor's rule for each reshaping view (process-wide, once)."""
-    changed = False
-    for op in RESHAPING_VIEWS:
-        rule = _PROPAGATOR.op_strategy_funcs.get(op)
-        if rule is None or op in _wrapped:
-            continue
-        _PROPAGATOR.op_strategy_funcs[op] = _unstrided(rule)
-        _wrapped.add(op)
-        changed = True
-    if changed:  # sharding decisions made under the old rules must not be reused
-        from torch.distributed.tensor.debug import _clear_sharding_prop_cache
+def unstrided(rule):
+    """DTensor's ``rule`` for a reshaping view, with no strategy that makes a ``_StridedShard``."""
 
-        _clear_sharding_prop_cache()
-
-
-def _unstrided(rule):
     def strategy(op_schema: OpSchema) -> OpStrategy:
         result = rule(op_schema)
         source = op_schema.args_schema[0]
@@ -88,7 +72,7 @@ def _with_axes_replicated(rule, op_schema: OpSchema, source: OpStrategy, op_spec
         schema_info=op_schema.schema_info,
     )
     found = []
-    for inner in _unstrided(rule)(schema).strategies:
+    for inner in unstrided(rule)(schema).strategies:
         costs = [generate_redistribute_costs(source, inner.input_specs[0])]
         found.append(OpSpec(inner.output_specs, inner.input_specs, redistribute_cost=costs))
     return found

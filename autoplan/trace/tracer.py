@@ -23,7 +23,7 @@ from torch.utils._pytree import keystr, tree_flatten, tree_flatten_with_path
 
 from autoplan.trace import opaque
 from autoplan.errors import TraceError
-from autoplan.dtensor.fake_kernels import device_dtype_kernels
+from autoplan.dtensor.overrides import installed as dtensor_overrides
 from autoplan.dtensor.fused_attention import FusedAttention
 from autoplan.trace.loss import training_loss
 from autoplan.trace.training_call import training_kwargs
@@ -98,7 +98,7 @@ def trace_model(model: nn.Module, example_inputs) -> TracedGraph:
         model.train()
         regions = opaque.install(model, opaque_classes)
         try:
-            with recorder, device_dtype_kernels(), FusedAttention():
+            with recorder, dtensor_overrides(), FusedAttention():
                 # Tensors the forward builds from Python data on the meta device (``torch.tensor``
                 # in a module's forward) become graph constants instead of failing the trace.
                 gm = make_fx(step, tracing_mode="fake", _allow_non_fake_inputs=True)(params, buffers, args, kwargs)

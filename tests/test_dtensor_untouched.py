@@ -1,0 +1,54 @@
+"""Importing autoplan changes nothing in DTensor; planning and running a plan leave it as found.
+
+Each check runs in a fresh interpreter (``tests/scripts/dtensor_state.py``), so that no
+earlier test's imports or plans are in the process.
+"""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT
+
+SCRIPT = ROOT / "tests" / "scripts" / "dtensor_state.py"
+
+
+def _run(*args: str) -> dict:
+    done = subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_importing_every_autoplan_module_leaves_dtensor_untouched():
+    found = _run("import")
+    assert found["modules"] > 40  # every module was imported, not just the package
+    assert found["changed"] == []
+
+
+def test_install_changes_dtensor_and_uninstall_restores_it_exactly():
+    found = _run("install")
+    # While installed, the selection, the views' rules, the move and the kernels are autoplan's.
+    assert {"select", "move", "strategy_funcs", "schema_info", "fake_kernels", "cache"} <= set(found["changed_while_installed"])
+    assert found["changed_after_nested_uninstall"] == found["changed_while_installed"]
+    assert found["changed"] == []
+
+
+def test_plain_tensor_parallel_runs_the_same_collectives_after_autoplan_planned_and_trained():
+    """torch's own ``parallelize_module`` (Colwise then Rowwise on an MLP whose activation is
+    reshaped between them) issues the collectives it issues without autoplan imported,
+    after autoplan planned a Llama that shards its weights and ran a training step of it."""
+    alone = _run("mlp")
+    after = _run("plan-then-mlp")
+    assert after["planned_and_stepped"] and after["weights_split"]
+    assert after["changed"] == []
+    assert alone["mlp"] == after["mlp"]
+    assert alone["mlp"]["collectives"]  # the program does communicate
+
+
+@pytest.mark.parametrize("what", ["select", "move"])
+def test_a_moved_internal_is_one_clear_line(what):
+    found = _run("moved", what)
+    assert found["error"].startswith("DTensorInternalsError: this torch (")
+    assert "; fix: " in found["error"] and found["changed"] == []
