@@ -31,8 +31,7 @@ def costed_mlp(**dispatch):
 
 
 def node_kinds(costed):
-    return {name: (data["kind"], data["requires_grad"], data["fx_node"].target in VIEW_OPS)
-            for name, data in costed.choices.graph.nodes(data=True)}
+    return {d.name: (d.kind, d.requires_grad, d.fx_node.target in VIEW_OPS) for d in costed.choices.graph.decisions()}
 
 
 def test_free_dispatch_leaves_views_and_parameters_free():
@@ -64,7 +63,7 @@ def test_ops_of_a_class_in_the_table_pay_its_figures_the_rest_the_generic_ones()
     for name, (kind, grad, _) in node_kinds(free).items():
         if kind != OP:
             continue
-        cls = op_class(free.choices.graph.nodes[name]["fx_node"].target)
+        cls = op_class(free.choices.decision(name).fx_node.target)
         forward, backward = (table[cls]["forward_op_s"], table[cls]["backward_op_s"]) if cls in table else (FORWARD, BACKWARD)
         added = [b - a for a, b in zip(free.nodes[name].compute_s, charged.nodes[name].compute_s)]
         assert added == pytest.approx([forward + (backward if grad else 0.0)] * len(added)), name
@@ -75,11 +74,11 @@ def test_ops_of_a_class_in_the_table_pay_its_figures_the_rest_the_generic_ones()
 def test_optimizer_pays_per_parameter_and_per_local_byte():
     costed = costed_mlp(optimizer_param_s=PER_PARAM, optimizer_bytes_per_s=OPT_BW)
     graph = costed.choices.graph
-    params = [n for n, d in graph.nodes(data=True) if d["kind"] == PARAMETER]
+    params = [d for d in graph.decisions() if d.kind == PARAMETER]
     assert len(params) == 2
-    for name in params:
-        full = tensor_bytes(graph.nodes[name]["fx_node"].meta["val"])
-        for strategy, seconds in zip(graph.nodes[name]["strategies"], costed.nodes[name].compute_s):
+    for param in params:
+        full = tensor_bytes(param.fx_node.meta["val"])
+        for strategy, seconds in zip(param.strategies, costed.nodes[param.name].compute_s):
             shards = 4 if strategy.outputs[0][0] != "R" else 1
             assert seconds == pytest.approx(PER_PARAM + full / shards / OPT_BW)
 

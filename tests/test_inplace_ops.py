@@ -24,14 +24,13 @@ class NormalisedRows(nn.Module):
 
 def _division():
     choices = build_choices(trace_model(NormalisedRows(), (torch.randn(4, 16),)), (2, 4), ("dp", "tp"))
-    graph = choices.graph
-    name = next(n for n in graph.nodes if graph.nodes[n]["fx_node"].target == torch.ops.aten.div_.Tensor)
+    name = next(d.name for d in choices.graph.decisions() if d.fx_node.target == torch.ops.aten.div_.Tensor)
     return choices, name
 
 
 def test_every_candidate_takes_self_as_it_is_in_any_layout():
     choices, name = _division()
-    strategies = choices.graph.nodes[name]["strategies"]
+    strategies = choices.decision(name).strategies
     assert all(s.outputs[0] == s.inputs[0] for s in strategies)
     assert {("R", "R"), ("S(0)", "R"), ("R", "S(0)")} <= {s.inputs[0] for s in strategies}
 
@@ -39,10 +38,10 @@ def test_every_candidate_takes_self_as_it_is_in_any_layout():
 def test_a_plan_that_moves_self_says_so():
     choices, name = _division()
     graph = choices.graph
-    source = next(u for u, _, k in graph.in_edges(name, keys=True) if k == 0)
+    source = next(u for u, _, k in graph.inputs_of(name) if k == 0)
     choice = {n: 0 for n in graph.nodes}
-    made = graph.nodes[source]["strategies"][0].outputs[0]
-    strategies = graph.nodes[name]["strategies"]
+    made = graph.decision(source).strategies[0].outputs[0]
+    strategies = graph.decision(name).strategies
     choice[name] = next(i for i, s in enumerate(strategies) if s.inputs[0] == made)
     assert not _moved_inplace_selves(graph, choice)
     choice[name] = next(i for i, s in enumerate(strategies) if s.inputs[0] != made)

@@ -40,8 +40,8 @@ class Outer(nn.Module):
 def _edges(costed, target):
     graph = costed.choices.graph
     for (u, v, k), edge in costed.edges.items():
-        data = graph.nodes[v]
-        if data["kind"] == "op" and data["fx_node"].target == target and graph.nodes[u]["kind"] == "op":
+        consumer = graph.decision(v)
+        if consumer.kind == "op" and consumer.fx_node.target == target and graph.decision(u).kind == "op":
             yield u, v, edge
 
 

@@ -9,6 +9,7 @@ replication does at run time.
 
 Edges run producer -> consumer, keyed by the consumer's tensor-input index, and carry
 which output of the producer they read (multi-output ops are read through getitem).
+Each node holds a ``Decision`` (``choices/decision.py``).
 """
 
 from __future__ import annotations
@@ -16,12 +17,12 @@ from __future__ import annotations
 import operator
 from dataclasses import dataclass
 
-import networkx as nx
 import torch
 from torch import fx
 from torch.distributed.device_mesh import DeviceMesh
 from torch.utils._pytree import tree_flatten, tree_map
 
+from autoplan.choices.decision import Decision, DecisionGraph
 from autoplan.dtensor import strategies as registry
 from autoplan.trace.opaque import OPAQUE_OP
 from autoplan.placements import candidate_specs, replicated
@@ -36,14 +37,9 @@ PARAMETER, BUFFER, INPUT, OP, CONSTANT, FALLBACK = (
 
 @dataclass(frozen=True)
 class ChoiceGraph:
-    """Decisions and their candidate strategies, as a networkx MultiDiGraph.
+    """Decisions and their candidate strategies (``graph``: one ``Decision`` per node)."""
 
-    Node attributes: ``kind``, ``strategies`` (list of Strategy), ``fx_node`` (torch.fx
-    node), ``module`` (owning module FQN), ``requires_grad`` (output carries a gradient).
-    Edge attributes (key = consumer input index): ``out_index``.
-    """
-
-    graph: nx.MultiDiGraph
+    graph: DecisionGraph
     traced: TracedGraph
     mesh_shape: tuple[int, ...]
     axis_names: tuple[str, ...]
@@ -51,13 +47,11 @@ class ChoiceGraph:
     fallback_ops: tuple[str, ...] = ()
     """Ops with no DTensor rule, planned replicated (sorted names such as ``aten.renorm.default``)."""
 
-    def strategies(self, name: str) -> list[Strategy]:
-        return self.graph.nodes[name]["strategies"]
+    def decision(self, name: str) -> Decision:
+        return self.graph.decision(name)
 
-    def inputs_of(self, name: str) -> list[tuple[str, int, int]]:
-        """(producer, producer output index, input index) for each tensor input of ``name``."""
-        found = [(u, data["out_index"], k) for u, _, k, data in self.graph.in_edges(name, keys=True, data=True)]
-        return sorted(found, key=lambda item: item[2])
+    def strategies(self, name: str) -> tuple[Strategy, ...]:
+        return self.graph.decision(name).strategies
 
 
 def planning_mesh(mesh_shape: tuple[int, ...], axis_names: tuple[str, ...]) -> DeviceMesh:
@@ -69,11 +63,11 @@ def planning_mesh(mesh_shape: tuple[int, ...], axis_names: tuple[str, ...]) -> D
 @while_installed  # DTensor's registry, with autoplan's rules and views in it
 def build_choices(traced: TracedGraph, mesh_shape: tuple[int, ...], axis_names: tuple[str, ...]) -> ChoiceGraph:
     mesh = planning_mesh(mesh_shape, axis_names)
-    graph = nx.MultiDiGraph()
+    graph = DecisionGraph()
     tuple_items: dict[str, tuple[str, int]] = {}  # getitem node -> (producer, index)
     from_placeholder: set[str] = set()
     requires_grad: set[str] = set()
-    cache: dict[tuple, list[Strategy] | None] = {}
+    cache: dict[tuple, tuple[Strategy, ...] | None] = {}
     uncovered: dict[str, list[str]] = {}
     module_of = traced.node_modules
 
@@ -85,11 +79,11 @@ def build_choices(traced: TracedGraph, mesh_shape: tuple[int, ...], axis_names: 
                 specs = [replicated(len(mesh_shape))]
             else:
                 specs = candidate_specs(tuple(value.shape), mesh_shape, partial=False)
-            graph.add_node(
-                node.name, kind=kind, fx_node=node, module=module_of[node.name],
-                strategies=[Strategy((spec,), ()) for spec in specs],
+            graph.add_decision(Decision(
+                node.name, kind, node, module_of[node.name],
+                strategies=tuple(Strategy((spec,), ()) for spec in specs),
                 requires_grad=node.name in traced.trainable,
-            )
+            ))
             from_placeholder.add(node.name)
             if node.name in traced.trainable:
                 requires_grad.add(node.name)
@@ -97,10 +91,10 @@ def build_choices(traced: TracedGraph, mesh_shape: tuple[int, ...], axis_names: 
         if node.op == "get_attr":
             # A tensor the forward built from Python data (``torch.tensor(...)``: ALiBi
             # slopes, a cache's empty start): the same on every rank, like an arange.
-            graph.add_node(
-                node.name, kind=CONSTANT, fx_node=node, module=module_of[node.name],
-                strategies=[_replicate_all(node, 0, len(mesh_shape))], requires_grad=False,
-            )
+            graph.add_decision(Decision(
+                node.name, CONSTANT, node, module_of[node.name],
+                strategies=(_replicate_all(node, 0, len(mesh_shape)),), requires_grad=False,
+            ))
             continue
         if node.op != "call_function":
             continue
@@ -136,13 +130,10 @@ def build_choices(traced: TracedGraph, mesh_shape: tuple[int, ...], axis_names: 
         else:
             kind = CONSTANT
         if not options:
-            options = [_replicate_all(node, len(tensor_inputs), len(mesh_shape))]
-        graph.add_node(
-            node.name, kind=kind, fx_node=node, module=module_of[node.name],
-            strategies=options, requires_grad=grad,
-        )
+            options = (_replicate_all(node, len(tensor_inputs), len(mesh_shape)),)
+        graph.add_decision(Decision(node.name, kind, node, module_of[node.name], options, requires_grad=grad))
         for index, (source, out_index) in enumerate(sources):
-            graph.add_edge(source, node.name, key=index, out_index=out_index)
+            graph.add_read(source, node.name, index, out_index)
 
     warnings = tuple(
         f"no DTensor sharding rule for {op} ({len(names)} node(s), e.g. {names[0]}): replicated"
@@ -155,17 +146,17 @@ def build_choices(traced: TracedGraph, mesh_shape: tuple[int, ...], axis_names: 
     return ChoiceGraph(graph, traced, tuple(mesh_shape), tuple(axis_names), warnings, tuple(sorted(uncovered)))
 
 
-def _keep_buffers_in_place(options: list[Strategy], buffer_inputs: list[int]) -> list[Strategy]:
+def _keep_buffers_in_place(options: tuple[Strategy, ...], buffer_inputs: list[int]) -> tuple[Strategy, ...]:
     """Strategies that read each buffer where it lives (buffers are replicated).
 
     Ops may update a buffer in place (BatchNorm's running statistics, even though
     ``native_batch_norm``'s schema does not declare it); fed a redistributed copy, the
     update would be lost. Buffers are small, so reading them replicated costs little.
     """
-    return [
+    return tuple(
         strategy for strategy in options
         if all(all(p == "R" for p in strategy.inputs[i]) for i in buffer_inputs)
-    ]
+    )
 
 
 def _is_tensor_node(arg) -> bool:
@@ -200,7 +191,7 @@ def _signature(node: fx.Node) -> tuple:
     return (node.target, repr(args))
 
 
-def _strategies_for(node: fx.Node, mesh: DeviceMesh, cache: dict) -> list[Strategy] | None:
+def _strategies_for(node: fx.Node, mesh: DeviceMesh, cache: dict) -> tuple[Strategy, ...] | None:
     """Strategies for one op node, cached by op signature (repeated layers hit the cache)."""
     key = _signature(node)
     if key in cache:
@@ -215,5 +206,5 @@ def _strategies_for(node: fx.Node, mesh: DeviceMesh, cache: dict) -> list[Strate
         found = registry.enumerate_strategies(op, args, kwargs, node.meta["val"], mesh)
     except Exception:  # a rule that cannot enumerate is treated like a missing rule
         found = None
-    cache[key] = found or None
+    cache[key] = tuple(found) if found else None
     return cache[key]

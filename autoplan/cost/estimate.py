@@ -33,6 +33,7 @@ import torch
 from torch.utils._pytree import tree_flatten
 from torch.utils.flop_counter import flop_registry, sdpa_flop_count
 
+from autoplan.choices.decision import Decision
 from autoplan.choices.graph import BUFFER, CONSTANT, INPUT, OP, PARAMETER, ChoiceGraph
 from autoplan.cost.comm import collective_seconds, moves_locally, redistribute_seconds
 from autoplan.dtensor.fused_attention import FUSED_FORWARD
@@ -95,13 +96,13 @@ def estimate_costs(choices: ChoiceGraph, profile: ClusterProfile, reads=None) ->
     mesh_shape = choices.mesh_shape
     reducers = _gradient_reducers(choices, reads or (lambda producer, consumer: 1))
     nodes = {}
-    for name, data in graph.nodes(data=True):
-        nodes[name] = _node_cost(choices, profile, name, data, reducers)
+    for decision in graph.decisions():
+        nodes[decision.name] = _node_cost(choices, profile, decision, reducers)
     edges = {}
     moves: dict[tuple, float] = {}  # (src, dst, bytes, backward) -> seconds: layers repeat the same moves
     free_inputs: dict[tuple, list] = {}  # (consumer's strategy list, input) -> _free_inputs
-    for u, v, k, data in graph.edges(keys=True, data=True):
-        edges[(u, v, k)] = _edge_cost(choices, profile, u, v, k, data["out_index"], mesh_shape, moves, free_inputs)
+    for u, v, k, out_index in graph.reads():
+        edges[(u, v, k)] = _edge_cost(choices, profile, u, v, k, out_index, mesh_shape, moves, free_inputs)
     return CostedGraph(choices, profile, nodes, edges)
 
 
@@ -129,7 +130,7 @@ def _moved_by_dtensor(choices, u: str, v: str) -> bool:
     the edge enters a module, that module's input hook moves the value (``apply_plan``),
     as it does a parameter to its use layout; DTensor then finds it as planned."""
     graph = choices.graph
-    if graph.nodes[u]["kind"] != OP or graph.nodes[v]["kind"] != OP:
+    if graph.decision(u).kind != OP or graph.decision(v).kind != OP:
         return False
     owners = choices.traced.node_modules
     made, read = owners.get(u) or "", owners.get(v) or ""
@@ -156,9 +157,9 @@ def _not_run(src: Spec, members: list[int], frees: list[set]) -> bool:
     return bool(members) and all(any(moves_locally(src, spec) for spec in frees[j] if spec is not None) for j in members)
 
 
-def output_values(data) -> list:
+def output_values(decision: Decision) -> list:
     """A decision's traced output values (fake tensors), flattened."""
-    return tree_flatten(data["fx_node"].meta.get("val"))[0]
+    return tree_flatten(decision.fx_node.meta.get("val"))[0]
 
 
 def splits_work(strategy, axis: int) -> bool:
@@ -166,9 +167,9 @@ def splits_work(strategy, axis: int) -> bool:
     return any(s[axis] != "R" for s in strategy.inputs) or any(s and s[axis] != "R" for s in strategy.outputs)
 
 
-def is_view(data) -> bool:
+def is_view(decision: Decision) -> bool:
     """Whether a decision is a view op (moves no data; its layout follows its input's)."""
-    return data["fx_node"].target in VIEW_OPS
+    return decision.fx_node.target in VIEW_OPS
 
 
 def gradient_roots(choices: ChoiceGraph) -> dict[str, str]:
@@ -176,10 +177,10 @@ def gradient_roots(choices: ChoiceGraph) -> dict[str, str]:
     of a value and of its views are summed before anything reduces them."""
     graph = choices.graph
     root: dict[str, str] = {}
-    for name in graph.nodes:  # insertion order is graph order
-        data = graph.nodes[name]
+    for decision in graph.decisions():
+        name = decision.name
         preds = list(graph.predecessors(name))
-        if data["kind"] not in (PARAMETER, INPUT, BUFFER) and is_view(data) and len(preds) == 1:
+        if decision.kind not in (PARAMETER, INPUT, BUFFER) and is_view(decision) and len(preds) == 1:
             root[name] = root.get(preds[0], preds[0])
         else:
             root[name] = name
@@ -236,31 +237,31 @@ def _flops(node) -> float:
         return 0.0
 
 
-def _node_cost(choices, profile, name, data, reducers) -> NodeCost:
+def _node_cost(choices, profile, decision: Decision, reducers) -> NodeCost:
     mesh_shape = choices.mesh_shape
-    strategies = data["strategies"]
-    kind = data["kind"]
-    outputs = output_values(data)
+    strategies = decision.strategies
+    kind = decision.kind
+    outputs = output_values(decision)
     if kind in (PARAMETER, INPUT, BUFFER):
         value = outputs[0]
         full = tensor_bytes(value)
         local = [full / shard_factor(s.outputs[0], mesh_shape) for s in strategies]
-        if kind == PARAMETER and data["requires_grad"]:
+        if kind == PARAMETER and decision.requires_grad:
             opt = [optimizer_seconds(profile, b) for b in local]
             return NodeCost(tuple(opt), (0.0,) * len(local), tuple(STATE_COPIES * b for b in local), "model_state")
         return NodeCost((0.0,) * len(local), (0.0,) * len(local), tuple(local),
                         "model_state" if kind == PARAMETER else "activations")
 
-    node = data["fx_node"]
+    node = decision.fx_node
     graph = choices.graph
-    ins = choices.inputs_of(name)
-    in_values = [output_values(graph.nodes[u])[i] if len(output_values(graph.nodes[u])) > i else None for u, i, _ in ins]
+    ins = graph.inputs_of(decision.name)
+    in_values = [output_values(graph.decision(u))[i] if len(output_values(graph.decision(u))) > i else None for u, i, _ in ins]
     in_bytes = [tensor_bytes(v) for v in in_values]
     out_bytes = [tensor_bytes(v) for v in outputs]
-    view = is_view(data)
-    flops = 0.0 if view else choices.traced.opaque_flops.get(name) or _flops(node)
+    view = is_view(decision)
+    flops = 0.0 if view else choices.traced.opaque_flops.get(decision.name) or _flops(node)
     dtype = next((v.dtype for v in outputs if isinstance(v, torch.Tensor)), torch.float32)
-    grad_inputs = [graph.nodes[u]["requires_grad"] for u, _, _ in ins]
+    grad_inputs = [graph.decision(u).requires_grad for u, _, _ in ins]
     # matmul backward: one matmul per matrix operand needing a gradient (a bias is a reduction)
     grad_matrices = sum(g and getattr(v, "ndim", 0) >= 2 for g, v in zip(grad_inputs, in_values))
     dispatch = profile.dispatch
@@ -280,7 +281,7 @@ def _node_cost(choices, profile, name, data, reducers) -> NodeCost:
         work = 0.0 if view else _work(profile, flops / split, local_in + local_out, dtype)
         forward = dispatch.op_seconds(forward_fixed, profile.kernel_overhead_s, work)
         backward = 0.0
-        if data["requires_grad"]:
+        if decision.requires_grad:
             factor = max(1, grad_matrices) if node.target in MATMUL_OPS else 2
             backward = dispatch.op_seconds(backward_fixed, factor * profile.kernel_overhead_s, factor * work)
         compute.append(forward + backward)
@@ -295,23 +296,23 @@ def _node_cost(choices, profile, name, data, reducers) -> NodeCost:
                     local = nbytes / shard_factor(spec, mesh_shape)
                     reduce += collective_seconds(profile, "all_reduce", local, mesh_shape, axis) / reducers[u]
         comm.append(reduce)
-        saved = local_out if data["requires_grad"] and not view else 0.0
+        saved = local_out if decision.requires_grad and not view else 0.0
         memory.append(saved)
     return NodeCost(tuple(compute), tuple(comm), tuple(memory), "activations")
 
 
 def _edge_cost(choices, profile, u, v, k, out_index, mesh_shape, moves: dict, free_inputs: dict) -> EdgeCost:
     graph = choices.graph
-    producer = graph.nodes[u]
+    producer, consumer = graph.decision(u), graph.decision(v)
     value = output_values(producer)[out_index]
     rows: dict[Spec, int] = {}
     row_of = []
-    for s in producer["strategies"]:
+    for s in producer.strategies:
         row_of.append(rows.setdefault(s.output(out_index), len(rows)))
     cols: dict[Spec, int] = {}
-    col_of = [cols.setdefault(s.inputs[k], len(cols)) for s in graph.nodes[v]["strategies"]]
+    col_of = [cols.setdefault(s.inputs[k], len(cols)) for s in consumer.strategies]
     nbytes = tensor_bytes(value)
-    backward = producer["requires_grad"] and graph.nodes[v]["requires_grad"]
+    backward = producer.requires_grad and consumer.requires_grad
 
     def move(src, dst):
         key = (src, dst, nbytes, backward)
@@ -320,12 +321,11 @@ def _edge_cost(choices, profile, u, v, k, out_index, mesh_shape, moves: dict, fr
         return moves[key]
 
     seconds = tuple(tuple(move(src, dst) for dst in cols) for src in rows)
-    consumer = graph.nodes[v]
     if _moved_by_dtensor(choices, u, v) and any(t > 0 for row in seconds for t in row):
         # Repeated layers share one strategy list per op signature (``choices/graph.py``'s cache).
-        key = (id(consumer["strategies"]), k)
+        key = (id(consumer.strategies), k)
         if key not in free_inputs:
-            free_inputs[key] = _free_inputs(consumer["strategies"], k)
+            free_inputs[key] = _free_inputs(consumer.strategies, k)
         frees = free_inputs[key]
         col_specs = tuple(cols)
         members = [[j for j, c in enumerate(col_of) if c == col] for col in range(len(cols))]

@@ -24,18 +24,19 @@ def build_plan(costed: CostedGraph, choice: dict[str, int], solution: Solution, 
     traced = choices.traced
 
     def output_spec(name: str, out_index: int = 0):
-        return graph.nodes[name]["strategies"][choice[name]].output(out_index)
+        return graph.decision(name).strategies[choice[name]].output(out_index)
 
     parameters, shapes = {}, {}
     for node, fqns in traced.parameters.items():
         for fqn in fqns:
             parameters[fqn] = output_spec(node)
-            shapes[fqn] = tuple(graph.nodes[node]["fx_node"].meta["val"].shape)
+            shapes[fqn] = tuple(graph.decision(node).fx_node.meta["val"].shape)
     uses = _parameter_uses(choices, choice, parameters)
     inputs = {}
     for node, key in traced.inputs.items():
-        if graph.nodes[node]["kind"] == INPUT:
-            value = graph.nodes[node]["fx_node"].meta["val"]
+        decision = graph.decision(node)
+        if decision.kind == INPUT:
+            value = decision.fx_node.meta["val"]
             inputs[key] = BatchInput(tuple(value.shape), output_spec(node))
 
     warnings = list(choices.warnings) + list(extra_warnings) + _moved_inplace_selves(graph, choice)
@@ -86,12 +87,12 @@ def _moved_inplace_selves(graph, choice: dict[str, int]) -> list[str]:
     """A plan that lays out an in-place op's self other than its producer made it: DTensor
     runs the op where self is instead, so the run will differ from the prediction there."""
     found = []
-    for u, v, k, data in graph.edges(keys=True, data=True):
-        target = graph.nodes[v]["fx_node"].target
+    for u, v, k, out_index in graph.reads():
+        target = graph.decision(v).fx_node.target
         if k != 0 or not isinstance(target, torch._ops.OpOverload) or not is_inplace(target):
             continue
-        made = graph.nodes[u]["strategies"][choice[u]].output(data["out_index"])
-        wanted = graph.nodes[v]["strategies"][choice[v]].inputs[0]
+        made = graph.decision(u).strategies[choice[u]].output(out_index)
+        wanted = graph.decision(v).strategies[choice[v]].inputs[0]
         if made != wanted:
             found.append(
                 f"in-place op {v} ({target}) is planned on self laid out {format_spec(wanted)}, made "
@@ -143,7 +144,7 @@ def _through_views(graph, choice: dict[str, int], consumer: str, key: int, insid
     for the op. None if no view strategy gives it."""
     chain = view_chain(graph, consumer, key, inside)
     last, last_key = chain[-1]
-    wanted = spec_before_views(graph, chain, graph.nodes[last]["strategies"][choice[last]].inputs[last_key])
+    wanted = spec_before_views(graph, chain, graph.decision(last).strategies[choice[last]].inputs[last_key])
     return None if wanted is None else (last, wanted)
 
 
@@ -189,13 +190,13 @@ def _call_layout(costed: CostedGraph, choice, call: ModuleCall, output_spec, ord
             continue
         consumers = sorted(
             (order[v], v, k)
-            for _, v, k, data in graph.out_edges(source, keys=True, data=True)
-            if data["out_index"] == out_index and inside(v)
+            for _, v, k, read in graph.reads(source)
+            if read == out_index and inside(v)
         )
         if consumers:
             _, v, k = consumers[0]
             found = _through_views(graph, choice, v, k, inside)
-            inputs[key] = found[1] if found is not None else graph.nodes[v]["strategies"][choice[v]].inputs[k]
+            inputs[key] = found[1] if found is not None else graph.decision(v).strategies[choice[v]].inputs[k]
     outputs = {}
     for key, node in call.outputs:
         source, out_index = items.get(node, (node, 0))

@@ -66,7 +66,7 @@ def step_collectives(costed: CostedGraph, choice: dict[str, int], modules: dict 
         return owners.get(name) or ROOT
 
     def planned_out(name: str, index: int):
-        return graph.nodes[name]["strategies"][choice[name]].output(index)
+        return graph.decision(name).strategies[choice[name]].output(index)
 
     boundaries = _boundaries(choices, modules or {})
     followed: dict[str, object] = {}  # view -> the strategy it runs, taking its input as it arrives
@@ -83,29 +83,29 @@ def step_collectives(costed: CostedGraph, choice: dict[str, int], modules: dict 
 
     # Forward: each boundary moves its value once; each reader moves what arrives to what it reads.
     readers: dict[tuple[str, int], list] = {}
-    for u, v, k, data in graph.edges(keys=True, data=True):
-        out_index = data["out_index"]
+    for u, v, k, out_index in graph.reads():
         value = (u, out_index)
         attach = _attach(boundaries.get(value, ()), module_of(v), owners.get(u) or "")
         arrived = attach.spec if attach is not None else made(u, out_index)
-        strategy = graph.nodes[v]["strategies"][choice[v]]
+        options = graph.decision(v).strategies
+        strategy = options[choice[v]]
         if arrived != strategy.inputs[k] and k == 0 and _views_follow(graph, v):
-            follow = next((s for s in graph.nodes[v]["strategies"] if len(s.inputs) == 1 and s.inputs[0] == arrived), None)
+            follow = next((s for s in options if len(s.inputs) == 1 and s.inputs[0] == arrived), None)
             if follow is not None:
                 followed[v], strategy = follow, follow
         dst = strategy.inputs[k]
-        nbytes = tensor_bytes(output_values(graph.nodes[u])[out_index])
+        nbytes = tensor_bytes(output_values(graph.decision(u))[out_index])
         for kind, axis, size, _ in redistribute_collectives(arrived, dst, nbytes, mesh_shape, backward=False):
             found[(module_of(v), kind, axis, round(size))] += 1
         readers.setdefault(value, []).append((v, strategy, arrived, dst, attach, nbytes))
     for value, chain in boundaries.items():
-        nbytes = tensor_bytes(output_values(graph.nodes[value[0]])[value[1]])
+        nbytes = tensor_bytes(output_values(graph.decision(value[0]))[value[1]])
         for b in chain:
             for kind, axis, size, _ in redistribute_collectives(parent_spec(b), b.spec, nbytes, mesh_shape, backward=False):
                 found[(b.fqn, kind, axis, round(size))] += 1
     for name in exits:  # a module output hook puts a view that followed its input back to the plan's layout
         if name in followed and followed[name].outputs[0] != planned_out(name, 0):
-            nbytes = tensor_bytes(output_values(graph.nodes[name])[0])
+            nbytes = tensor_bytes(output_values(graph.decision(name))[0])
             for kind, axis, size, _ in redistribute_collectives(followed[name].outputs[0], planned_out(name, 0), nbytes, mesh_shape, backward=False):
                 found[(module_of(name), kind, axis, round(size))] += 1
 
@@ -114,11 +114,11 @@ def step_collectives(costed: CostedGraph, choice: dict[str, int], modules: dict 
     grads: dict[tuple[str, int], tuple | None] = {}
     partial: dict[tuple[str, int], float] = {}
     order = {name: i for i, name in enumerate(graph.nodes)}
-    for name in reversed(list(graph.nodes)):
-        data = graph.nodes[name]
-        if not data["requires_grad"]:
+    for decision in reversed(list(graph.decisions())):
+        if not decision.requires_grad:
             continue
-        for out_index in range(max(1, len(output_values(data)))):
+        name = decision.name
+        for out_index in range(max(1, len(output_values(decision)))):
             value = (name, out_index)
             if value not in readers:
                 continue
@@ -131,7 +131,7 @@ def step_collectives(costed: CostedGraph, choice: dict[str, int], modules: dict 
         if grad is None or (_views_follow(graph, u) and len(list(graph.predecessors(u))) == 1):
             continue  # a view's gradient goes on to its input
         src = made(*value)
-        nbytes = tensor_bytes(output_values(graph.nodes[u])[value[1]])
+        nbytes = tensor_bytes(output_values(graph.decision(u))[value[1]])
         for axis, p in enumerate(grad):
             if is_partial(p):
                 partial[(u, axis)] = nbytes / shard_factor(src, mesh_shape)
@@ -141,27 +141,27 @@ def step_collectives(costed: CostedGraph, choice: dict[str, int], modules: dict 
         for kind, axis, size in gradient_collectives(whole, src, nbytes, mesh_shape):
             found[(module_of(u), kind, axis, round(size))] += 1
     for (source, axis), nbytes in partial.items():
-        data = graph.nodes[source]
-        spec = data["strategies"][choice[source]].outputs[0] if data["strategies"] else None
+        decision = graph.decision(source)
+        spec = decision.strategies[choice[source]].outputs[0] if decision.strategies else None
         kind = "reduce_scatter" if spec is not None and is_shard(spec[axis]) else "all_reduce"
-        module = _parameter_module(choices, source) if data["kind"] == PARAMETER else module_of(source)
+        module = _parameter_module(choices, source) if decision.kind == PARAMETER else module_of(source)
         found[(module, kind, axis, round(nbytes))] += 1
 
     loss = loss_output(choices)
     if loss is not None:
         node = loss[0]
-        data = graph.nodes[node]
-        strategy = data["strategies"][choice[node]]
-        values = output_values(data)
-        for at_root, axis, index in loss_reductions(loss, data["fx_node"], strategy, mesh_shape):
+        decision = graph.decision(node)
+        strategy = decision.strategies[choice[node]]
+        values = output_values(decision)
+        for at_root, axis, index in loss_reductions(loss, decision.fx_node, strategy, mesh_shape):
             found[(ROOT if at_root else module_of(node), "all_reduce", axis, round(tensor_bytes(values[index])))] += 1
     return found
 
 
 def _views_follow(graph, name: str) -> bool:
     """Whether ``name`` is a view, which DTensor runs on its input as it arrives (no move)."""
-    data = graph.nodes[name]
-    return data["kind"] == OP and is_view(data)
+    decision = graph.decision(name)
+    return decision.kind == OP and is_view(decision)
 
 
 def _value_gradient(value, readers, chain, graph, order, grads, mesh_shape, parent_spec, found, module_of, made):
@@ -170,7 +170,7 @@ def _value_gradient(value, readers, chain, graph, order, grads, mesh_shape, pare
     ``order``: node -> its position in the graph (when its gradient part is ready)."""
     into: dict[object, list] = {}  # attach point -> [(when the part is ready, gradient)]
     for v, strategy, arrived, dst, attach, nbytes in readers:
-        if not graph.nodes[v]["requires_grad"]:
+        if not graph.decision(v).requires_grad:
             continue
         if _views_follow(graph, v) and len(strategy.inputs) == 1:
             after = grads.get((v, 0))
@@ -190,7 +190,7 @@ def _value_gradient(value, readers, chain, graph, order, grads, mesh_shape, pare
                 found[(module_of(v), kind, axis, round(size))] += 1
             grad = without_partial(arrived)
         into.setdefault(attach, []).append((order[v], grad))
-    nbytes = tensor_bytes(output_values(graph.nodes[value[0]])[value[1]])
+    nbytes = tensor_bytes(output_values(graph.decision(value[0]))[value[1]])
     module = module_of(value[0])
     for b in sorted(chain, key=lambda b: -b.depth):  # inner boundaries first
         parts = into.pop(b, [])

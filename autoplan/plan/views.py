@@ -15,7 +15,7 @@ def view_chain(graph, consumer: str, key: int, inside=lambda node: True) -> list
     """``[(node, input index), ...]`` from input ``key`` of ``consumer`` down its single-reader
     views to the first op that is not a view (or whose next reader is not ``inside``)."""
     chain = [(consumer, key)]
-    while is_view(graph.nodes[chain[-1][0]]) and graph.out_degree(chain[-1][0]) == 1:
+    while is_view(graph.decision(chain[-1][0])) and graph.out_degree(chain[-1][0]) == 1:
         _, after, after_key = next(iter(graph.out_edges(chain[-1][0], keys=True)))
         if not inside(after):
             break
@@ -27,7 +27,7 @@ def spec_before_views(graph, chain, wanted):
     """The layout at the start of ``chain`` that its views turn into ``wanted`` (the last
     node's input layout); None if no view strategy gives it."""
     for view, _ in reversed(chain[:-1]):
-        wanted = next((s.inputs[0] for s in graph.nodes[view]["strategies"] if s.outputs[0] == wanted), None)
+        wanted = next((s.inputs[0] for s in graph.decision(view).strategies if s.outputs[0] == wanted), None)
         if wanted is None:
             return None
     return wanted
@@ -37,7 +37,7 @@ def spec_after_views(graph, chain, spec):
     """What ``chain``'s views turn the layout ``spec`` into at its last node; None if a view
     has no strategy taking it."""
     for view, _ in chain[:-1]:
-        spec = next((s.outputs[0] for s in graph.nodes[view]["strategies"] if s.inputs[0] == spec), None)
+        spec = next((s.outputs[0] for s in graph.decision(view).strategies if s.inputs[0] == spec), None)
         if spec is None:
             return None
     return spec

@@ -43,6 +43,7 @@ from dataclasses import dataclass
 
 from ortools.math_opt.python import mathopt
 
+from autoplan.choices.graph import INPUT, OP
 from autoplan.cost.estimate import CostedGraph
 from autoplan.errors import InfeasibleError
 from autoplan.solve.warm_start import greedy_start
@@ -273,11 +274,11 @@ def _sharded_outputs(costed, name: str, index: int) -> int:
     """Tie-break units of a strategy: an op's non-replicated output placements; a batch
     input's replicated ones (a batch that is as cheap split as whole should arrive split);
     nothing for parameters."""
-    data = costed.choices.graph.nodes[name]
-    outputs = data["strategies"][index].outputs
-    if data["kind"] == "input":
+    decision = costed.choices.decision(name)
+    outputs = decision.strategies[index].outputs
+    if decision.kind == INPUT:
         return sum(p == "R" for spec in outputs if spec for p in spec)
-    if data["kind"] != "op":
+    if decision.kind != OP:
         return 0
     return sum(p != "R" for spec in outputs if spec for p in spec)
 

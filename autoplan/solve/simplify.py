@@ -52,15 +52,15 @@ def merge_followers(costed: CostedGraph, regions: dict | None = None, keep=froze
     def spec_seen(node: str, out_index: int, leader_strategy: int):
         """Spec ``node`` outputs at ``out_index`` when its leader uses ``leader_strategy``."""
         own = followers[node][1][leader_strategy] if node in followers else leader_strategy
-        return graph.nodes[node]["strategies"][own].output(out_index)
+        return graph.decision(node).strategies[own].output(out_index)
 
     for name in graph.nodes:  # graph order: producers first
-        in_edges = list(graph.in_edges(name, keys=True, data=True))
-        if len(in_edges) != 1 or len(graph.nodes[name]["strategies"]) == 1:
+        inputs = graph.inputs_of(name)
+        if len(inputs) != 1 or len(graph.decision(name).strategies) == 1:
             continue
-        u, _, k, data = in_edges[0]
+        [(u, out_index, k)] = inputs
         leader = followers[u][0] if u in followers else u
-        if len(graph.nodes[leader]["strategies"]) == 1 or name in keep:
+        if len(graph.decision(leader).strategies) == 1 or name in keep:
             continue
         if regions.get(name) != regions.get(leader):
             continue
@@ -68,8 +68,8 @@ def merge_followers(costed: CostedGraph, regions: dict | None = None, keep=froze
         cost = costed.nodes[name]
         own = [c + m for c, m in zip(cost.compute_s, cost.comm_s)]
         pick = []
-        for i in range(len(graph.nodes[leader]["strategies"])):
-            handed = spec_seen(u, data["out_index"], i)
+        for i in range(len(graph.decision(leader).strategies)):
+            handed = spec_seen(u, out_index, i)
             row = edge.rows.index(handed)
             as_is = [j for j in range(len(own)) if edge.cols[edge.col_of[j]] == handed]
             best = min(as_is or range(len(own)), key=lambda j: (own[j] + edge.seconds[row][edge.col_of[j]], j))
@@ -92,11 +92,11 @@ def merge_followers(costed: CostedGraph, regions: dict | None = None, keep=froze
             edges[(u, v, k)] = edge
             continue
         leader = followers[u][0]
-        out_index = graph.edges[u, v, k]["out_index"]
+        out_index = graph.out_index(u, v, k)
         rows: dict = {}
         row_of = tuple(
             rows.setdefault(spec_seen(u, out_index, i), len(rows))
-            for i in range(len(graph.nodes[leader]["strategies"]))
+            for i in range(len(graph.decision(leader).strategies))
         )
         specs = tuple(rows)
         seconds = tuple(edge.seconds[edge.rows.index(spec)] for spec in specs)
@@ -123,13 +123,14 @@ def layer_regions(choices) -> dict[str, str] | None:
     if not any(n >= 3 for n in sizes.values()):
         return None
     regions = {}
-    for name, data in choices.graph.nodes(data=True):
+    for decision in choices.graph.decisions():
+        name = decision.name
         if name in traced.parameters:
             fqn = traced.parameters[name][0]
         elif name in traced.buffers:
             fqn = traced.buffers[name]
         else:
-            fqn = data["module"]
+            fqn = decision.module
         regions[name] = _numbered_prefix(fqn)
     return regions
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from autoplan.choices.decision import Decision
 from autoplan.choices.graph import BUFFER, PARAMETER, ChoiceGraph
 from autoplan.cost.estimate import CostedGraph, EdgeCost, NodeCost
 from autoplan.trace.repeats import RepeatedBlocks
@@ -57,14 +58,15 @@ def block_regions(choices: ChoiceGraph, blocks: RepeatedBlocks) -> dict[str, int
     """Decision -> 0 or 1 (the traced layer it belongs to), None outside the stack."""
     traced = choices.traced
     regions: dict[str, int | None] = {}
-    for name, data in choices.graph.nodes(data=True):
-        if data["kind"] == PARAMETER:
+    for decision in choices.graph.decisions():
+        name = decision.name
+        if decision.kind == PARAMETER:
             layers = {blocks.layer_of(fqn) for fqn in traced.parameters[name]}
             regions[name] = layers.pop() if len(layers) == 1 else None
-        elif data["kind"] == BUFFER:
+        elif decision.kind == BUFFER:
             regions[name] = blocks.layer_of(traced.buffers[name])
         else:
-            regions[name] = blocks.layer_of(data["module"])
+            regions[name] = blocks.layer_of(decision.module)
     return regions
 
 
@@ -77,10 +79,10 @@ def match_blocks(choices: ChoiceGraph, regions: dict[str, int | None]) -> dict[s
         return None
     twin = dict(zip(second, first))
     for b, a in twin.items():
-        da, db = graph.nodes[a], graph.nodes[b]
-        if da["kind"] != db["kind"] or da["strategies"] != db["strategies"] or not _same_value(da, db):
+        da, db = graph.decision(a), graph.decision(b)
+        if da.kind != db.kind or da.strategies != db.strategies or not _same_value(da, db):
             return None
-        ins_a, ins_b = choices.inputs_of(a), choices.inputs_of(b)
+        ins_a, ins_b = graph.inputs_of(a), graph.inputs_of(b)
         if [(i, k) for _, i, k in ins_a] != [(i, k) for _, i, k in ins_b]:
             return None
         for (pa, _, _), (pb, _, _) in zip(ins_a, ins_b):
@@ -189,8 +191,8 @@ def scale_costs(costed: CostedGraph, node_weight) -> CostedGraph:
     return CostedGraph(costed.choices, costed.profile, nodes, edges)
 
 
-def _same_value(da, db) -> bool:
-    fa, fb = da["fx_node"], db["fx_node"]
+def _same_value(da: Decision, db: Decision) -> bool:
+    fa, fb = da.fx_node, db.fx_node
     if fa.op != fb.op or (fa.op != "placeholder" and fa.target != fb.target):
         return False
     va, vb = fa.meta.get("val"), fb.meta.get("val")
