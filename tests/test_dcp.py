@@ -1,4 +1,4 @@
-"""Issue 4, must-show 2: deferred init + DCP. On 8 gloo ranks the tiny Llama is built on the
+"""Deferred init + DCP. On 8 gloo ranks the tiny Llama is built on the
 meta device, planned with plan A (weights sharded on both axes of 2x4), given the seeded
 single-device weights, trained 2 AdamW steps and saved with ``save_checkpoint``; a fresh
 meta model under plan B (Megatron tensor parallelism: other placements for most

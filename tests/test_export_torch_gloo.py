@@ -1,4 +1,4 @@
-"""Issue 4, must-show 3: a plan exported with ``autoplan export --format torch`` and applied
+"""A plan exported with ``autoplan export --format torch`` and applied
 with PyTorch's own ``parallelize_module`` gives the same loss, logits and gradients as
 autoplan's engine running the plan, on a 1-D tp mesh of 4 gloo processes.
 

@@ -67,7 +67,7 @@ def test_mlp_blocks_are_megatron_style_on_one_axis(plans):
 
     Which axis is a cost-model finding: both axes of a 2x4 mesh sit inside one 8-GPU
     NVLink node, and the model prices tensor parallelism of degree 2 with data
-    parallelism of degree 4 a little cheaper than 4 x 2 (see the issue note).
+    parallelism of degree 4 a little cheaper than 4 x 2 (the cost model's alpha-beta figures per axis decide it).
     """
     auto, _, _ = plans
     for layer in (0, 1):

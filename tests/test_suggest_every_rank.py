@@ -1,4 +1,4 @@
-"""Issue 4, must-show 1: ``autoplan.suggest`` called on every rank of a torchrun job (8 gloo
+"""``autoplan.suggest`` called on every rank of a torchrun job (8 gloo
 processes) returns the same plan bytes on every rank, planned once on rank 0, and a second
 launch takes the plan from the cache in ``plans_out/cache/`` without solving.
 """

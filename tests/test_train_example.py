@@ -1,4 +1,4 @@
-"""Issue 4, must-show 2: ``examples/train.py`` under torchrun (8 gloo processes) plans,
+"""``examples/train.py`` under torchrun (8 gloo processes) plans,
 applies and trains the tiny Llama with AdamW; its loss after 5 steps equals the
 single-device run's (relative error <= 1e-4). The plan's budget forces weights to be
 sharded on both mesh axes, so the optimizer steps on DTensor shards.

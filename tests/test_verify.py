@@ -1,4 +1,4 @@
-"""Issue 4, must-show 1: ``autoplan verify`` passes for every public-zoo model on meshes (8),
+"""``autoplan verify`` passes for every public-zoo model on meshes (8),
 (2,4) and (2,2,2): one training step (forward, backward, AdamW) on a fake process group of
 8 ranks runs exactly the collectives the plan predicts, in count and bytes per module,
 mesh axis and kind (the per-module rows say where each ran). Plans are made under a budget that forces half the model state to be

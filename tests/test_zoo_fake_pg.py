@@ -1,4 +1,4 @@
-"""Issue 3, must-show 1: every public-zoo model plans on meshes (8), (2,4) and (2,2,2), and the
+"""Every public-zoo model plans on meshes (8), (2,4) and (2,2,2), and the
 plan applies on a fake process group of 8 ranks, where forward and backward run and every
 gradient ends with its parameter's placements. The hard cases (sizes that do not divide
 the mesh, a data-dependent mixture-of-experts) run on 2x4.

@@ -1,4 +1,4 @@
-"""Issue 3, must-shows 2 and 3: every public-zoo model's tiny config on a 2x4 gloo run (8
+"""Every public-zoo model's tiny config on a 2x4 gloo run (8
 processes on 127.0.0.1) gives the single-device model's loss, gradients and buffers.
 
 Each model is planned under a memory budget its unconstrained plan exceeds (half of the
