@@ -20,7 +20,7 @@ _HOMES = {
     "AutoplanError": "autoplan.errors", "training_loss": "autoplan.trace.loss",
     "load_full_state_dict": "autoplan.apply.materialize", "Plan": "autoplan.plan.module_plan",
     "load_profile": "autoplan.cost.profile", "Score": "autoplan.evaluate.score", "score": "autoplan.evaluate.score",
-    "suggest": "autoplan.pipeline.suggest",
+    "suggest": "autoplan.pipeline.cached",
 }
 
 __all__ = sorted(_HOMES)

@@ -195,13 +195,14 @@ def plans_for_model(name: str, args) -> tuple[list[Candidate], list[str]]:
     from autoplan.evaluate.baselines import BASELINES, baseline_for_problem
     from autoplan.errors import NotApplicableError
     from autoplan.model_file import load_model_file
-    from autoplan.pipeline.pinning import Pins, prepare_problem, solve_pinned
+    from autoplan.pipeline.pinning import Pins
+    from autoplan.pipeline.problem import prepare_problem, solve_problem
     from autoplan.evaluate.score import score_problem
 
     loaded = load_model_file(str(ROOT / "examples" / f"{name}.py"))
     problem = prepare_problem(loaded.model, loaded.example_inputs, MESH, AXIS_NAMES, args.profile)
     notes: list[str] = []
-    plans: list[tuple[str, str, object]] = [("auto", "auto", solve_pinned(problem, Pins(problem))[0])]
+    plans: list[tuple[str, str, object]] = [("auto", "auto", solve_problem(problem, Pins(problem), over_budget=True)[0])]
     for baseline in BASELINES:
         try:
             built = baseline_for_problem(baseline, problem)
@@ -224,7 +225,8 @@ def plans_for_model(name: str, args) -> tuple[list[Candidate], list[str]]:
 
 def random_plans(problem, count: int, seed: int, taken: set) -> list[tuple[str, object]]:
     """``count`` distinct random layouts that fit, each solved by autoplan; seeded."""
-    from autoplan.pipeline.pinning import Pins, solve_pinned
+    from autoplan.pipeline.pinning import Pins
+    from autoplan.pipeline.problem import solve_problem
 
     rng = random.Random(f"{seed}")
     choices = problem.choices
@@ -243,7 +245,7 @@ def random_plans(problem, count: int, seed: int, taken: set) -> list[tuple[str, 
                 continue
             specs = sorted({s.outputs[0] for s in choices.strategies(node)})
             pins.value(node, 0, rng.choice(specs), what, strict=True)
-        plan, _, fits = solve_pinned(problem, pins)
+        plan, _, fits = solve_problem(problem, pins, over_budget=True)
         key = _layout_key(plan)
         if fits and key not in taken:
             taken.add(key)

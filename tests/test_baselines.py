@@ -11,7 +11,8 @@ import autoplan
 from autoplan.evaluate.baselines import BASELINES, baseline_for_problem, build_baseline
 from autoplan.errors import NotApplicableError
 from autoplan.model_file import load_model_file
-from autoplan.pipeline.pinning import Pins, prepare_problem, solve_pinned
+from autoplan.pipeline.pinning import Pins
+from autoplan.pipeline.problem import prepare_problem, solve_problem
 from autoplan.evaluate.score import score_problem
 from conftest import EXAMPLES
 
@@ -23,7 +24,7 @@ LAYER = "model.layers.0"
 def built():
     loaded = load_model_file(str(EXAMPLES / "llama.py"))
     problem = prepare_problem(loaded.model, loaded.example_inputs, (2, 4), ("dp", "tp"), "cpu-gloo")
-    auto, _, _ = solve_pinned(problem, Pins(problem))
+    auto, _, _ = solve_problem(problem, Pins(problem))
     return problem, auto, {name: baseline_for_problem(name, problem) for name in BASELINES}
 
 

@@ -1,4 +1,7 @@
-"""Identical layers planned once: tied vs untied, plan coverage, determinism, time limit."""
+"""Identical layers planned once: tied vs untied, plan coverage, determinism, time limit, and
+score and baselines solving the same tied problem (an unlike layout planned untied)."""
+
+import dataclasses
 
 import pytest
 import torch
@@ -9,9 +12,12 @@ from torch.testing._internal.distributed.fake_pg import FakeStore
 from transformers import AutoModelForCausalLM, LlamaConfig
 
 import autoplan
+from autoplan.evaluate.baselines import baseline_for_problem
+from autoplan.evaluate.score import score_problem
+from autoplan.pipeline.problem import prepare_problem
+from autoplan.pipeline.suggest import suggest_with_report
 from autoplan.plan.expand import expand_plan
 from autoplan.trace.repeats import RepeatedBlocks, find_repeated_blocks
-from autoplan.pipeline.suggest import suggest_with_report
 
 VOCAB, BATCH, SEQ = 256, 8, 32
 
@@ -121,12 +127,45 @@ def test_tied_plan_applies_to_the_full_model_on_fake_process_group(four_layers):
         dist.destroy_process_group()
 
 
-def test_a_tied_plan_scores_on_the_full_model(four_layers):
+def test_a_tied_plan_scores_to_its_own_prediction(four_layers):
     plan, _ = four_layers[True]
     with torch.device("meta"):
         model, inputs = tiny_llama(4), batch()
     scored = autoplan.score(model, inputs, plan)
-    # Scoring re-solves with the plan's placements pinned on the untied full model: never
-    # slower than the plan's own prediction (which the tied solve made for that model).
-    assert scored.step_time_s <= plan.predicted.step_time_s * (1 + 1e-6)
-    assert scored.step_time_s == pytest.approx(plan.predicted.step_time_s, rel=1e-3)
+    # Scoring solves the problem suggest solved (layers tied), with the plan's layout pinned.
+    assert scored.step_time_s == plan.predicted.step_time_s
+    assert (scored.compute_s, scored.comm_s) == (plan.predicted.compute_s, plan.predicted.comm_s)
+    assert scored.peak_memory_bytes == plan.predicted.peak_memory_bytes
+    assert scored.fits and scored.pinned_values == len(plan.parameters) + len(plan.inputs)
+    assert scored.plan.parameters == plan.parameters and scored.plan.modules == plan.modules
+
+
+def test_a_layer_laid_out_unlike_the_others_is_scored_on_the_whole_model(four_layers):
+    plan, _ = four_layers[True]
+    with torch.device("meta"):
+        model, inputs = tiny_llama(4), batch()
+    fqn = "model.layers.3.mlp.up_proj.weight"
+    spec = ("R", "R") if plan.parameters[fqn] != ("R", "R") else ("R", "S(0)")
+    edited = dataclasses.replace(plan, parameters={**plan.parameters, fqn: spec})
+    scored = autoplan.score(model, inputs, edited)
+    assert scored.plan.parameters == edited.parameters  # every layer's own layout, not the tied one
+    assert scored.plan.parameters["model.layers.1.mlp.up_proj.weight"] == plan.parameters["model.layers.1.mlp.up_proj.weight"]
+
+
+def test_pins_that_differ_per_layer_plan_the_layers_untied():
+    q = "model.layers.{}.self_attn.q_proj.weight"
+    pinned = {q.format(0): ("R", "S(0)"), q.format(3): ("R", "R")}
+    plan, report = plan_meta(4, pinned=pinned)
+    assert "tied" not in report.extra
+    assert all(plan.parameters[name] == spec for name, spec in pinned.items())
+
+
+def test_a_baseline_of_a_tied_model_names_every_layer_and_scores_to_its_prediction():
+    with torch.device("meta"):
+        model, inputs = tiny_llama(4), batch()
+    problem = prepare_problem(model, inputs, (2, 4), ("dp", "tp"))
+    assert problem.blocks == RepeatedBlocks("model.layers", 4, "LlamaDecoderLayer")
+    baseline = baseline_for_problem("megatron", problem)
+    for index in range(4):
+        assert baseline.plan.parameters[f"model.layers.{index}.mlp.down_proj.weight"] == ("R", "S(1)")
+    assert score_problem(problem, baseline.plan).step_time_s == baseline.plan.predicted.step_time_s

@@ -210,7 +210,7 @@ def test_baseline_plans_run_their_prediction(model, baseline):
     gathered ``cos`` (``dtensor/saved_inputs.py``)."""
     from autoplan.evaluate.baselines import baseline_for_problem
     from autoplan.model_file import load_model_file
-    from autoplan.pipeline.pinning import prepare_problem
+    from autoplan.pipeline.problem import prepare_problem
 
     loaded = load_model_file(example_path(model))
     problem = prepare_problem(loaded.model, loaded.example_inputs, (2, 4), ("dp", "tp"), "cpu-gloo")

@@ -5,8 +5,8 @@ the data-parallel axis (left free, the solver would rather gather a small batch 
 all-reduce the gradients, and "data parallel" would run replicated), and for the
 data-parallel family keeps the other mesh axes idle; the solver then finds the cheapest
 execution of that layout, as ``score`` does, and the result is an ordinary ``Plan``. A
-baseline is a subset of what ``suggest`` searches, so autoplan's own plan never predicts
-slower than any of them.
+baseline is a subset of what ``suggest`` searches (the same problem, identical layers tied
+alike: ``pipeline/problem.py``), so autoplan's own plan never predicts slower than any of them.
 
 Axis roles: the data-parallel axis is the one named ``dp`` (else axis 0), the
 tensor-parallel axis the one named ``tp`` (else the last axis). Any other axis (``cp`` of
@@ -38,7 +38,9 @@ from dataclasses import dataclass
 from torch import nn
 
 from autoplan.errors import NotApplicableError
-from autoplan.pipeline.pinning import Pins, Problem, prepare_problem, solve_pinned
+from autoplan.evaluate.score import pins_for_plan
+from autoplan.pipeline.pinning import Pins
+from autoplan.pipeline.problem import Problem, prepare_problem, solve_problem
 from autoplan.placements import Spec, replicated, shard
 from autoplan.plan.module_plan import Plan
 
@@ -96,7 +98,7 @@ def baseline_for_problem(name: str, problem: Problem, time_limit_s: float | None
     layout, idle, notes = baseline_layout(name, problem)
     pins = Pins(problem)
     for key, spec in layout.items():
-        pins.value(problem.node_of(key), 0, spec, key, strict=True)
+        pins.place(key, spec)
     dp = _dp_axis(problem, name)
     if dp is not None:
         whole = pins.split_work(dp)  # data parallel: the batch stays split, never gathered to save a reduction
@@ -114,14 +116,12 @@ def baseline_for_problem(name: str, problem: Problem, time_limit_s: float | None
                 "no strategy of theirs keeps that axis idle in the simplified problem"
             )
     warnings = [f"baseline {name}", *notes]
-    plan, _, _ = solve_pinned(problem, pins, time_limit_s, warnings=warnings)
+    plan, _, _ = solve_problem(problem, pins, time_limit_s, warnings, over_budget=True)
     # What the plan JSON keeps is its parameter, batch and boundary layouts, not the pins
     # above (work split on dp inside modules): priced as ``score`` prices any plan, the same
     # layout may run cheaper inside its modules. The baseline is that priced plan, so that
     # scoring it gives its own prediction back.
-    from autoplan.evaluate.score import pins_for_plan  # score imports the pipeline; keep this module light
-
-    plan, _, fits = solve_pinned(problem, pins_for_plan(problem, plan)[0], time_limit_s, warnings=warnings)
+    plan, _, fits = solve_problem(problem, pins_for_plan(problem, plan)[0], time_limit_s, warnings, over_budget=True)
     return Baseline(name, plan, layout, tuple(notes), fits)
 
 
@@ -177,6 +177,8 @@ def baseline_layout(name: str, problem: Problem) -> tuple[dict[str, Spec], tuple
                 spec[dp] = shard(dim)
         for fqn in fqns:
             layout[fqn] = tuple(spec)
+    if problem.blocks:  # the layers that were not traced are laid out as the last traced one
+        layout = problem.blocks.widen(layout)
     return layout, idle, notes
 
 

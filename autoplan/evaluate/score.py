@@ -2,12 +2,17 @@
 
 A plan fixes the placements of parameters, batch inputs and the tensors that cross
 module boundaries; the ops between boundaries run however DTensor propagates them. The
-score of a plan is the cheapest execution of its layout under the cost model: the full
-pipeline (trace -> choices -> cost -> simplify) is run for the plan's mesh, every
+score of a plan is the cheapest execution of its layout under the cost model: the
+planning problem (``pipeline/problem.py``) is prepared for the plan's mesh, every
 parameter, batch input and module boundary layout the plan names is pinned
-(``pipeline/pinning.py``), and the solver picks the rest. For a plan that ``suggest`` wrote, with
-the same profile and budget, that is the plan's own prediction again: the plan's
-solution satisfies every pin, and it was the optimum of a larger problem.
+(``pipeline/pinning.py``), and the solver picks the rest.
+
+The problem is the one the plan's planner solved: with identical layers tied when the
+plan was planned tied (its fingerprint says so) and still lays every layer out alike,
+else the whole model (a hand-edited layer, or a plan made with ``tie=False``). So for a
+plan that ``suggest`` wrote, with the same profile and budget, the score is the plan's own
+prediction again: the plan's solution satisfies every pin, and it was the optimum of a
+larger problem.
 
 A module boundary layout that cannot be pinned alongside the others (a hand-edited plan
 whose module layouts contradict its parameters, say) is skipped and counted: the score
@@ -23,12 +28,13 @@ from dataclasses import dataclass
 
 from torch import nn
 
-from autoplan.errors import PlanError, ProfileError
-from autoplan.pipeline.pinning import GIB, Pins, Problem, problem_from_trace, solve_pinned
-from autoplan.plan.module_plan import Plan
 from autoplan.cost.profile import ClusterProfile, load_profile
-from autoplan.trace.repeats import find_repeated_blocks, tied_fingerprint, truncated
-from autoplan.trace.tracer import TracedGraph, trace_model
+from autoplan.errors import PlanError, ProfileError
+from autoplan.pipeline.pinning import Pins
+from autoplan.pipeline.problem import GIB, ModelTrace, Problem, prepare_problem, solve_problem, trace_for_planning
+from autoplan.plan.module_plan import Plan
+from autoplan.trace.repeats import find_repeated_blocks, laid_out_alike
+from autoplan.trace.tracer import trace_model
 
 
 @dataclass(frozen=True)
@@ -89,33 +95,46 @@ def score(
     """
     _check_mesh(plan, mesh)
     cluster = _profile(plan, profile)
-    traced, accepted = check_plan_for_model(model, example_inputs, plan)  # fails fast, before the costly stages
-    problem = problem_from_trace(traced, plan.mesh_shape, plan.axis_names, cluster, memory_gb)
+    trace, accepted = check_plan_for_model(model, example_inputs, plan)  # fails fast, before the costly stages
+    problem = prepare_problem(model, example_inputs, plan.mesh_shape, plan.axis_names, cluster, memory_gb, trace=trace)
     return score_problem(problem, plan, time_limit_s, accepted)
 
 
-def check_plan_for_model(model: nn.Module, example_inputs, plan: Plan) -> tuple[TracedGraph, set[str]]:
+def check_plan_for_model(model: nn.Module, example_inputs, plan: Plan) -> tuple[ModelTrace, set[str]]:
     """Trace ``model`` and check that ``plan`` was made for it (parameters, batch shapes,
-    modules, model fingerprint, a tied plan's included); returns the trace and the
-    fingerprints accepted. A mismatch is a PlanError naming it."""
-    traced = trace_model(model, example_inputs)
-    accepted = {traced.fingerprint} | _tied_fingerprints(model, example_inputs, plan, traced)
-    _check_model(traced, plan, accepted)
-    return traced, accepted
+    modules, model fingerprint, a tied plan's included); returns the trace to score the
+    plan on (see the module docstring) and the fingerprints accepted. A mismatch is a
+    PlanError naming it."""
+    whole = ModelTrace(trace_model(model, example_inputs), None)
+    planned = whole
+    if plan.fingerprint != whole.fingerprint and find_repeated_blocks(model) is not None:
+        tied = trace_for_planning(model, example_inputs)
+        if tied.blocks is not None and plan.fingerprint == tied.fingerprint:
+            planned = tied
+    accepted = {whole.fingerprint, planned.fingerprint}
+    _check_model(whole, plan, accepted)
+    if not laid_out_alike(planned.blocks, plan.parameters, plan.modules):
+        planned = whole  # a layer laid out unlike the others: tying cannot express it
+    return planned, accepted
 
 
 def score_problem(problem: Problem, plan: Plan, time_limit_s: float | None = None, fingerprints=None) -> Score:
     """Score ``plan`` on a prepared problem (the model traced once, many plans scored).
 
-    ``fingerprints``: the model fingerprints to accept (default: the traced graph's).
+    ``fingerprints``: the model fingerprints to accept (default: the problem's).
     """
-    _check_model(problem.traced, plan, fingerprints or {problem.traced.fingerprint})
+    _check_model(problem.trace, plan, fingerprints or {problem.trace.fingerprint})
     if tuple(problem.choices.mesh_shape) != tuple(plan.mesh_shape):
         _check_mesh(plan, problem.choices.mesh_shape)
+    if not laid_out_alike(problem.blocks, plan.parameters, plan.modules):
+        raise PlanError(
+            f"the plan lays out the layers of {problem.blocks.fqn} differently, and the problem plans them as one",
+            hint="prepare the problem with tie=False, or score with autoplan.score",
+        )
     pins, values, boundaries = pins_for_plan(problem, plan)
     skipped = tuple(pins.conflicts)
     warnings = [f"module boundary not pinned: {what}" for what in skipped]
-    scored, _, fits = solve_pinned(problem, pins, time_limit_s, warnings)
+    scored, _, fits = solve_problem(problem, pins, time_limit_s, warnings, over_budget=True)
     p = scored.predicted
     return Score(
         step_time_s=p.step_time_s,
@@ -140,10 +159,10 @@ def pins_for_plan(problem: Problem, plan: Plan) -> tuple[Pins, int, int]:
     pins = Pins(problem)
     values = 0
     for fqn, spec in sorted(plan.parameters.items()):
-        pins.value(problem.node_of(fqn), 0, spec, f"parameter {fqn}", strict=True)
+        pins.place(fqn, spec, f"parameter {fqn}")
         values += 1
     for key, batch in sorted(plan.inputs.items()):
-        pins.value(problem.node_of(key), 0, batch.placements, f"batch input {key}", strict=True)
+        pins.place(key, batch.placements, f"batch input {key}")
         values += 1
     boundaries, _ = pins.module_boundaries(plan.modules)
     return pins, values, boundaries
@@ -171,18 +190,9 @@ def _check_mesh(plan: Plan, mesh) -> None:
         )
 
 
-def _tied_fingerprints(model, example_inputs, plan: Plan, traced: TracedGraph) -> set[str]:
-    """The fingerprint ``suggest`` gives a plan made with identical layers tied (``trace/repeats.py``)."""
-    blocks = find_repeated_blocks(model)
-    if blocks is None or plan.fingerprint == traced.fingerprint:
-        return set()
-    with truncated(model, blocks):
-        cut = trace_model(model, example_inputs)
-    return {tied_fingerprint(cut.fingerprint, blocks)}
-
-
-def _check_model(traced: TracedGraph, plan: Plan, accepted: set[str]) -> None:
-    names = {fqn for fqns in traced.parameters.values() for fqn in fqns}
+def _check_model(trace: ModelTrace, plan: Plan, accepted: set[str]) -> None:
+    traced = trace.traced
+    names = trace.parameter_names()
     unknown = sorted(set(plan.parameters) - names)
     missing = sorted(names - set(plan.parameters))
     if unknown or missing:
@@ -203,11 +213,11 @@ def _check_model(traced: TracedGraph, plan: Plan, accepted: set[str]) -> None:
             )
     if plan.fingerprint not in accepted:
         raise PlanError(
-            f"the plan's model fingerprint {plan.fingerprint} is not this model's ({traced.fingerprint}): "
+            f"the plan's model fingerprint {plan.fingerprint} is not this model's ({trace.fingerprint}): "
             "it was made for another model, another version of it, or another autoplan",
             hint="score the model file and builder the plan was made for, or re-plan it with `autoplan suggest`",
         )
-    stray = sorted(set(plan.modules) - set(traced.module_types))
+    stray = sorted(set(plan.modules) - trace.module_names())
     if stray:
         raise PlanError(f"plan modules not in the model: {stray[:3]}", hint="re-plan this model with `autoplan suggest`")
 

@@ -1,10 +1,10 @@
-"""``suggest`` with the plan cache, and on every rank of a job.
+"""``autoplan.suggest``: the planning run with the plan cache, and on every rank of a job.
 
 ``suggest_cached`` traces the model as planning would (the cache key needs its fingerprint), returns the
 cached plan when there is one, and otherwise runs the pipeline on that trace and stores
 the plan. ``suggest_on_every_rank`` runs that on rank 0 and hands every rank rank 0's
 plan bytes (``rank_sync``), so a training script can call ``autoplan.suggest`` on every
-rank and the ranks agree by construction.
+rank and the ranks agree by construction. ``suggest`` is the public entry point over both.
 """
 
 from __future__ import annotations
@@ -15,10 +15,14 @@ import logging
 import time
 from dataclasses import dataclass
 
-from autoplan.plan.module_plan import Plan
+from torch import nn
+
+from autoplan.arguments import check_mesh, check_model, check_positive
 from autoplan.pipeline.plan_cache import PlanCache, make_cache_key
+from autoplan.pipeline.problem import resolve_options, trace_for_planning
 from autoplan.pipeline.rank_sync import is_distributed, run_on_rank_zero
-from autoplan.pipeline.suggest import SuggestReport, resolve_options, suggest_with_report, trace_for_planning
+from autoplan.pipeline.suggest import SuggestReport, suggest_with_report
+from autoplan.plan.module_plan import Plan
 
 log = logging.getLogger("autoplan")
 
@@ -81,9 +85,10 @@ def suggest_cached(
     )
     stages = {"trace": trace_s, **report.stage_seconds}
     if plan.fingerprint != trace.fingerprint:
-        # The two traced layers differed, so the whole model was traced and planned untied:
-        # the key (made from the cut trace) does not name this plan's model. Not stored.
-        log.info("autoplan.suggest: identical-looking layers traced differently; the untied plan is not cached")
+        # The whole model was traced and planned untied (the two traced layers differed, or
+        # the pins lay them out differently): the key, made from the cut trace, does not
+        # name this plan's model. Not stored.
+        log.info("autoplan.suggest: identical-looking layers planned untied; the plan is not cached")
         return plan, dataclasses.replace(report, stage_seconds=stages, extra={**report.extra, "cache": OFF, "cache_path": None})
     path = store.store(key, plan, {
         "graph_nodes": report.graph_nodes, "decisions": report.decisions,
@@ -100,6 +105,37 @@ def _exists(path) -> bool:
         return path.exists()
     except OSError:  # an unreadable cache directory: lookup warns about it
         return False
+
+
+def suggest(
+    model: nn.Module,
+    example_inputs,
+    mesh=(2, 4),
+    axis_names=("dp", "tp"),
+    profile=None,
+    memory_gb: float | None = None,
+    time_limit_s: float | None = None,
+    *,
+    cache: bool = True,
+    cache_dir=None,
+    broadcast: bool = True,
+    tie: bool = True,
+) -> Plan:
+    """Plan ``model`` (built on any device, meta included) for a device mesh; see README.
+
+    ``cache``: reuse the plan ``plans_out/cache/`` holds for the same model, mesh,
+    profile and options (``cache_dir`` moves it; ``cache=False`` always solves).
+    ``broadcast``: under an initialized process group every rank must call this; rank 0
+    plans and every rank returns rank 0's plan. Pass False to plan on one rank alone.
+    ``tie``: plan a stack of identical layers once (see ``suggest_with_report``).
+    """
+    check_model(model, example_inputs)
+    mesh = check_mesh(mesh)
+    check_positive("time_limit_s", time_limit_s)
+    if isinstance(axis_names, tuple) and len(axis_names) != len(mesh) and axis_names == ("dp", "tp"):
+        axis_names = None  # the default names suit 2-D meshes only
+    options = dict(profile=profile, memory_gb=memory_gb, time_limit_s=time_limit_s, tie=tie)
+    return suggest_on_every_rank(model, example_inputs, mesh, axis_names, options, cache, cache_dir, broadcast).plan
 
 
 def suggest_on_every_rank(model, example_inputs, mesh, axis_names, options: dict, cache: bool, cache_dir, broadcast: bool) -> SharedPlan:

@@ -1,97 +1,37 @@
-"""Solving for a given layout: the planning problem with some decisions pinned.
+"""Pins: the planning problem with some decisions fixed.
 
-Scoring a plan and building baseline plans both ask the same question: "what is the
-cheapest execution of this layout?" A layout fixes some values' placements (parameters,
-batch inputs, the tensors crossing module boundaries) and leaves the rest to the solver.
+Scoring a plan, building baseline plans and ``suggest``'s pinned placements all ask the
+same question: "what is the cheapest execution of this layout?" A layout fixes some
+values' placements (parameters, batch inputs, the tensors crossing module boundaries) and
+leaves the rest to the solver (``problem.solve_problem``).
 
-A pin is a predicate on one decision's strategy. The solver works on the simplified
+A pin is a predicate on one decision's strategy. The solver works on the reduced
 problem, where a merged follower has no variable of its own, so a pin on a follower
-becomes a pin on its leader: the leader strategies ``i`` whose best response
-``pick[i]`` satisfies the predicate (``solve/simplify.py``). Pins intersect; a pin that would
-leave a decision no strategy is reported as a conflict, never silently dropped.
+becomes a pin on its leader: the leader strategies ``i`` whose best response ``pick[i]``
+satisfies the predicate (``solve/simplify.py``). With identical layers tied, a pin on a
+decision of the second traced layer becomes a pin on its twin in the first, and a pin on
+a layer that was not traced becomes one on the last traced layer (``Problem.node_of``). Pins
+intersect; a pin that would leave a decision no strategy is reported as a conflict, never
+silently dropped. Pins that lay out tied layers differently cannot all hold: plan such a
+layout untied (``prepare_problem(..., tie=False)``; ``trace/repeats.laid_out_alike`` tells).
 
     problem = prepare_problem(model, batch, (2, 4), ("dp", "tp"), "cpu-gloo")
     pins = Pins(problem)
-    pins.value("p_0", 0, ("R", "S(0)"))           # a parameter / batch placeholder
-    plan, solution = solve_pinned(problem, pins)
+    pins.place("model.layers.0.mlp.up_proj.weight", ("R", "S(0)"))   # a parameter FQN or batch key path
+    plan, solution, fits = solve_problem(problem, pins)
 """
 
 from __future__ import annotations
 
 import operator
-from dataclasses import dataclass
 from typing import Callable
 
-from torch import nn
-
-from autoplan.choices.graph import OP, ChoiceGraph, build_choices
-from autoplan.cost.estimate import CostedGraph, estimate_costs
-from autoplan.errors import InfeasibleError, PlanError
-from autoplan.placements import Spec, format_spec
-from autoplan.plan.module_plan import Plan
-from autoplan.plan.builder import build_plan
-from autoplan.cost.profile import ClusterProfile
-from autoplan.solve.simplify import Simplified, layer_regions, merge_followers
-from autoplan.solve.ilp import Solution, solve
+from autoplan.choices.graph import OP
 from autoplan.dtensor.strategies import Strategy
-from autoplan.pipeline.suggest import resolve_options
-from autoplan.trace.tracer import TracedGraph, trace_model
+from autoplan.errors import PlanError
+from autoplan.pipeline.problem import Problem
+from autoplan.placements import Spec, format_spec
 from autoplan.plan.views import spec_after_views, view_chain
-
-GIB = 2**30
-
-
-@dataclass(frozen=True)
-class Problem:
-    """One model traced, its choices costed and simplified, for one mesh and profile."""
-
-    traced: TracedGraph
-    choices: ChoiceGraph
-    costed: CostedGraph
-    """Full costs (followers included): what predictions are computed from."""
-    simplified: Simplified
-    """Leaders only: what the solver sees."""
-    budget_bytes: float
-    """Per-device memory budget."""
-
-    @property
-    def profile(self) -> ClusterProfile:
-        return self.costed.profile
-
-    def node_of(self, name: str) -> str | None:
-        """Placeholder node of a parameter FQN (any tied alias) or a batch key path."""
-        for node, fqns in self.traced.parameters.items():
-            if name in fqns:
-                return node
-        for node, key in self.traced.inputs.items():
-            if key == name:
-                return node
-        return None
-
-
-def prepare_problem(
-    model: nn.Module,
-    example_inputs,
-    mesh: tuple[int, ...],
-    axis_names: tuple[str, ...],
-    profile=None,
-    memory_gb: float | None = None,
-) -> Problem:
-    """Trace, build choices, cost and simplify once; any number of pinned solves can follow."""
-    return problem_from_trace(trace_model(model, example_inputs), mesh, axis_names, profile, memory_gb)
-
-
-def problem_from_trace(
-    traced: TracedGraph,
-    mesh: tuple[int, ...],
-    axis_names: tuple[str, ...],
-    profile=None,
-    memory_gb: float | None = None,
-) -> Problem:
-    mesh, axis_names, cluster, budget = resolve_options(mesh, axis_names, profile, memory_gb)
-    choices = build_choices(traced, mesh, axis_names)
-    costed = estimate_costs(choices, cluster)
-    return Problem(traced, choices, costed, merge_followers(costed, layer_regions(choices)), budget)
 
 
 class Pins:
@@ -119,14 +59,29 @@ class Pins:
             return True  # a decision the solver never sees (one strategy)
         if self._narrow(leader, keep):
             return True
-        if strict:
+        if strict and not keep:
             raise PlanError(f"{what} cannot be executed on this mesh", hint="shard only dims that divide evenly by the mesh axes")
+        if strict:
+            raise PlanError(
+                f"{what} contradicts an earlier pin on the same decision",
+                hint="pin a parameter and its aliases alike"
+                + (", and identical layers alike (or plan with tie=False)" if self.problem.twins else ""),
+            )
         self.conflicts.append(what)
         return False
 
+    def place(self, name: str, spec: Spec, what: str | None = None) -> bool:
+        """The parameter FQN or batch key path ``name`` has placements ``spec``; a PlanError
+        when it cannot."""
+        node = self.problem.node_of(name)
+        if node is None:
+            raise PlanError(f"pinned name {name!r} is neither a parameter nor a batch input", hint="use FQNs from named_parameters() or batch key paths")
+        return self.value(node, 0, spec, what or name, strict=True)
+
     def _narrow(self, leader: str, keep: set[int]) -> bool:
         """Allow ``leader`` only strategies in ``keep`` (besides earlier limits); False, and
-        nothing changed, if none would remain."""
+        nothing changed, if none would remain. A tied leader's limits are its twin's."""
+        leader = self.problem.twins.get(leader, leader)
         current = self.allowed.get(leader)
         merged = keep if current is None else current & keep
         if merged:
@@ -149,7 +104,7 @@ class Pins:
         Returns (leaders with no such strategy, left free; merged followers that split on
         ``axes`` whatever their leader does). The second happens where a follower's best
         response to a replicated input is to split its own work (a free slice), which the
-        simplified problem cannot undo (``solve/simplify.py``).
+        reduced problem cannot undo (``solve/simplify.py``).
         """
         simplified = self.problem.simplified
         graph = self.problem.choices.graph
@@ -251,23 +206,3 @@ class Pins:
                 ok = self.value(source, out_index, spec, f"module {call.fqn} output {key or '<out>'}")
                 pinned, skipped = pinned + ok, skipped + (not ok)
         return pinned, skipped
-
-
-def solve_pinned(problem: Problem, pins: Pins | None = None, time_limit_s: float | None = None, warnings=()) -> tuple[Plan, Solution, bool]:
-    """The cheapest execution under ``pins``: (plan, solution, fits the memory budget).
-
-    A layout that cannot fit the budget is still solved, without the budget, and comes
-    back with ``fits`` False: a score must exist for plans that do not fit.
-    """
-    allowed = pins.allowed if pins is not None else {}
-    fits = True
-    try:
-        solution = solve(problem.simplified.costed, problem.budget_bytes, time_limit_s, allowed)
-    except InfeasibleError:
-        fits = False  # over budget (or out of time, which the unbounded solve reports again)
-        solution = solve(problem.simplified.costed, float("inf"), time_limit_s, allowed)
-    choice = problem.simplified.expand(solution.choice)
-    extra = list(warnings)
-    if not fits:
-        extra.append(f"this layout does not fit the {problem.budget_bytes / GIB:.3g} GiB per-device budget")
-    return build_plan(problem.costed, choice, solution, extra_warnings=tuple(extra)), solution, fits

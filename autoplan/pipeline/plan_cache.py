@@ -69,7 +69,7 @@ class CachedPlan:
 
 
 def make_cache_key(trace, mesh, axis_names, profile, budget_bytes: float, time_limit_s, pinned) -> CacheKey:
-    """The key of one planning question; ``trace`` is ``suggest.trace_for_planning``'s result
+    """The key of one planning question; ``trace`` is ``problem.trace_for_planning``'s result
     (with tied layers its fingerprint names the stack: layer count and class)."""
     traced = trace.traced
     fields = {

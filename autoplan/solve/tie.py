@@ -46,13 +46,6 @@ class Tied:
     simplified: Simplified
     """The untied simplified problem (its followers expand the solution)."""
 
-    def expand(self, choice: dict[str, int]) -> dict[str, int]:
-        """A solution of the tied problem as a full assignment of the traced graph."""
-        leaders = dict(choice)
-        for b, a in self.twins.items():
-            leaders[b] = choice[a]
-        return self.simplified.expand(leaders)
-
 
 def block_regions(choices: ChoiceGraph, blocks: RepeatedBlocks) -> dict[str, int | None]:
     """Decision -> 0 or 1 (the traced layer it belongs to), None outside the stack."""

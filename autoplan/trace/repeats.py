@@ -59,6 +59,31 @@ class RepeatedBlocks:
         rest = fqn[len(head):].split(".", 1)
         return head + str(index) + ("." + rest[1] if len(rest) > 1 else "")
 
+    def widen(self, table: dict) -> dict:
+        """``table`` (FQN -> value) of the cut model, with the last traced layer's entries
+        copied to every layer that was not traced (under that layer's own FQNs)."""
+        last = KEPT_LAYERS - 1
+        out = dict(table)
+        for fqn, value in table.items():
+            if self.layer_of(fqn) == last:
+                for index in range(KEPT_LAYERS, self.count):
+                    out[self.rename(fqn, index)] = value
+        return out
+
+
+def laid_out_alike(blocks: RepeatedBlocks | None, *tables: dict) -> bool:
+    """Whether each table (FQN -> layout) gives every layer of ``blocks`` the same entries:
+    what planning the layers as one (``solve/tie.py``) can honour. A table may name some
+    layers only; tying lays the others out the same way."""
+    if blocks is None:
+        return True
+    for table in tables:
+        seen: dict[str, object] = {}
+        for fqn, value in table.items():
+            if blocks.layer_of(fqn) is not None and seen.setdefault(blocks.rename(fqn, 0), value) != value:
+                return False
+    return True
+
 
 def find_repeated_blocks(model: nn.Module) -> RepeatedBlocks | None:
     """The largest stack of identical layers, or None when the model has none."""

@@ -1,0 +1,242 @@
+"""The planning problem, built once and solved by ``suggest``, ``score`` and the baselines alike.
+
+    trace_for_planning -> build_choices -> estimate_costs -> (tie | merge followers) -> Problem
+    Problem + Pins -> solve_problem -> Plan (of the whole model)
+
+With ``tie``, a stack of identical layers is traced two layers deep and planned as one
+layer repeated (``trace/repeats.py``, ``solve/tie.py``): the solver sees one set of
+decisions for every layer, and the plan, widened by ``expand_plan``, still names every
+layer. Whatever pins a caller adds (``pinning.py``), it solves this same problem, so a
+plan ``suggest`` made scores to its own prediction.
+
+    problem = prepare_problem(model, batch, (2, 4), ("dp", "tp"), "cpu-gloo")
+    plan, solution, fits = solve_problem(problem, Pins(problem))
+"""
+
+from __future__ import annotations
+
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from torch import nn
+
+from autoplan.arguments import check_axis_names, check_mesh, check_positive, check_profile, warn_if_large
+from autoplan.choices.graph import ChoiceGraph, build_choices
+from autoplan.cost.estimate import CostedGraph, estimate_costs
+from autoplan.cost.profile import ClusterProfile, load_profile
+from autoplan.errors import InfeasibleError, TraceError
+from autoplan.plan.builder import build_plan
+from autoplan.plan.expand import expand_plan
+from autoplan.plan.module_plan import Plan
+from autoplan.solve.ilp import Solution, solve
+from autoplan.solve.simplify import Simplified, layer_regions, merge_followers
+from autoplan.solve.tie import block_regions, match_blocks, scale_costs, simplify_alike, tie_costs, weights
+from autoplan.trace.repeats import KEPT_LAYERS, RepeatedBlocks, find_repeated_blocks, tied_fingerprint, truncated
+from autoplan.trace.tracer import TracedGraph, trace_model
+
+GIB = 2**30
+DEFAULT_AXIS_NAMES = {1: ("dp",), 2: ("dp", "tp"), 3: ("dp", "cp", "tp")}
+
+
+@dataclass(frozen=True)
+class ModelTrace:
+    """The graph planning starts from: the whole model's, or with ``blocks`` (a stack of
+    identical layers) cut to its first two layers."""
+
+    traced: TracedGraph
+    blocks: RepeatedBlocks | None
+
+    @property
+    def fingerprint(self) -> str:
+        """The fingerprint plans made from this trace carry."""
+        return tied_fingerprint(self.traced.fingerprint, self.blocks) if self.blocks else self.traced.fingerprint
+
+    def parameter_names(self) -> set[str]:
+        """Every parameter FQN of the whole model, the layers that were not traced included."""
+        return set(self._widen({fqn: None for fqns in self.traced.parameters.values() for fqn in fqns}))
+
+    def module_names(self) -> set[str]:
+        """Every module FQN of the whole model that owns parameters, as ``module_types`` lists them."""
+        return set(self._widen(self.traced.module_types))
+
+    def _widen(self, table: dict) -> dict:
+        return self.blocks.widen(table) if self.blocks else table
+
+
+def trace_for_planning(model: nn.Module, example_inputs, tie: bool = True) -> ModelTrace:
+    blocks = find_repeated_blocks(model) if tie else None
+    if blocks is None:
+        return ModelTrace(trace_model(model, example_inputs), None)
+    with truncated(model, blocks):
+        try:
+            return ModelTrace(trace_model(model, example_inputs), blocks)
+        except TraceError:
+            pass  # the forward reads entries the cut removed (experts indexed by number)
+    return ModelTrace(trace_model(model, example_inputs), None)
+
+
+def resolve_options(mesh, axis_names, profile, memory_gb):
+    """``(mesh, axis_names, ClusterProfile, budget bytes)`` from the user's options, checked
+    with the command line's rules (``arguments.py``)."""
+    mesh = check_mesh(mesh)
+    warn_if_large(mesh)
+    if axis_names is None:
+        axis_names = DEFAULT_AXIS_NAMES.get(len(mesh), tuple(f"axis{i}" for i in range(len(mesh))))
+    axis_names = check_axis_names(axis_names, mesh)
+    memory_gb = check_positive("memory_gb", memory_gb)
+    check_profile(profile)
+    cluster = profile if isinstance(profile, ClusterProfile) else load_profile(profile)
+    budget = memory_gb * GIB if memory_gb is not None else cluster.memory_bytes
+    return mesh, axis_names, cluster, budget
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One model traced, its choices costed and simplified (tied where its layers allow),
+    for one mesh, profile and budget."""
+
+    trace: ModelTrace
+    """What was traced; ``trace.blocks`` is the tied stack, None when untied."""
+    choices: ChoiceGraph
+    costed: CostedGraph
+    """Costs of every traced decision (followers included), weighted to the whole model:
+    what predictions are computed from."""
+    simplified: Simplified
+    """Followers merged into their leaders (each traced layer into its own)."""
+    twins: dict[str, str]
+    """Layer-1 leader -> the layer-0 leader it is tied to; empty when untied."""
+    reduced: CostedGraph
+    """What the solver sees: leaders only, layer-1 leaders folded into their twins."""
+    budget_bytes: float
+    """Per-device memory budget."""
+    stage_seconds: dict[str, float]
+    """How long preparing took, per stage (trace, choices, cost, simplify)."""
+
+    @property
+    def traced(self) -> TracedGraph:
+        return self.trace.traced
+
+    @property
+    def blocks(self) -> RepeatedBlocks | None:
+        return self.trace.blocks
+
+    @property
+    def profile(self) -> ClusterProfile:
+        return self.costed.profile
+
+    def node_of(self, name: str) -> str | None:
+        """Placeholder node of a parameter FQN (any tied alias) or a batch key path. A
+        parameter of a layer that was not traced is the last traced layer's: they are tied."""
+        blocks = self.blocks
+        layer = blocks.layer_of(name) if blocks else None
+        if layer is not None and layer >= KEPT_LAYERS:
+            name = blocks.rename(name, KEPT_LAYERS - 1)
+        for node, fqns in self.traced.parameters.items():
+            if name in fqns:
+                return node
+        for node, key in self.traced.inputs.items():
+            if key == name:
+                return node
+        return None
+
+    def expand(self, choice: dict[str, int]) -> dict[str, int]:
+        """A solution of the reduced problem as a strategy for every traced decision."""
+        leaders = dict(choice)
+        for b, a in self.twins.items():
+            leaders[b] = choice[a]
+        return self.simplified.expand(leaders)
+
+
+def prepare_problem(
+    model: nn.Module,
+    example_inputs,
+    mesh,
+    axis_names=None,
+    profile=None,
+    memory_gb: float | None = None,
+    *,
+    tie: bool = True,
+    trace: ModelTrace | None = None,
+) -> Problem:
+    """Trace, build choices, cost and simplify once; any number of pinned solves can follow.
+
+    ``trace`` is ``trace_for_planning``'s result when the caller already has it (the plan
+    cache and ``score`` do); ``tie`` then is read from it. When the two traced layers turn
+    out to differ, the whole model is traced and planned untied.
+    """
+    mesh, axis_names, cluster, budget = resolve_options(mesh, axis_names, profile, memory_gb)
+    seconds: dict[str, float] = {}
+    if trace is None:
+        with timed(seconds, "trace"):
+            trace = trace_for_planning(model, example_inputs, tie)
+    with timed(seconds, "choices"):
+        choices = build_choices(trace.traced, mesh, axis_names)
+    blocks = trace.blocks
+    regions = block_regions(choices, blocks) if blocks else None
+    twins = match_blocks(choices, regions) if blocks else None
+    if blocks and twins is None:  # the two traced layers differ: plan the whole model untied
+        blocks, regions = None, None
+        with timed(seconds, "trace"):
+            trace = ModelTrace(trace_model(model, example_inputs), None)
+        with timed(seconds, "choices"):
+            choices = build_choices(trace.traced, mesh, axis_names)
+    node_weight, reads = weights(regions, blocks.count) if blocks else (None, None)
+    with timed(seconds, "cost"):
+        costed = estimate_costs(choices, cluster, reads)
+    with timed(seconds, "simplify"):
+        if blocks:
+            tied = tie_costs(simplify_alike(costed, regions, twins), twins, node_weight)
+            simplified, twins, reduced = tied.simplified, tied.twins, tied.costed
+            costed = scale_costs(costed, node_weight)
+        else:
+            simplified = merge_followers(costed, layer_regions(choices))
+            twins, reduced = {}, simplified.costed
+    return Problem(trace, choices, costed, simplified, twins, reduced, budget, seconds)
+
+
+def solve_problem(
+    problem: Problem,
+    pins=None,
+    time_limit_s: float | None = None,
+    warnings=(),
+    *,
+    over_budget: bool = False,
+    seconds: dict[str, float] | None = None,
+) -> tuple[Plan, Solution, bool]:
+    """The cheapest plan under ``pins`` (a ``pinning.Pins``): (plan of the whole model,
+    solution, fits the memory budget).
+
+    With ``over_budget``, a layout that cannot fit the budget is still solved, without the
+    budget, and comes back with ``fits`` False: a score must exist for plans that do not
+    fit. Without it, that is an InfeasibleError. ``seconds`` gets the solve and plan stages' times.
+    """
+    seconds = {} if seconds is None else seconds
+    allowed = pins.allowed if pins is not None else {}
+    fits = True
+    with timed(seconds, "solve"):
+        try:
+            solution = solve(problem.reduced, problem.budget_bytes, time_limit_s, allowed)
+        except InfeasibleError:
+            if not over_budget:
+                raise
+            fits = False  # over budget (or out of time, which the unbounded solve reports again)
+            solution = solve(problem.reduced, float("inf"), time_limit_s, allowed)
+    extra = list(warnings)
+    if not fits:
+        extra.append(f"this layout does not fit the {problem.budget_bytes / GIB:.3g} GiB per-device budget")
+    with timed(seconds, "plan"):
+        plan = build_plan(problem.costed, problem.expand(solution.choice), solution, extra_warnings=tuple(extra))
+        if problem.blocks:
+            plan = expand_plan(plan, problem.blocks)
+    return plan, solution, fits
+
+
+@contextmanager
+def timed(seconds: dict[str, float], stage: str):
+    """Add the time the block takes to ``seconds[stage]``."""
+    start = time.perf_counter()
+    try:
+        yield
+    finally:
+        seconds[stage] = seconds.get(stage, 0.0) + time.perf_counter() - start
