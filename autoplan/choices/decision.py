@@ -39,13 +39,7 @@ class DecisionGraph(nx.MultiDiGraph):
     consumer's tensor-input index, and record which output of the producer they read."""
 
     def add_decision(self, decision: Decision) -> None:
-        # kind, fx_node and strategies are kept as plain attributes while pipeline/pinning.py,
-        # pipeline/suggest.py and evaluate/baselines.py still read them; they go once those
-        # read ``decision()``.
-        self.add_node(
-            decision.name, decision=decision,
-            kind=decision.kind, fx_node=decision.fx_node, strategies=decision.strategies,
-        )
+        self.add_node(decision.name, decision=decision)
 
     def add_read(self, producer: str, consumer: str, input_index: int, out_index: int) -> None:
         self.add_edge(producer, consumer, key=input_index, out_index=out_index)

@@ -103,14 +103,14 @@ def baseline_for_problem(name: str, problem: Problem, time_limit_s: float | None
     if dp is not None:
         whole = pins.split_work(dp)  # data parallel: the batch stays split, never gathered to save a reduction
         if whole:
-            ops = sorted({str(problem.choices.graph.nodes[n]["fx_node"].target).split(".")[1] for n in whole})
+            ops = sorted({str(problem.choices.decision(n).fx_node.target).split(".")[1] for n in whole})
             notes.append(f"{len(whole)} ops cannot split their work on {problem.choices.axis_names[dp]} ({', '.join(ops[:6])})")
     if idle:
         names = problem.choices.axis_names
         free, stray = pins.replicate_axes(idle)
         idle_names = ", ".join(names[a] for a in idle)
         if free or stray:
-            ops = sorted({str(problem.choices.graph.nodes[n]["fx_node"].target).split(".")[1] for n in free + stray})
+            ops = sorted({str(problem.choices.decision(n).fx_node.target).split(".")[1] for n in free + stray})
             notes.append(
                 f"{len(free) + len(stray)} values still split on {idle_names} ({', '.join(ops[:6])}): "
                 "no strategy of theirs keeps that axis idle in the simplified problem"

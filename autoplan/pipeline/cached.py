@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from torch import nn
 
-from autoplan.arguments import check_mesh, check_model, check_positive
+from autoplan.pipeline.arguments import check_mesh, check_model, check_positive
 from autoplan.pipeline.plan_cache import PlanCache, make_cache_key
 from autoplan.pipeline.problem import resolve_options, trace_for_planning
 from autoplan.pipeline.rank_sync import is_distributed, run_on_rank_zero

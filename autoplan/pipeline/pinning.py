@@ -45,7 +45,7 @@ class Pins:
 
     def _leader_options(self, node: str, test: Callable[[Strategy], bool]) -> tuple[str, set[int]]:
         graph = self.problem.choices.graph
-        strategies = graph.nodes[node]["strategies"]
+        strategies = graph.decision(node).strategies
         follower = self.problem.simplified.followers.get(node)
         if follower is None:
             return node, {i for i, s in enumerate(strategies) if test(s)}
@@ -120,16 +120,16 @@ class Pins:
 
         free, stray = [], []
         for leader, group in members.items():
-            options = graph.nodes[leader]["strategies"]
+            options = graph.decision(leader).strategies
             keep = {
                 i for i in range(len(options))
-                if all(replicated(graph.nodes[n]["strategies"][i if pick is None else pick[i]]) for n, pick in group)
+                if all(replicated(graph.decision(n).strategies[i if pick is None else pick[i]]) for n, pick in group)
             }
             if not keep:  # hold the leader at least; some followers split anyway
                 keep = {i for i, strategy in enumerate(options) if replicated(strategy)}
                 stray.extend(
                     n for n, pick in group[1:]
-                    if any(not replicated(graph.nodes[n]["strategies"][pick[i]]) for i in keep)
+                    if any(not replicated(graph.decision(n).strategies[pick[i]]) for i in keep)
                 )
             if not self._narrow(leader, keep):
                 free.append(leader)
@@ -144,11 +144,11 @@ class Pins:
         graph = self.problem.choices.graph
         free = []
         for leader in self.problem.simplified.costed.nodes:
-            data = graph.nodes[leader]
-            if data["kind"] != OP or len(data["strategies"]) == 1:
+            decision = graph.decision(leader)
+            if decision.kind != OP or len(decision.strategies) == 1:
                 continue
             keep = {
-                i for i, strategy in enumerate(data["strategies"])
+                i for i, strategy in enumerate(decision.strategies)
                 if any(spec[axis] != "R" for spec in [*strategy.inputs, *(s for s in strategy.outputs if s)])
             }
             if not self._narrow(leader, keep):
@@ -184,8 +184,8 @@ class Pins:
                 # The same consumer plan_builder read the layout from: the first one inside.
                 consumers = sorted(
                     (order[v], v, k)
-                    for _, v, k, data in graph.out_edges(source, keys=True, data=True)
-                    if data["out_index"] == out_index and inside(v)
+                    for _, v, k, read in graph.reads(source)
+                    if read == out_index and inside(v)
                 )
                 if not consumers:
                     continue
