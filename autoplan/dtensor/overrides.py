@@ -13,9 +13,16 @@ forward and backward can each hold them without knowing about the others:
   backward reuses a forward move autograd saved (``saved_inputs.py``);
 - fake-tensor kernels for what the device kernels accept (``fake_kernels.py``).
 
-Sharding decisions DTensor caches depend on these rules, so each side keeps its own: the
-Python-level propagation cache is swapped for autoplan's own (both stay warm), and the
-C++ fast-path cache, which cannot be swapped, is cleared on every change of hands.
+Sharding decisions DTensor caches depend on these rules, so each side keeps its own. The
+Python-level propagation (cached and uncached entry points alike) answers from autoplan's
+own cache while installed, so both sides' Python caches stay warm. DTensor's C++ fast-path
+cache cannot be swapped, so autoplan keeps its own decisions out of it: where autoplan's
+rules decide an op otherwise than DTensor's would (a view kept unstrided, a strategy that
+keeps a replicated axis whole, a rule DTensor lacks), the op is run from Python
+(``_run_here``) instead of handing the decision back to the C++ dispatcher, which would
+cache it. What that cache holds is then DTensor's own decision either way, and nobody's
+cache is ever cleared. (A caveat: an op that DTensor code outside autoplan ran with exactly
+the same shapes and layouts is answered from that cache with DTensor's own decision.)
 
 Every internal name is looked up at install time; if the running torch has moved one, the
 install fails with one line naming it, before anything is changed.
@@ -38,6 +45,8 @@ _restore: list = []
 """(container, key, old value or _ABSENT) for each change in force, in the order made."""
 _own_cache = None
 _ABSENT = object()
+_deciding = threading.local()
+"""Per thread: whether the propagation under way decided otherwise than DTensor would."""
 
 
 class DTensorInternalsError(AutoplanError):
@@ -90,6 +99,11 @@ def add_fallback(op) -> None:
             _apply(_changes())
 
 
+def _diverged() -> None:
+    """Called by autoplan's rules whenever they decide otherwise than DTensor would."""
+    _deciding.diverged = True
+
+
 def _changes() -> list[tuple[object, object, object]]:
     """(container, key, new value) for every change, every internal looked up first."""
     from autoplan.dtensor import fake_kernels, rules, saved_inputs, strategy_choice, view_rules
@@ -102,7 +116,10 @@ def _changes() -> list[tuple[object, object, object]]:
         (sharding_prop, "_select_min_cost_strategy"), (dispatch, "redistribute_local_tensor"),
         (propagator, "op_strategy_funcs"), (propagator, "op_single_dim_strategy_funcs"),
         (propagator, "op_to_schema_info"), (propagator, "propagate_op_sharding"),
-        (propagator, "propagate_op_sharding_non_cached"), (torch._C, "_clear_DTensor_sharding_propagator_cache"),
+        (propagator, "propagate_op_sharding_non_cached"), (sharding_prop, "_are_we_tracing"),
+        (dispatch.OpDispatcher, "_propagate_op_sharding_dispatch_slow_path"),
+        (dispatch.OpDispatcher, "_dispatch_get_local_results_slow_path"), (dispatch.OpDispatcher, "_dispatch_fast_path_python_tail"),
+        (dispatch.OpDispatcher, "wrap"),
     ):
         _internal(lambda: getattr(owner, name), f"{getattr(owner, '__name__', type(owner).__name__)}.{name}")
 
@@ -115,18 +132,22 @@ def _changes() -> list[tuple[object, object, object]]:
         if op not in added and not has_rule(op):  # never replace a rule torch has
             added[op] = (strategy, schema_info)
     for op, (strategy, schema_info) in added.items():
-        changes.append((propagator.op_strategy_funcs, op, strategy))
+        changes.append((propagator.op_strategy_funcs, op, _tainting(strategy)))
         changes.append((propagator.op_to_schema_info, op, schema_info))
     for op in view_rules.RESHAPING_VIEWS:
         rule = propagator.op_strategy_funcs.get(op)
         if rule is not None:
-            changes.append((propagator.op_strategy_funcs, op, view_rules.unstrided(rule)))
-    changes.append((sharding_prop, "_select_min_cost_strategy", strategy_choice.selection(sharding_prop._select_min_cost_strategy)))
+            changes.append((propagator.op_strategy_funcs, op, view_rules.unstrided(rule, _diverged)))
+    changes.append((sharding_prop, "_select_min_cost_strategy", strategy_choice.selection(sharding_prop._select_min_cost_strategy, _diverged)))
     changes.append((dispatch, "redistribute_local_tensor", saved_inputs.reusing(dispatch.redistribute_local_tensor)))
     for op, kernel in fake_kernels.KERNELS.items():
         if op not in fake_impls:  # never replace a kernel torch registered
             changes.append((fake_impls, op, kernel))
-    changes.append((propagator, "propagate_op_sharding", _autoplan_cache(propagator)))
+    cache = _autoplan_cache(propagator, sharding_prop._are_we_tracing)
+    changes.append((propagator, "propagate_op_sharding", cache))
+    changes.append((propagator, "propagate_op_sharding_non_cached", cache.uncached_entry))
+    dispatcher = torch.distributed.tensor.DTensor._op_dispatcher
+    changes.append((dispatcher, "_propagate_op_sharding_dispatch_slow_path", _run_here(dispatcher, cache)))
     return changes
 
 
@@ -140,32 +161,101 @@ def _internal(lookup, name: str):
         ) from err
 
 
-def _autoplan_cache(propagator):
-    """autoplan's own propagation cache (made once: it stays warm between installs)."""
+def _tainting(strategy):
+    """A rule DTensor lacks: whatever it decides, DTensor alone would have failed."""
+
+    @functools.wraps(strategy)
+    def rule(op_schema):
+        _diverged()
+        return strategy(op_schema)
+
+    return rule
+
+
+class _PropagationCache:
+    """autoplan's own cache of DTensor's propagation, made once so that it stays warm
+    between installs, with the decisions where autoplan's rules answered otherwise than
+    DTensor's would. DTensor asks its uncached entry point whenever its C++ cache misses;
+    that one answers from here too, except while tracing (symbolic shapes)."""
+
+    def __init__(self, propagate_uncached, are_we_tracing):
+        self._propagate = propagate_uncached
+        self._are_we_tracing = are_we_tracing
+        self._cached = functools.lru_cache(None)(self._decide)
+        self.autoplans_own: set = set()
+        """The op schemas whose decision is autoplan's own."""
+
+    def _decide(self, op_schema):
+        outer = getattr(_deciding, "diverged", False)
+        _deciding.diverged = False
+        try:
+            result = self._propagate(op_schema)
+            if _deciding.diverged:
+                self.autoplans_own.add(op_schema)
+        finally:
+            _deciding.diverged = outer or _deciding.diverged
+        return result
+
+    def __call__(self, op_schema):
+        return self._cached(op_schema)
+
+    def uncached_entry(self, op_schema):
+        return self._propagate(op_schema) if self._are_we_tracing() else self._cached(op_schema)
+
+
+def _autoplan_cache(propagator, are_we_tracing) -> _PropagationCache:
     global _own_cache
     if _own_cache is None:
-        _own_cache = type(propagator.propagate_op_sharding)(propagator.propagate_op_sharding_non_cached)
+        _own_cache = _PropagationCache(propagator.propagate_op_sharding_non_cached, are_we_tracing)
     return _own_cache
+
+
+def _run_here(dispatcher, cache: _PropagationCache):
+    """DTensor's sharding step of its C++ dispatch, which runs an op whose decision is
+    autoplan's own to the end in Python, so that the C++ cache never stores it."""
+    from torch.utils._python_dispatch import return_and_correct_aliasing
+
+    decide = type(dispatcher)._propagate_op_sharding_dispatch_slow_path.__get__(dispatcher)
+
+    def slow_path(op_call, args, kwargs, op_info, try_cache):
+        sharding = decide(op_call, args, kwargs, op_info, try_cache)
+        if op_info.schema not in cache.autoplans_own or not hasattr(sharding, "output_spec"):
+            return sharding  # DTensor's own decision (or the op's result, decomposed)
+        op_info.output_sharding = sharding
+        mesh = op_info.compute_mesh
+        participating = mesh.get_coordinate() is not None
+        local = dispatcher._dispatch_get_local_results_slow_path(op_call, args, op_info)
+        inplace, out_variant = op_info.schema.is_inplace_op(), op_info.schema.is_out_variant_op()
+        if inplace or out_variant or sharding.output_spec is None:
+            return dispatcher._dispatch_fast_path_python_tail(
+                op_call, args, kwargs, mesh, sharding, local, participating, inplace, out_variant
+            )
+        result = dispatcher.wrap(local, sharding.output_spec)
+        if participating and op_call._schema._is_view_op():
+            return return_and_correct_aliasing(op_call, args, kwargs, result)
+        return result
+
+    return slow_path
 
 
 def _apply(changes) -> None:
     for container, key, value in changes:
         _restore.append((container, key, _get(container, key)))
         _set(container, key, value)
-    torch._C._clear_DTensor_sharding_propagator_cache()
 
 
 def _undo() -> None:
     while _restore:
         container, key, old = _restore.pop()
         _set(container, key, old)
-    torch._C._clear_DTensor_sharding_propagator_cache()
 
 
 def _get(container, key):
+    """The value in force, or _ABSENT where none is set on ``container`` itself (a dict
+    without the key; an object whose attribute comes from its class)."""
     if isinstance(container, dict):
         return container.get(key, _ABSENT)
-    return getattr(container, key)
+    return vars(container).get(key, _ABSENT)
 
 
 def _set(container, key, value) -> None:
@@ -174,6 +264,8 @@ def _set(container, key, value) -> None:
             container.pop(key, None)
         else:
             container[key] = value
+    elif value is _ABSENT:
+        delattr(container, key)
     else:
         setattr(container, key, value)
 

@@ -45,8 +45,9 @@ def _splits_replicated(spec: OpSpec, op_schema: OpSchema) -> bool:
     return False
 
 
-def selection(dtensor_choice):
-    """DTensor's selection ``dtensor_choice``, kept from splitting replicated axes."""
+def selection(dtensor_choice, diverged=lambda: None):
+    """DTensor's selection ``dtensor_choice``, kept from splitting replicated axes;
+    ``diverged()`` is called whenever that changes DTensor's choice."""
 
     def select(strategy: OpStrategy, op_schema: OpSchema | None = None) -> OpSpec:
         chosen = dtensor_choice(strategy, op_schema)
@@ -59,6 +60,9 @@ def selection(dtensor_choice):
             whole = [s for s in strategy.strategies if not _splits_replicated(s, op_schema) and _cost(s) < float("inf")]
         except TypeError:  # symbolic costs: leave the choice to DTensor
             return chosen
-        return min(whole, key=_cost) if whole else chosen
+        if not whole:
+            return chosen
+        diverged()
+        return min(whole, key=_cost)
 
     return select

@@ -28,8 +28,9 @@ aten = torch.ops.aten
 RESHAPING_VIEWS = (aten.view.default, aten._unsafe_view.default, aten.reshape.default, aten.view_copy.default)
 
 
-def unstrided(rule):
-    """DTensor's ``rule`` for a reshaping view, with no strategy that makes a ``_StridedShard``."""
+def unstrided(rule, diverged=lambda: None):
+    """DTensor's ``rule`` for a reshaping view, with no strategy that makes a ``_StridedShard``;
+    ``diverged()`` is called whenever that changes the rule's answer."""
 
     def strategy(op_schema: OpSchema) -> OpStrategy:
         result = rule(op_schema)
@@ -42,6 +43,7 @@ def unstrided(rule):
             if not made:
                 kept.append(op_spec)
                 continue
+            diverged()
             kept.extend(_with_axes_replicated(rule, op_schema, source, op_spec, made))
         return OpStrategy(kept)
 

@@ -29,6 +29,8 @@ def snapshot() -> dict:
         "single_dim": dict(PROPAGATOR.op_single_dim_strategy_funcs),
         "schema_info": dict(PROPAGATOR.op_to_schema_info),
         "cache": PROPAGATOR.propagate_op_sharding,
+        "uncached": vars(PROPAGATOR).get("propagate_op_sharding_non_cached"),
+        "dispatcher": dict(vars(DTensor._op_dispatcher)),
         "fake_kernels": dict(op_implementations_dict),
     }
 
@@ -36,6 +38,7 @@ def snapshot() -> dict:
 def changed(before: dict) -> list[str]:
     now = snapshot()
     return sorted(k for k in before if (now[k] != before[k] if isinstance(before[k], dict) else now[k] is not before[k]))
+
 
 
 def import_everything() -> int:
