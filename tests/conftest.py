@@ -17,6 +17,13 @@ def example_module(filename: str):
     return import_model_file(EXAMPLES / filename)
 
 
+def pytest_collection_modifyitems(items):
+    """Tests that spawn gloo processes belong to the slow lane too."""
+    for item in items:
+        if item.get_closest_marker("gloo") is not None:
+            item.add_marker(pytest.mark.slow)
+
+
 @pytest.fixture(autouse=True, scope="session")
 def fresh_plan_cache():
     """Every test session starts with an empty plan cache of its own, outside the checkout:

@@ -43,6 +43,7 @@ def fake_mesh():
     dist.destroy_process_group()
 
 
+@pytest.mark.slow
 def test_meta_model_gets_local_shards_only_and_loads_its_slice(fake_mesh):
     plan = sharded_plan()
     model = load_model_file(str(LLAMA)).model

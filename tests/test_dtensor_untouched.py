@@ -12,6 +12,8 @@ import pytest
 
 from conftest import ROOT
 
+pytestmark = pytest.mark.slow  # each check starts a fresh interpreter
+
 SCRIPT = ROOT / "tests" / "scripts" / "dtensor_state.py"
 
 

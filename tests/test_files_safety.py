@@ -48,6 +48,7 @@ def test_a_failed_write_changes_no_file(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["good.json"]
 
 
+@pytest.mark.slow  # starts a process
 def test_temp_left_by_a_killed_writer_is_removed_by_the_next_write(tmp_path):
     target = tmp_path / "plan.json"
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
@@ -82,6 +83,7 @@ def test_cli_refuses_to_write_over_its_inputs(tmp_path, monkeypatch, capsys):
     assert model.read_bytes() == before and plan.read_text() == "{}" and not (tmp_path / "x.json").exists()
 
 
+@pytest.mark.slow  # starts processes
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
 def test_child_dies_with_its_launcher_killed_outright(tmp_path):
     """What calibrate's and verify's ranks do: kill -9 of the launcher takes the child too."""

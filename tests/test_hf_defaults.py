@@ -33,6 +33,7 @@ def plans():
 
 
 @pytest.mark.parametrize("name", MODELS)
+@pytest.mark.slow  # plans five models twice
 def test_plan_shards_and_a_step_runs_the_predicted_collectives(plans, name):
     plan = plans[name]
     assert any(p.startswith("S(") for spec in plan.parameters.values() for p in spec), f"{name}: nothing sharded"

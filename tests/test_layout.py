@@ -79,6 +79,7 @@ def test_the_layers_are_the_folders():
     assert folders == set(STAGES) | {"dtensor"} | set(ABOVE_STAGES)
 
 
+@pytest.mark.slow  # a fresh interpreter per entry point
 @pytest.mark.parametrize("entry", ["autoplan.apply.engine", "autoplan.verify.step_check"])
 def test_apply_and_verify_load_nothing_from_cost_or_solve(entry):
     code = f"import sys, json, {entry}; print(json.dumps(sorted(m for m in sys.modules if m.startswith('autoplan.'))))"

@@ -81,6 +81,7 @@ def test_mlp_blocks_are_megatron_style_on_one_axis(plans):
         assert axes, auto.parameters
 
 
+@pytest.mark.slow
 def test_plan_runs_forward_and_backward_on_fake_process_group(plans):
     auto, _, _ = plans
     dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=8)

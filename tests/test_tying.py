@@ -76,6 +76,7 @@ def test_two_runs_give_byte_identical_plans():
     assert first.to_json() == second.to_json()
 
 
+@pytest.mark.slow  # runs into its time limit
 def test_time_limit_is_respected_and_reported():
     limit = 0.2
     plan, report = plan_meta(2, mesh=(2, 2, 2), time_limit_s=limit)

@@ -40,7 +40,13 @@ from zoo import MESHES, PUBLIC_ZOO, example_path, forced_plan
 
 TRAIN_BUDGET_GB = float(BUDGET_GB)  # examples/train.py's budget in its test
 
-CASES = [(name, mesh) for name in PUBLIC_ZOO for mesh in MESHES] + [("llama_uneven", (2, 4)), ("moe", (2, 4))]
+CASES = [
+    pytest.param(
+        name, mesh, id=f"{name}-{'x'.join(map(str, mesh))}",
+        marks=[pytest.mark.slow] if len(mesh) == 3 else [],  # 3-D meshes take seconds each
+    )
+    for name, mesh in [*((n, m) for n in PUBLIC_ZOO for m in MESHES), ("llama_uneven", (2, 4)), ("moe", (2, 4))]
+]
 
 
 @pytest.fixture
@@ -72,7 +78,7 @@ def test_counter_sees_each_collective_with_its_axis_and_bytes(fake_world):
     }
 
 
-@pytest.mark.parametrize("name,mesh", CASES, ids=[f"{n}-{'x'.join(map(str, m))}" for n, m in CASES])
+@pytest.mark.parametrize("name,mesh", CASES)
 def test_one_training_step_runs_the_predicted_collectives(name, mesh):
     axis_names = MESHES[mesh]
     plan = forced_plan(example_path(name), mesh, axis_names)
@@ -104,6 +110,7 @@ def _verify(example_name: str, plan):
         dist.destroy_process_group()
 
 
+@pytest.mark.slow
 def test_the_train_example_plan_runs_exactly_its_prediction():
     example = import_model_file(EXAMPLES / "llama.py")
     with torch.device("meta"):  # as examples/train.py plans
@@ -154,7 +161,7 @@ def test_cli_verify_refuses_a_plan_for_another_model(tmp_path, capsys):
     assert "does not match the model" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("mesh_shape", [(2, 4), (2, 2, 2)], ids=["2x4", "2x2x2"])
+@pytest.mark.parametrize("mesh_shape", [pytest.param((2, 4), id="2x4"), pytest.param((2, 2, 2), id="2x2x2", marks=pytest.mark.slow)])
 def test_priced_redistributions_are_the_ones_dtensor_runs(fake_world, mesh_shape):
     """Every move between layouts of a 8 x 16 x 4 tensor: the collectives ``cost/comm.py`` prices
     (kind, axis, bytes, in DTensor's order of axes) are the ones DTensor performs."""

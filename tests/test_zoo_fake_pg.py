@@ -15,7 +15,13 @@ from autoplan.model_file import import_model_file, load_model_file
 from conftest import EXAMPLES, ROOT
 from zoo import HARD_CASES, MESHES, PUBLIC_ZOO, example_path
 
-CASES = [(name, mesh) for name in PUBLIC_ZOO for mesh in MESHES] + [(name, (2, 4)) for name in HARD_CASES]
+CASES = [
+    pytest.param(
+        name, mesh, id=f"{name}-{'x'.join(map(str, mesh))}",
+        marks=[pytest.mark.slow] if len(mesh) == 3 else [],  # 3-D meshes take seconds each
+    )
+    for name, mesh in [*((n, m) for n in PUBLIC_ZOO for m in MESHES), *((n, (2, 4)) for n in HARD_CASES)]
+]
 
 
 @pytest.fixture(scope="module")
@@ -29,7 +35,7 @@ def _call(model, batch):
     return model(**batch) if isinstance(batch, dict) else model(*batch)
 
 
-@pytest.mark.parametrize("name,mesh", CASES, ids=[f"{n}-{'x'.join(map(str, m))}" for n, m in CASES])
+@pytest.mark.parametrize("name,mesh", CASES)
 def test_plan_applies_and_trains_on_fake_process_group(fake_world, name, mesh):
     axis_names = MESHES[mesh]
     loaded = load_model_file(example_path(name))
