@@ -18,10 +18,15 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-import torch
-from torch import nn
+from typing import TYPE_CHECKING
 
 from autoplan.errors import MeshError, ModelFileError
+
+if TYPE_CHECKING:
+    from torch import nn
+
+# torch is imported where a model is built, not at import: `autoplan --help` and the mesh
+# flags' parsing do not wait for it.
 
 DEFAULT_BUILDER = "build_model"
 _MESH_HINT = 'write the mesh as sizes joined by "x", e.g. --mesh 2x4'
@@ -54,10 +59,12 @@ def load_model_file(spec: str) -> LoadedModel:
     make_inputs = _require_function(
         module, "example_inputs", path, "that returns one batch as a tuple or dict of tensors"
     )
+    import torch
+
     with torch.device("meta"):
         model = _call(build, path)
         inputs = _call(make_inputs, path)
-    if not isinstance(model, nn.Module):
+    if not isinstance(model, torch.nn.Module):
         raise ModelFileError(
             f"{builder}() in {path} returned {type(model).__name__}, expected an nn.Module",
             f"make {builder}() return the model",
@@ -164,6 +171,8 @@ def _call(function, path: Path):
 
 
 def _normalize_inputs(inputs, path: Path) -> tuple | dict:
+    import torch
+
     if isinstance(inputs, torch.Tensor):
         return (inputs,)
     if isinstance(inputs, (tuple, list)):

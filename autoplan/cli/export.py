@@ -8,7 +8,6 @@ import json
 from pathlib import Path
 
 from autoplan._files import check_outputs, write_outputs
-from autoplan.plan.module_plan import Plan
 
 FORMATS = ("torch", "vescale")
 
@@ -38,6 +37,8 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else source.with_name(default)
     model_path = args.model.rpartition(":")[0] or args.model if args.model else None
     check_outputs({"--out": out}, {"the plan file": source, "the --model file": model_path})
+    from autoplan.plan.module_plan import Plan  # torch, imported when the command runs
+
     plan = Plan.load(args.plan)
     if args.model:
         from autoplan.model_file import load_model_file

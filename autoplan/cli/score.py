@@ -6,7 +6,6 @@ import argparse
 
 from autoplan.cli.suggest import _positive_float
 from autoplan.model_file import load_model_file, parse_mesh
-from autoplan.plan.module_plan import Plan
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -30,6 +29,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> int:
     mesh = parse_mesh(args.mesh) if args.mesh else None
+    from autoplan.plan.module_plan import Plan  # torch, imported when the command runs
+
     plan = Plan.load(args.plan)
     loaded = load_model_file(args.model)
     # Imported here so that flag and file errors are reported without loading the solver.

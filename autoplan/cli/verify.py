@@ -9,7 +9,6 @@ from contextlib import contextmanager
 from autoplan.cli.suggest import _positive_float
 from autoplan.errors import PlanError
 from autoplan.model_file import import_model_file, load_model_file
-from autoplan.plan.module_plan import Plan
 
 MISMATCH_STATUS = 1
 DEFAULT_TOLERANCE = 1e-5
@@ -40,6 +39,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
+    from autoplan.plan.module_plan import Plan  # torch, imported when the command runs
+
     plan = Plan.load(args.plan)
     loaded = load_model_file(args.model)
     # Imported here so that flag and file errors are reported without loading torch.distributed.
@@ -70,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 @contextmanager
-def _fake_world(plan: Plan):
+def _fake_world(plan):
     """A fake process group of the plan's world size (this process is rank 0) and its mesh."""
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
