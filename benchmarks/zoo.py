@@ -35,8 +35,8 @@ sys.path.insert(0, str(ROOT))
 import autoplan  # noqa: E402
 from autoplan.errors import InfeasibleError  # noqa: E402
 from autoplan.model_file import import_model_file, load_model_file, parse_mesh  # noqa: E402
-from autoplan.verify.numerics import NumericsJob, check_numerics  # noqa: E402
 from autoplan.pipeline.suggest import suggest_with_report  # noqa: E402
+from autoplan.verify.numerics import NumericsJob, check_numerics  # noqa: E402
 
 MODELS = ("mlp", "cnn", "transformer", "gpt2", "bert", "llama", "llama_uneven", "moe")
 AXIS_NAMES = {1: ("dp",), 2: ("dp", "tp"), 3: ("pp", "dp", "tp")}

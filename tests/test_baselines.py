@@ -8,12 +8,12 @@ a pinned subset of what the planner searches.
 import pytest
 
 import autoplan
-from autoplan.evaluate.baselines import BASELINES, baseline_for_problem, build_baseline
 from autoplan.errors import NotApplicableError
+from autoplan.evaluate.baselines import BASELINES, baseline_for_problem, build_baseline
+from autoplan.evaluate.score import score_problem
 from autoplan.model_file import load_model_file
 from autoplan.pipeline.pinning import Pins
 from autoplan.pipeline.problem import prepare_problem, solve_problem
-from autoplan.evaluate.score import score_problem
 from conftest import EXAMPLES
 
 BATCH = ("[1]['input_ids']", "[1]['labels']")

@@ -11,9 +11,9 @@ import pytest
 from autoplan.calibrate.launch import CalibrateConfig, _sigterm_as_exit, spawn_calibration, spawned_rank, write_profile
 from autoplan.cli import main
 from autoplan.cost.comm import collective_seconds
-from autoplan.errors import AutoplanError
 from autoplan.cost.op_classes import OP_CLASSES
 from autoplan.cost.profile import COLLECTIVES, load_profile
+from autoplan.errors import AutoplanError
 
 
 @pytest.mark.gloo

@@ -20,11 +20,11 @@ from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.device_mesh import init_device_mesh
 
 import autoplan
-from autoplan.evaluate.baselines import build_baseline
 from autoplan.errors import PlanError
+from autoplan.evaluate.baselines import build_baseline
 from autoplan.model_file import import_model_file, load_model_file
-from autoplan.verify.numerics import build_seeded, seeded_batch
 from autoplan.placements import to_placements
+from autoplan.verify.numerics import build_seeded, seeded_batch
 from conftest import EXAMPLES
 
 LLAMA = EXAMPLES / "llama.py"

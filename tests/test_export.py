@@ -9,13 +9,13 @@ import torch.distributed as dist
 from torch.distributed.device_mesh import init_device_mesh
 from torch.testing._internal.distributed.fake_pg import FakeStore
 
-from autoplan.evaluate.baselines import build_baseline
 from autoplan.cli import main
+from autoplan.evaluate.baselines import build_baseline
 from autoplan.interop.export_torch import export_torch
 from autoplan.interop.export_vescale import export_vescale
 from autoplan.model_file import import_model_file, load_model_file
-from autoplan.verify.numerics import build_seeded, seeded_batch
 from autoplan.plan.module_plan import ModuleLayout, Plan, Predicted, SolverReport
+from autoplan.verify.numerics import build_seeded, seeded_batch
 from conftest import EXAMPLES
 
 

@@ -21,8 +21,8 @@ import autoplan
 from autoplan.cli import main
 from autoplan.interop.export_torch import export_torch
 from autoplan.model_file import import_model_file, load_model_file
-from autoplan.verify.numerics import build_seeded, seeded_batch
 from autoplan.pipeline.suggest import suggest_with_report
+from autoplan.verify.numerics import build_seeded, seeded_batch
 from conftest import EXAMPLES
 
 WORLD = 4

@@ -20,13 +20,13 @@ from hypothesis import strategies as st
 from torch import nn
 
 import autoplan
-from autoplan.pipeline.cached import suggest_cached
 from autoplan.cli.suggest import _positive_float
+from autoplan.cost.profile import load_profile, profile_from_dict, profile_path
 from autoplan.errors import MeshError, PlanError, ProfileError
 from autoplan.model_file import parse_axis_names, parse_mesh
-from autoplan.plan.module_plan import Plan
+from autoplan.pipeline.cached import suggest_cached
 from autoplan.pipeline.plan_cache import CacheKey, CacheWarning, PlanCache
-from autoplan.cost.profile import load_profile, profile_from_dict, profile_path
+from autoplan.plan.module_plan import Plan
 
 EXAMPLES = {"plan": 300, "profile": 300, "cache": 150, "plan_bytes": 200, "mesh": 500, "axis_names": 500, "budget": 500}
 

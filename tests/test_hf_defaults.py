@@ -15,8 +15,8 @@ from torch.testing._internal.distributed.fake_pg import FakeStore
 
 import autoplan
 from autoplan.model_file import import_model_file
-from autoplan.verify.numerics import NumericsJob, build_seeded, check_numerics, seeded_batch
 from autoplan.trace.training_call import training_kwargs
+from autoplan.verify.numerics import NumericsJob, build_seeded, check_numerics, seeded_batch
 from autoplan.verify.step_check import verify_plan
 from conftest import ROOT
 from zoo import forced_plan

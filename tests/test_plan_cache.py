@@ -8,9 +8,9 @@ import warnings
 import pytest
 
 import autoplan
-from autoplan.pipeline.cached import HIT, MISS, NOT_STORED, REPLACED, suggest_cached
 from autoplan.cli import main
 from autoplan.model_file import load_model_file
+from autoplan.pipeline.cached import HIT, MISS, NOT_STORED, REPLACED, suggest_cached
 from autoplan.pipeline.plan_cache import CacheWarning
 from conftest import EXAMPLES
 

@@ -11,8 +11,8 @@ import json
 import pytest
 
 from autoplan.cost.comm import collective_seconds
-from autoplan.errors import ProfileError
 from autoplan.cost.profile import COST_MODELS_DIR, load_profile, profile_from_dict
+from autoplan.errors import ProfileError
 
 GOOD = json.loads((COST_MODELS_DIR / "h100-sxm.json").read_text())
 

@@ -9,10 +9,10 @@ import pytest
 
 from autoplan.choices.graph import build_choices
 from autoplan.cost.estimate import estimate_costs
-from autoplan.model_file import load_model_file
 from autoplan.cost.profile import load_profile
-from autoplan.solve.simplify import merge_followers
+from autoplan.model_file import load_model_file
 from autoplan.solve.ilp import solve
+from autoplan.solve.simplify import merge_followers
 from autoplan.trace.tracer import trace_model
 from zoo import example_path
 

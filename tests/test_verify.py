@@ -30,9 +30,9 @@ from torch.testing._internal.distributed.fake_pg import FakeStore
 from autoplan.cli import main
 from autoplan.cost.comm import redistribute_collectives
 from autoplan.model_file import import_model_file
+from autoplan.placements import candidate_specs, is_partial, local_shape, to_placements
 from autoplan.verify.numerics import build_seeded, seeded_batch
 from autoplan.verify.observe import CollectiveCounter
-from autoplan.placements import candidate_specs, is_partial, local_shape, to_placements
 from autoplan.verify.step_check import verify_plan
 from conftest import EXAMPLES
 from test_train_example import BUDGET_GB

@@ -27,16 +27,16 @@ from torch.distributed.tensor.experimental import implicit_replication
 from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import keystr, tree_flatten, tree_flatten_with_path, tree_unflatten
 
-from autoplan.dtensor import overrides
-from autoplan.dtensor.rules import op_by_name
-from autoplan.errors import PlanError
-from autoplan.dtensor.fused_attention import contiguous_operands, sharded_dropout_attention
 from autoplan.apply.materialize import empty_shard, initialize, materialize_buffers
+from autoplan.dtensor import overrides
+from autoplan.dtensor.fused_attention import contiguous_operands, sharded_dropout_attention
+from autoplan.dtensor.rules import op_by_name
+from autoplan.dtensor.saved_inputs import remember_saved_moves
+from autoplan.errors import PlanError
 from autoplan.placements import Spec, format_spec, to_placements
 from autoplan.plan.module_plan import Plan
-from autoplan.dtensor.saved_inputs import remember_saved_moves
-from autoplan.tree_paths import map_keyed_leaves, tensor_leaves
 from autoplan.trace.training_call import training_kwargs
+from autoplan.tree_paths import map_keyed_leaves, tensor_leaves
 
 
 def apply_plan(model: nn.Module, plan: Plan, device_mesh: DeviceMesh, init=None) -> nn.Module:

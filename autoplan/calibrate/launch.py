@@ -41,8 +41,8 @@ from autoplan.calibrate.progress import Progress
 from autoplan.calibrate.sizes import sweep_for
 from autoplan.calibrate.sweep import count_points, measure_all
 from autoplan.calibrate.timing import Timer
-from autoplan.errors import AutoplanError
 from autoplan.cost.profile import profile_from_dict
+from autoplan.errors import AutoplanError
 
 PROCESS_GROUP_TIMEOUT = timedelta(minutes=5)
 """A rank that hangs (rather than dies) fails its peers' collectives after this long.

@@ -34,8 +34,8 @@ import datetime
 import math
 from dataclasses import dataclass
 
-from autoplan.calibrate.fit import AlphaBetaFit, LineFit, SaturationFit, fit_alpha_beta, fit_line, fit_saturation
 from autoplan.calibrate.dispatch_classes import class_figures
+from autoplan.calibrate.fit import AlphaBetaFit, LineFit, SaturationFit, fit_alpha_beta, fit_line, fit_saturation
 from autoplan.calibrate.host import ClusterInfo
 from autoplan.calibrate.sizes import Sweep
 from autoplan.calibrate.sweep import CollectiveSample, Measurements

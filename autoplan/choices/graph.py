@@ -24,10 +24,10 @@ from torch.utils._pytree import tree_flatten, tree_map
 
 from autoplan.choices.decision import Decision, DecisionGraph
 from autoplan.dtensor import strategies as registry
-from autoplan.trace.opaque import OPAQUE_OP
-from autoplan.placements import candidate_specs, replicated
 from autoplan.dtensor.overrides import while_installed
 from autoplan.dtensor.strategies import Strategy
+from autoplan.placements import candidate_specs, replicated
+from autoplan.trace.opaque import OPAQUE_OP
 from autoplan.trace.tracer import TracedGraph
 
 PARAMETER, BUFFER, INPUT, OP, CONSTANT, FALLBACK = (

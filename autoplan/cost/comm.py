@@ -30,8 +30,8 @@ from __future__ import annotations
 
 import math
 
-from autoplan.placements import REPLICATE, Spec, is_partial, is_shard, shard_factor
 from autoplan.cost.profile import ClusterProfile, LinkCost
+from autoplan.placements import REPLICATE, Spec, is_partial, is_shard, shard_factor
 
 
 def axis_link(mesh_shape: tuple[int, ...], axis: int, devices_per_node: int) -> str:

@@ -36,10 +36,10 @@ from torch.utils.flop_counter import flop_registry, sdpa_flop_count
 from autoplan.choices.decision import Decision
 from autoplan.choices.graph import BUFFER, CONSTANT, INPUT, OP, PARAMETER, ChoiceGraph
 from autoplan.cost.comm import collective_seconds, moves_locally, redistribute_seconds
-from autoplan.dtensor.fused_attention import FUSED_FORWARD
 from autoplan.cost.op_classes import op_class
-from autoplan.placements import Spec, shard_factor
 from autoplan.cost.profile import ClusterProfile
+from autoplan.dtensor.fused_attention import FUSED_FORWARD
+from autoplan.placements import Spec, shard_factor
 
 aten = torch.ops.aten
 VIEW_OPS = {

@@ -83,10 +83,6 @@ def installed():
         uninstall()
 
 
-def is_installed() -> bool:
-    return _depth > 0
-
-
 def add_fallback(op) -> None:
     """Let DTensor run ``op`` (and its backward op, if it lacks a rule) replicated while the
     changes are installed (a plan lists such ops in ``fallback_ops``)."""
@@ -132,7 +128,7 @@ def _changes() -> list[tuple[object, object, object]]:
         if op not in added and not has_rule(op):  # never replace a rule torch has
             added[op] = (strategy, schema_info)
     for op, (strategy, schema_info) in added.items():
-        changes.append((propagator.op_strategy_funcs, op, _tainting(strategy)))
+        changes.append((propagator.op_strategy_funcs, op, _own_rule(strategy)))
         changes.append((propagator.op_to_schema_info, op, schema_info))
     for op in view_rules.RESHAPING_VIEWS:
         rule = propagator.op_strategy_funcs.get(op)
@@ -161,7 +157,7 @@ def _internal(lookup, name: str):
         ) from err
 
 
-def _tainting(strategy):
+def _own_rule(strategy):
     """A rule DTensor lacks: whatever it decides, DTensor alone would have failed."""
 
     @functools.wraps(strategy)

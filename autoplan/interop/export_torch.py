@@ -28,8 +28,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from autoplan.plan.module_plan import Plan
 from autoplan.placements import Spec
+from autoplan.plan.module_plan import Plan
 
 LINEAR_TYPES = frozenset({"Linear", "NonDynamicallyQuantizableLinear"})
 EMBEDDING_TYPES = frozenset({"Embedding"})

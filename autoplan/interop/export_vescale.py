@@ -24,8 +24,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from autoplan.plan.module_plan import Plan
 from autoplan.placements import Spec
+from autoplan.plan.module_plan import Plan
 
 _POSITIONAL = re.compile(r"^\[0\]\[(\d+)\]$")
 _KEYWORD = re.compile(r"^\[1\]\['([^'\]]+)'\]$")

@@ -21,11 +21,11 @@ from dataclasses import dataclass
 
 from torch import nn
 
-from autoplan.pipeline.arguments import check_axis_names, check_mesh, check_positive, check_profile, warn_if_large
 from autoplan.choices.graph import ChoiceGraph, build_choices
 from autoplan.cost.estimate import CostedGraph, estimate_costs
 from autoplan.cost.profile import ClusterProfile, load_profile
 from autoplan.errors import InfeasibleError, TraceError
+from autoplan.pipeline.arguments import check_axis_names, check_mesh, check_positive, check_profile, warn_if_large
 from autoplan.plan.builder import build_plan
 from autoplan.plan.expand import expand_plan
 from autoplan.plan.module_plan import Plan

@@ -7,14 +7,14 @@ import operator
 import torch
 
 from autoplan.choices.graph import INPUT
-from autoplan.plan.collectives import module_table, step_collectives
 from autoplan.cost.estimate import CostedGraph
-from autoplan.placements import format_spec
-from autoplan.plan.module_plan import BatchInput, ModuleLayout, Plan, Predicted, SolverReport, rounded, total_table
-from autoplan.solve.ilp import Solution
 from autoplan.dtensor.strategies import is_inplace
-from autoplan.trace.tracer import ModuleCall
+from autoplan.placements import format_spec
+from autoplan.plan.collectives import module_table, step_collectives
+from autoplan.plan.module_plan import BatchInput, ModuleLayout, Plan, Predicted, SolverReport, rounded, total_table
 from autoplan.plan.views import spec_before_views, view_chain
+from autoplan.solve.ilp import Solution
+from autoplan.trace.tracer import ModuleCall
 
 
 def build_plan(costed: CostedGraph, choice: dict[str, int], solution: Solution, extra_warnings=()) -> Plan:

@@ -46,9 +46,9 @@ from dataclasses import dataclass
 from autoplan.choices.graph import OP, PARAMETER
 from autoplan.cost.comm import _moves, gradient_collectives, moves_locally, redistribute_collectives, without_partial
 from autoplan.cost.estimate import CostedGraph, is_view, output_values, splits_work, tensor_bytes
+from autoplan.placements import PARTIAL, REPLICATE, is_partial, is_shard, shard_factor
 from autoplan.plan.loss_reductions import loss_output, loss_reductions
 from autoplan.plan.module_plan import ROOT_MODULE as ROOT, collective_table
-from autoplan.placements import PARTIAL, REPLICATE, is_partial, is_shard, shard_factor
 
 
 def step_collectives(costed: CostedGraph, choice: dict[str, int], modules: dict | None = None) -> Counter:

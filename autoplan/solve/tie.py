@@ -31,8 +31,8 @@ from dataclasses import dataclass
 from autoplan.choices.decision import Decision
 from autoplan.choices.graph import BUFFER, PARAMETER, ChoiceGraph
 from autoplan.cost.estimate import CostedGraph, EdgeCost, NodeCost
-from autoplan.trace.repeats import RepeatedBlocks
 from autoplan.solve.simplify import Simplified, merge_followers
+from autoplan.trace.repeats import RepeatedBlocks
 
 MAX_MERGE_ROUNDS = 4
 

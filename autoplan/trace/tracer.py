@@ -21,10 +21,10 @@ from torch import fx, nn
 from torch.fx.experimental.proxy_tensor import get_proxy_mode, get_proxy_slot, make_fx
 from torch.utils._pytree import keystr, tree_flatten, tree_flatten_with_path
 
-from autoplan.trace import opaque
-from autoplan.errors import TraceError
-from autoplan.dtensor.overrides import installed as dtensor_overrides
 from autoplan.dtensor.fused_attention import FusedAttention
+from autoplan.dtensor.overrides import installed as dtensor_overrides
+from autoplan.errors import TraceError
+from autoplan.trace import opaque
 from autoplan.trace.loss import training_loss
 from autoplan.trace.training_call import training_kwargs
 

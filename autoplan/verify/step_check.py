@@ -22,10 +22,10 @@ from torch.distributed.device_mesh import DeviceMesh
 
 from autoplan.apply.engine import apply_plan, shard_batch
 from autoplan.errors import AutoplanError, StepError
-from autoplan.trace.loss import training_loss
-from autoplan.verify.observe import CollectiveCounter
-from autoplan.trace.opaque import failing_module
 from autoplan.plan.module_plan import Plan
+from autoplan.trace.loss import training_loss
+from autoplan.trace.opaque import failing_module
+from autoplan.verify.observe import CollectiveCounter
 
 
 @dataclass(frozen=True)
