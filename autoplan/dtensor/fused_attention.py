@@ -105,7 +105,7 @@ def contiguous_operands(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
 
 def sharded_dropout_attention(args: tuple, kwargs: dict):
     """A CPU mesh's ``F.scaled_dot_product_attention`` call with dropout, run on local shards
-    as the fused kernel's rule (``dtensor_rules._attention_rows``) runs it; None where that
+    as the fused kernel's rule (``rules._attention_rows``) runs it; None where that
     rule does not apply (no dropout, not a CPU mesh, operands not all split alike on the
     batch or heads dim): the call then runs as written."""
     call = sdpa_call(args, kwargs)

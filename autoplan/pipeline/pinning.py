@@ -181,7 +181,7 @@ class Pins:
                 source, out_index = items.get(node, (node, 0))
                 if spec is None or source not in graph:
                     continue
-                # The same consumer plan_builder read the layout from: the first one inside.
+                # The same consumer plan/builder.py read the layout from: the first one inside.
                 consumers = sorted(
                     (order[v], v, k)
                     for _, v, k, read in graph.reads(source)
@@ -189,7 +189,7 @@ class Pins:
                 )
                 if not consumers:
                     continue
-                # plan_builder records the layout at the start of the views before its first
+                # plan/builder.py records the layout at the start of the views before its first
                 # compute op: pin what that op reads (the views are free to follow).
                 _, v, k = consumers[0]
                 chain = view_chain(graph, v, k, inside)
