@@ -31,6 +31,11 @@ if TYPE_CHECKING:
 DEFAULT_BUILDER = "build_model"
 _MESH_HINT = 'write the mesh as sizes joined by "x", e.g. --mesh 2x4'
 _DEFAULT_AXIS_NAMES = {1: ("dp",), 2: ("dp", "tp"), 3: ("dp", "cp", "tp")}
+
+
+def default_axis_names(mesh: tuple[int, ...]) -> tuple[str, ...]:
+    """The axis names a mesh gets when none are given (the command line's and the API's)."""
+    return _DEFAULT_AXIS_NAMES.get(len(mesh), tuple(f"axis{i}" for i in range(len(mesh))))
 # A fresh module name per load: loading the same file twice must not reuse stale state.
 _load_counter = itertools.count()
 
@@ -87,7 +92,7 @@ def parse_mesh(text: str) -> tuple[int, ...]:
 def parse_axis_names(text: str | None, mesh: tuple[int, ...]) -> tuple[str, ...]:
     """Comma-separated axis names, one per mesh axis; ``None`` gives the default names."""
     if text is None:
-        return _DEFAULT_AXIS_NAMES.get(len(mesh), tuple(f"axis{i}" for i in range(len(mesh))))
+        return default_axis_names(mesh)
     names = tuple(name.strip() for name in text.split(","))
     example = ",".join(parse_axis_names(None, mesh))
     hint = f"give one distinct name per mesh axis, e.g. --axis-names {example}"

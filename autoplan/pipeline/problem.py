@@ -25,6 +25,7 @@ from autoplan.choices.graph import ChoiceGraph, build_choices
 from autoplan.cost.estimate import CostedGraph, estimate_costs
 from autoplan.cost.profile import ClusterProfile, load_profile
 from autoplan.errors import InfeasibleError, TraceError
+from autoplan.model_file import default_axis_names
 from autoplan.pipeline.arguments import check_axis_names, check_mesh, check_positive, check_profile, warn_if_large
 from autoplan.plan.builder import build_plan
 from autoplan.plan.expand import expand_plan
@@ -36,7 +37,6 @@ from autoplan.trace.repeats import KEPT_LAYERS, RepeatedBlocks, find_repeated_bl
 from autoplan.trace.tracer import TracedGraph, trace_model
 
 GIB = 2**30
-DEFAULT_AXIS_NAMES = {1: ("dp",), 2: ("dp", "tp"), 3: ("dp", "cp", "tp")}
 
 
 @dataclass(frozen=True)
@@ -82,7 +82,7 @@ def resolve_options(mesh, axis_names, profile, memory_gb):
     mesh = check_mesh(mesh)
     warn_if_large(mesh)
     if axis_names is None:
-        axis_names = DEFAULT_AXIS_NAMES.get(len(mesh), tuple(f"axis{i}" for i in range(len(mesh))))
+        axis_names = default_axis_names(mesh)
     axis_names = check_axis_names(axis_names, mesh)
     memory_gb = check_positive("memory_gb", memory_gb)
     check_profile(profile)
