@@ -350,10 +350,7 @@ def _overrides_for_backward(output) -> None:
     was; an output nobody calls backward on leaves nothing installed."""
     if not torch.is_grad_enabled():
         return
-    leaves = tensor_leaves(output)
-    if leaves is None:  # a container the fast walk does not know
-        leaves = [x for x in tree_flatten(output)[0] if isinstance(x, torch.Tensor)]
-    tensors = [t for t in leaves if t.requires_grad]
+    tensors = [t for t in _tensors_in(output) if t.requires_grad]
     if not tensors:
         return
 
@@ -413,11 +410,17 @@ def _is_dtensor(value) -> bool:
     return isinstance(value, DTensor)
 
 
+def _tensors_in(tree) -> list:
+    """The tensors among ``tree``'s leaves: the fast walk, or pytree where it does not know a container."""
+    tensors = tensor_leaves(tree)
+    if tensors is None:
+        tensors = [x for x in tree_flatten(tree)[0] if isinstance(x, torch.Tensor)]
+    return tensors
+
+
 def _mixes_plain_and_dtensors(tree) -> bool:
     """Whether ``tree`` holds both a DTensor and a plain tensor (most calls hold one kind)."""
-    tensors = tensor_leaves(tree)
-    if tensors is None:  # a container the fast walk does not know
-        tensors = [x for x in tree_flatten(tree)[0] if isinstance(x, torch.Tensor)]
+    tensors = _tensors_in(tree)
     return any(_is_dtensor(x) for x in tensors) and any(_is_plain(x) for x in tensors)
 
 
