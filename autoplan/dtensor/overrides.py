@@ -8,6 +8,8 @@ forward and backward can each hold them without knowing about the others:
 - sharding rules DTensor lacks (``rules.py``), and the replicate fallback for ops a plan
   lists in ``fallback_ops``: added to DTensor's registry, deleted again;
 - DTensor's rules for the reshaping views, wrapped (``view_rules.py``);
+- DTensor's strategy functions, wrapped to also offer the layout that keeps every input's
+  split (``merged_inputs.py``);
 - DTensor's per-op strategy selection, wrapped (``strategy_choice.py``);
 - DTensor's ``redistribute_local_tensor`` as its dispatcher calls it, wrapped so that the
   backward reuses a forward move autograd saved (``saved_inputs.py``);
@@ -102,7 +104,7 @@ def _diverged() -> None:
 
 def _changes() -> list[tuple[object, object, object]]:
     """(container, key, new value) for every change, every internal looked up first."""
-    from autoplan.dtensor import fake_kernels, rules, saved_inputs, strategy_choice, view_rules
+    from autoplan.dtensor import fake_kernels, merged_inputs, rules, saved_inputs, strategy_choice, view_rules
 
     propagator = _internal(lambda: torch.distributed.tensor.DTensor._op_dispatcher.sharding_propagator, "DTensor._op_dispatcher.sharding_propagator")
     sharding_prop = _internal(lambda: __import__("torch.distributed.tensor._sharding_prop", fromlist=["_"]), "torch.distributed.tensor._sharding_prop")
@@ -134,6 +136,9 @@ def _changes() -> list[tuple[object, object, object]]:
         rule = propagator.op_strategy_funcs.get(op)
         if rule is not None:
             changes.append((propagator.op_strategy_funcs, op, view_rules.unstrided(rule, _diverged)))
+    for op, rule in list(propagator.op_strategy_funcs.items()):
+        if op not in view_rules.RESHAPING_VIEWS:
+            changes.append((propagator.op_strategy_funcs, op, merged_inputs.merged(rule, _diverged)))
     changes.append((sharding_prop, "_select_min_cost_strategy", strategy_choice.selection(sharding_prop._select_min_cost_strategy, _diverged)))
     changes.append((dispatch, "redistribute_local_tensor", saved_inputs.reusing(dispatch.redistribute_local_tensor)))
     for op, kernel in fake_kernels.KERNELS.items():

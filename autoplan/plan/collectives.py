@@ -43,10 +43,12 @@ import operator
 from collections import Counter
 from dataclasses import dataclass
 
+import torch
+
 from autoplan.choices.graph import OP, PARAMETER
 from autoplan.cost.comm import _moves, gradient_collectives, moves_locally, redistribute_collectives, without_partial
 from autoplan.cost.estimate import CostedGraph, is_view, output_values, splits_work, tensor_bytes
-from autoplan.placements import PARTIAL, REPLICATE, is_partial, is_shard, shard_factor
+from autoplan.placements import PARTIAL, REPLICATE, is_partial, is_shard, shard_dim, shard_factor
 from autoplan.plan.loss_reductions import loss_output, loss_reductions
 from autoplan.plan.module_plan import ROOT_MODULE as ROOT, collective_table
 
@@ -124,12 +126,12 @@ def step_collectives(costed: CostedGraph, choice: dict[str, int], modules: dict 
                 continue
             grads[value] = _value_gradient(
                 value, readers[value], boundaries.get(value, ()), graph, order, grads, mesh_shape, parent_spec, found, module_of,
-                made,
+                made, exits,
             )
     for value, grad in grads.items():
         u = value[0]
-        if grad is None or (_views_follow(graph, u) and len(list(graph.predecessors(u))) == 1):
-            continue  # a view's gradient goes on to its input
+        if grad is None or (_passes_gradient(graph, u) and u not in exits):
+            continue  # a view's or add's gradient goes on to its inputs (a module output's, once its hook settled it)
         src = made(*value)
         nbytes = tensor_bytes(output_values(graph.decision(u))[value[1]])
         for axis, p in enumerate(grad):
@@ -164,7 +166,28 @@ def _views_follow(graph, name: str) -> bool:
     return decision.kind == OP and is_view(decision)
 
 
-def _value_gradient(value, readers, chain, graph, order, grads, mesh_shape, parent_spec, found, module_of, made):
+_PASS_THROUGH = ("aten.add.Tensor", "aten.sub.Tensor")
+
+
+def _passes_gradient(graph, name: str) -> bool:
+    """Whether ``name``'s backward hands its output's gradient to its inputs as it is,
+    running no DTensor op that could move it: a view of one value, or an add or
+    subtraction of values of its own shape (autograd's AddBackward passes the gradient on;
+    the move DTensor made of an input for the forward, below autograd, has no backward)."""
+    decision = graph.decision(name)
+    if decision.kind != OP:
+        return False
+    if is_view(decision):
+        return len(list(graph.predecessors(name))) == 1
+    node = decision.fx_node
+    if str(node.target) not in _PASS_THROUGH or node.kwargs.get("alpha", 1) != 1:
+        return False
+    shape = getattr(node.meta.get("val"), "shape", None)
+    args = [a for a in node.args if hasattr(a, "meta")]
+    return len(args) == 2 and all(getattr(a.meta.get("val"), "shape", None) == shape for a in args)
+
+
+def _value_gradient(value, readers, chain, graph, order, grads, mesh_shape, parent_spec, found, module_of, made, exits):
     """The layout of ``value``'s summed gradient where it was made (partial where a
     reduction is still due); the collectives on its way back go into ``found``.
     ``order``: node -> its position in the graph (when its gradient part is ready)."""
@@ -172,11 +195,22 @@ def _value_gradient(value, readers, chain, graph, order, grads, mesh_shape, pare
     for v, strategy, arrived, dst, attach, nbytes in readers:
         if not graph.decision(v).requires_grad:
             continue
-        if _views_follow(graph, v) and len(strategy.inputs) == 1:
+        if _passes_gradient(graph, v):
             after = grads.get((v, 0))
             if after is None:
                 continue
-            grad = tuple(PARTIAL if is_partial(g) else p for g, p in zip(after, dst))
+            # A module's output hook settles the gradient to the planned layout first
+            # (gathered and reduced there); the op hands that back to its input.
+            # An add's backward hands the gradient on as it is, whatever DTensor moved for
+            # its forward (below autograd, so without a backward).
+            if v in exits:
+                grad = dst
+            elif _views_follow(graph, v):
+                grad = _through_view(graph.decision(v), after, dst)
+            else:
+                grad = after
+            into.setdefault(attach, []).append((order[v], grad))
+            continue
         else:
             grad = tuple(
                 PARTIAL if p == REPLICATE and n > 1 and splits_work(strategy, axis) else p
@@ -206,6 +240,35 @@ def _value_gradient(value, readers, chain, graph, order, grads, mesh_shape, pare
         into.setdefault(b.parent, []).append((min(when for when, _ in parts), without_partial(before)))
     parts = into.get(None, [])
     return _summed(parts, nbytes, mesh_shape, found, module) if parts else None
+
+
+def _through_view(decision, after: tuple, dst: tuple) -> tuple:
+    """The gradient a view hands its input, given its output's gradient ``after``: split
+    where ``after`` is (a slice DTensor took further on stays split back through the view:
+    the view strategy making that layout says where), partial where it is partial, else as
+    the view read its input (``dst``). An expand's backward sums over the dims it
+    broadcast: split there, that sum is partial."""
+    split = tuple(REPLICATE if is_partial(g) else g for g in after)
+    broadcast = _broadcast_axes(decision.fx_node, split)
+    if broadcast:
+        split = tuple(REPLICATE if axis in broadcast else p for axis, p in enumerate(split))
+    if split != tuple(without_partial(dst)):
+        strategies = decision.strategies
+        back = next((s.inputs[0] for s in strategies if len(s.inputs) == 1 and tuple(s.outputs[0]) == split), None)
+        if back is not None:
+            dst = back
+    return tuple(PARTIAL if is_partial(g) or axis in broadcast else p for axis, (g, p) in enumerate(zip(after, dst)))
+
+
+def _broadcast_axes(node, split: tuple) -> tuple[int, ...]:
+    """Mesh axes on which ``split`` divides a dim that the expand ``node`` broadcast."""
+    if node.target is not torch.ops.aten.expand.default:
+        return ()
+    before = tuple(node.args[0].meta["val"].shape)
+    after = tuple(node.meta["val"].shape)
+    lead = len(after) - len(before)
+    grown = {d for d in range(len(after)) if after[d] != 1 and (d < lead or before[d - lead] == 1)}
+    return tuple(axis for axis, p in enumerate(split) if is_shard(p) and shard_dim(p) in grown)
 
 
 def _summed(parts: list, nbytes: float, mesh_shape, found: Counter, module: str) -> tuple:
