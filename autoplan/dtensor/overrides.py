@@ -204,6 +204,15 @@ class _PropagationCache:
         return self._propagate(op_schema) if self._are_we_tracing() else self._cached(op_schema)
 
 
+def propagate_uncached(op_schema):
+    """DTensor's propagation of ``op_schema`` with autoplan's rules, kept out of every
+    cache: for queries on a planning mesh, which compares equal to the mesh it stands for,
+    so a cached answer would hand a run specs on a mesh without process groups."""
+    if not _depth or _own_cache is None:
+        raise RuntimeError("autoplan's DTensor overrides are not installed")
+    return _own_cache._propagate(op_schema)
+
+
 def _autoplan_cache(propagator, are_we_tracing) -> _PropagationCache:
     global _own_cache
     if _own_cache is None:

@@ -9,10 +9,14 @@ all-gathered back on tp by the next op or module boundary that wants it whole (a
 gradient comes back split on tp as well). The planner priced that path too, found it
 dearer over the whole step, and chose the strategy that leaves tp alone.
 
+The same holds for a partial input: ``mean(x) + eps`` with the mean partial on dp is
+cheapest, op by op, as a reduce-scatter to a split DTensor then gathers again for the
+next op; the plan reduces it with one all-reduce.
+
 ``selection`` wraps DTensor's selection (``overrides.py`` installs it): where the strategy it picks has
 to move an input anyway (its cost is positive) and splits an input on an axis where
-every input arrives unsplit, the cheapest strategy that splits no such input runs
-instead, if there is one. A split that lines an input up with another one that arrives
+every input arrives unsplit (replicated or partial), the cheapest strategy that splits
+no such input runs instead, if there is one. A split that lines an input up with another one that arrives
 split on that axis (a query sliced by heads to meet keys split by heads) is the op's
 own, and stays. Strategies that move nothing, or only chunk (cost zero), are DTensor's
 choice as before.
@@ -28,7 +32,8 @@ def _cost(spec: OpSpec) -> float:
 
 
 def _splits_replicated(spec: OpSpec, op_schema: OpSchema) -> bool:
-    """Whether ``spec`` shards an input on an axis where every input arrives unsplit.
+    """Whether ``spec`` shards an input on an axis where every input arrives unsplit
+    (replicated or partial).
 
     Only such a split is DTensor's own: where some input already arrives split on that
     axis (attention's keys split by heads, the query whole), slicing another to match
@@ -40,7 +45,7 @@ def _splits_replicated(spec: OpSpec, op_schema: OpSchema) -> bool:
         if any(arrived.placements[axis].is_shard() for arrived in arrivals):
             continue
         for arrived, wanted in zip(arrivals, spec.input_specs):
-            if arrived.placements[axis].is_replicate() and wanted.placements[axis].is_shard():
+            if not arrived.placements[axis].is_shard() and wanted.placements[axis].is_shard():
                 return True
     return False
 

@@ -45,12 +45,15 @@ from dataclasses import dataclass
 
 import torch
 
-from autoplan.choices.graph import OP, PARAMETER
+from autoplan.choices.graph import OP, PARAMETER, planning_mesh
 from autoplan.cost.comm import _moves, gradient_collectives, moves_locally, redistribute_collectives, without_partial
+from autoplan.dtensor import overrides
+from autoplan.dtensor.strategies import Strategy
 from autoplan.cost.estimate import CostedGraph, is_view, output_values, splits_work, tensor_bytes
 from autoplan.placements import PARTIAL, REPLICATE, is_partial, is_shard, shard_dim, shard_factor
 from autoplan.plan.loss_reductions import loss_output, loss_reductions
 from autoplan.plan.module_plan import ROOT_MODULE as ROOT, collective_table
+from autoplan.plan.runtime_choice import runtime_strategy
 
 
 def step_collectives(costed: CostedGraph, choice: dict[str, int], modules: dict | None = None) -> Counter:
@@ -71,30 +74,52 @@ def step_collectives(costed: CostedGraph, choice: dict[str, int], modules: dict 
         return graph.decision(name).strategies[choice[name]].output(index)
 
     boundaries = _boundaries(choices, modules or {})
-    followed: dict[str, object] = {}  # view -> the strategy it runs, taking its input as it arrives
     exits = _output_nodes(choices, modules or {})
+    runs: dict[str, Strategy] = {}  # op -> the strategy DTensor runs, where it is not the plan's
 
     def made(name: str, index: int):
-        """The layout a value leaves its producer in at run time."""
-        if index == 0 and name in followed and name not in exits:
-            return followed[name].outputs[0]
+        """The layout a value leaves its producer in at run time (a module output: once
+        its hook has put it in the plan's layout)."""
+        if name in runs and name not in exits:
+            return runs[name].output(index)
         return planned_out(name, index)
 
     def parent_spec(b: "_Boundary"):
         return b.parent.spec if b.parent is not None else made(*b.value)
 
+    def arrival(u: str, out_index: int, reader: str):
+        """(the boundary the reader sits behind or None, the layout the value arrives in)."""
+        attach = _attach(boundaries.get((u, out_index), ()), module_of(reader), owners.get(u) or "")
+        return attach, attach.spec if attach is not None else made(u, out_index)
+
+    # What DTensor runs, op by op, given what arrives (the plan's strategy where it agrees).
+    # A parameter (or a view of one) arrives as the op asks: its module's hook gathers it
+    # to that layout (``Plan.parameter_uses``).
+    mesh = planning_mesh(mesh_shape, choices.axis_names)
+    weights: set[str] = set()
+    with overrides.installed():
+        for decision in graph.decisions():
+            name = decision.name
+            inputs = graph.inputs_of(name)
+            if decision.kind == PARAMETER or (_views_follow(graph, name) and len(inputs) == 1 and inputs[0][0] in weights):
+                weights.add(name)
+                continue
+            if decision.kind != OP or not inputs:
+                continue
+            planned = decision.strategies[choice[name]]
+            arrived = [planned.inputs[k] if u in weights else arrival(u, i, name)[1] for u, i, k in inputs]
+            if arrived == list(planned.inputs):
+                continue  # nothing to move: DTensor runs what the plan does
+            run = runtime_strategy(decision, arrived, mesh)
+            if run is not None and run != planned:
+                runs[name] = run
+
     # Forward: each boundary moves its value once; each reader moves what arrives to what it reads.
     readers: dict[tuple[str, int], list] = {}
     for u, v, k, out_index in graph.reads():
         value = (u, out_index)
-        attach = _attach(boundaries.get(value, ()), module_of(v), owners.get(u) or "")
-        arrived = attach.spec if attach is not None else made(u, out_index)
-        options = graph.decision(v).strategies
-        strategy = options[choice[v]]
-        if arrived != strategy.inputs[k] and k == 0 and _views_follow(graph, v):
-            follow = next((s for s in options if len(s.inputs) == 1 and s.inputs[0] == arrived), None)
-            if follow is not None:
-                followed[v], strategy = follow, follow
+        attach, arrived = arrival(u, out_index, v)
+        strategy = runs.get(v) or graph.decision(v).strategies[choice[v]]
         dst = strategy.inputs[k]
         nbytes = tensor_bytes(output_values(graph.decision(u))[out_index])
         for kind, axis, size, _ in redistribute_collectives(arrived, dst, nbytes, mesh_shape, backward=False):
@@ -105,10 +130,16 @@ def step_collectives(costed: CostedGraph, choice: dict[str, int], modules: dict 
         for b in chain:
             for kind, axis, size, _ in redistribute_collectives(parent_spec(b), b.spec, nbytes, mesh_shape, backward=False):
                 found[(b.fqn, kind, axis, round(size))] += 1
-    for name in exits:  # a module output hook puts a view that followed its input back to the plan's layout
-        if name in followed and followed[name].outputs[0] != planned_out(name, 0):
+    for name in exits:  # a module output hook puts what DTensor made back in the plan's layout
+        if name in runs and runs[name].output(0) != planned_out(name, 0):
             nbytes = tensor_bytes(output_values(graph.decision(name))[0])
-            for kind, axis, size, _ in redistribute_collectives(followed[name].outputs[0], planned_out(name, 0), nbytes, mesh_shape, backward=False):
+            ran, planned = runs[name].output(0), planned_out(name, 0)
+            for kind, axis, size, _ in redistribute_collectives(ran, planned, nbytes, mesh_shape, backward=False):
+                found[(module_of(name), kind, axis, round(size))] += 1
+            if not graph.decision(name).requires_grad:
+                continue
+            # and its backward brings the gradient back to the layout DTensor made
+            for kind, axis, size in gradient_collectives(without_partial(planned), ran, nbytes, mesh_shape):
                 found[(module_of(name), kind, axis, round(size))] += 1
 
     # Backward: each value's gradient, summed over its readers, goes back through the
@@ -144,7 +175,7 @@ def step_collectives(costed: CostedGraph, choice: dict[str, int], modules: dict 
             found[(module_of(u), kind, axis, round(size))] += 1
     for (source, axis), nbytes in partial.items():
         decision = graph.decision(source)
-        spec = decision.strategies[choice[source]].outputs[0] if decision.strategies else None
+        spec = made(source, 0) if decision.strategies else None
         kind = "reduce_scatter" if spec is not None and is_shard(spec[axis]) else "all_reduce"
         module = _parameter_module(choices, source) if decision.kind == PARAMETER else module_of(source)
         found[(module, kind, axis, round(nbytes))] += 1
@@ -204,7 +235,7 @@ def _value_gradient(value, readers, chain, graph, order, grads, mesh_shape, pare
             # An add's backward hands the gradient on as it is, whatever DTensor moved for
             # its forward (below autograd, so without a backward).
             if v in exits:
-                grad = dst
+                grad = without_partial(dst)
             elif _views_follow(graph, v):
                 grad = _through_view(graph.decision(v), after, dst)
             else:

@@ -1,0 +1,67 @@
+"""The strategy DTensor runs for an op of a plan, given the layouts its inputs arrive in.
+
+The plan picks one strategy per op; at run time DTensor picks its own, op by op, from the
+layouts the inputs arrive in: the cheapest moves, the first of equals. Mostly the two
+agree. Where they do not, the collectives that run are DTensor's, and so is the layout
+the op's output leaves in: an add of a value split on dim 2 and one split on dim 0 moves
+either one, at the same cost, and where the plan moved the second DTensor moves the
+first; a view runs on its input as it arrives; a rule that follows one input offers
+only what that input's layout allows. ``runtime_strategy`` asks DTensor's own propagation
+(autoplan's rules installed, as while a planned model runs, and outside every cache: the
+question is asked on a planning mesh) which strategy it will run.
+"""
+
+from __future__ import annotations
+
+import operator
+
+import torch
+from torch import fx
+from torch.distributed.device_mesh import DeviceMesh
+from torch.distributed.tensor import DTensor
+from torch.distributed.tensor._dtensor_spec import DTensorSpec
+from torch.distributed.tensor._op_schema import OpSchema
+from torch.utils._pytree import tree_map
+
+from autoplan.choices.decision import Decision
+from autoplan.choices.graph import OP
+from autoplan.dtensor import overrides
+from autoplan.dtensor.strategies import Strategy, tensor_meta
+from autoplan.placements import Spec, spec_from_placements, to_placements
+
+
+def runtime_strategy(decision: Decision, arrived: list[Spec], mesh: DeviceMesh) -> Strategy | None:
+    """DTensor's strategy for ``decision``'s op with its tensor inputs arriving in
+    ``arrived`` (in the choice graph's input order); None where DTensor cannot say (no
+    rule, a layout outside the planner's vocabulary): the plan's strategy stands."""
+    node = decision.fx_node
+    op = node.target
+    if decision.kind != OP or not isinstance(op, torch._ops.OpOverload):
+        return None
+    layouts = iter(arrived)
+
+    def spec_of(arg):
+        if _is_tensor_node(arg):
+            return DTensorSpec(mesh, to_placements(next(layouts)), tensor_meta=tensor_meta(arg.meta["val"]))
+        return arg.meta.get("val") if isinstance(arg, fx.Node) else arg
+
+    try:
+        args, kwargs = tree_map(spec_of, (node.args, node.kwargs), is_leaf=lambda a: isinstance(a, fx.Node))
+        propagator = DTensor._op_dispatcher.sharding_propagator
+        schema = OpSchema(op, args, kwargs, schema_info=propagator.op_to_schema_info.get(op))
+        sharding = overrides.propagate_uncached(schema)
+        out = sharding.output_spec
+        outs = out if isinstance(out, (tuple, list)) else (out,)
+        outputs = tuple(None if s is None else spec_from_placements(s.placements) for s in outs)
+        wanted = sharding.redistribute_schema.args_spec if sharding.redistribute_schema is not None else ()
+        inputs = tuple(spec_from_placements(s.placements) for s in wanted) + tuple(arrived[len(wanted):])
+    except Exception:  # DTensor cannot run it as given: the plan's own strategy (a fallback) runs
+        return None
+    if len(inputs) != len(arrived) or not outputs:
+        return None
+    return Strategy(outputs, inputs)
+
+
+def _is_tensor_node(arg) -> bool:
+    """As the choice graph counts tensor inputs (``choices/graph.py``)."""
+    return isinstance(arg, fx.Node) and (isinstance(arg.meta.get("val"), torch.Tensor) or arg.target is operator.getitem)
