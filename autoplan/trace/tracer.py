@@ -8,7 +8,8 @@ enter and leave each module call; the plan's module-level layouts come from them
 The step is the one the device runs: the model is called as a training step calls it
 (``trace/training_call.py``: no inference cache), ``scaled_dot_product_attention`` is recorded as
 the fused kernel (``dtensor/fused_attention.py``), fake kernels accept what device kernels
-accept (``dtensor/fake_kernels.py``), and the loss is the model file's or the model's own
+accept (``dtensor/fake_kernels.py``), an autocast region on the meta device is a recorded
+no-op (``trace/meta_autocast.py``), and the loss is the model file's or the model's own
 (``trace/loss.py``).
 """
 
@@ -27,6 +28,7 @@ from autoplan.dtensor.overrides import installed as dtensor_overrides
 from autoplan.errors import AutoplanError, LossError, TraceError
 from autoplan.trace import opaque
 from autoplan.trace.loss import batch_of, check_loss_fn, computed_loss, find_loss, summed_warning
+from autoplan.trace.meta_autocast import meta_autocast
 from autoplan.trace.training_call import training_kwargs
 
 
@@ -72,7 +74,7 @@ class TracedGraph:
     """Opaque-region node -> its forward FLOPs (an upper bound)."""
     warnings: tuple[str, ...] = ()
     """Where the traced step is not exactly the step the user trains (a loss taken as the
-    sum of the output): for the plan."""
+    sum of the output, autocast regions traced in the model's own dtypes): for the plan."""
 
 
 def split_batch(batch) -> tuple[tuple, dict]:
@@ -111,7 +113,7 @@ def trace_model(model: nn.Module, example_inputs, loss_fn=None) -> TracedGraph:
         regions = opaque.install(model, opaque_classes)
         summed.clear()
         try:
-            with recorder, dtensor_overrides(), FusedAttention():
+            with recorder, dtensor_overrides(), FusedAttention(), meta_autocast() as autocasts:
                 # Tensors the forward builds from Python data on the meta device (``torch.tensor``
                 # in a module's forward) become graph constants instead of failing the trace.
                 gm = make_fx(step, tracing_mode="fake", _allow_non_fake_inputs=True)(params, buffers, args, kwargs)
@@ -166,7 +168,7 @@ def trace_model(model: nn.Module, example_inputs, loss_fn=None) -> TracedGraph:
             node.name: opaque.region_flops(node.args[0])
             for node in gm.graph.nodes if node.target is opaque.OPAQUE_OP
         },
-        warnings=tuple(summed_warning(where) for where in summed[:1]),
+        warnings=tuple(summed_warning(where) for where in summed[:1]) + _autocast_warnings(autocasts),
     )
 
 
@@ -186,6 +188,17 @@ def _loss_of(loss_fn, output, batch) -> torch.Tensor:
             f"fix {name}: it gets the model's output and the batch the model was called with "
             "(the dict of keyword arguments, or the tuple of positional ones) (--debug shows the traceback)",
         ) from err
+
+
+def _autocast_warnings(enabled: list[bool]) -> tuple[str, ...]:
+    """One line when a region on the meta device asked for autocast (``trace/meta_autocast.py``)."""
+    count = sum(enabled)
+    if not count:
+        return ()
+    return (
+        f"{count} autocast region(s) on the meta device (torch.autocast(device_type=x.device.type)) were traced "
+        "in the model's own dtypes: the plan's costs do not include their lower precision",
+    )
 
 
 def _module_with_unknown_sizes(gm: fx.GraphModule, recorder: "_CallRecorder", model: nn.Module) -> nn.Module | None:
