@@ -51,6 +51,11 @@ class TraceError(AutoplanError):
     """The model could not be traced."""
 
 
+class LossError(AutoplanError):
+    """The training loss cannot be told from the model's output, or ``compute_loss`` did not
+    return one scalar tensor."""
+
+
 class NotApplicableError(AutoplanError):
     """A baseline layout does not apply to this model or mesh."""
 

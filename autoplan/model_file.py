@@ -1,13 +1,20 @@
 """Load a user's model file and parse the mesh flags.
 
-A model file is a plain Python file that defines two functions::
+A model file is a plain Python file that defines two functions, and may define a third::
 
     def build_model() -> nn.Module: ...
     def example_inputs() -> tuple | dict: ...   # one global batch
+    def compute_loss(output, batch) -> torch.Tensor: ...   # optional: the training loss
 
 Both are called under ``torch.device("meta")`` so no weight or batch memory is used. The
 builder is called first, so ``example_inputs`` may read what the builder recorded (a file
 with several builders can size its batch that way).
+
+``compute_loss`` gets the model's output and the batch it was called with (the dict or
+tuple ``example_inputs`` returns, each rank's slice of it once a plan is applied) and
+returns the loss as a scalar tensor; autoplan plans, applies, verifies and checks the
+numerics of that loss. Without it the loss is the model's own: ``output.loss``,
+``output["loss"]``, or the one scalar tensor the model returns (``trace/loss.py``).
 """
 
 from __future__ import annotations
@@ -18,7 +25,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 from autoplan.errors import MeshError, ModelFileError
 
@@ -29,6 +36,7 @@ if TYPE_CHECKING:
 # flags' parsing do not wait for it.
 
 DEFAULT_BUILDER = "build_model"
+LOSS_FUNCTION = "compute_loss"
 _MESH_HINT = 'write the mesh as sizes joined by "x", e.g. --mesh 2x4'
 _DEFAULT_AXIS_NAMES = {1: ("dp",), 2: ("dp", "tp"), 3: ("dp", "cp", "tp")}
 
@@ -54,6 +62,8 @@ class LoadedModel:
     """The model, with meta parameters."""
     example_inputs: tuple | dict
     """One global batch: positional arguments (tuple) or keyword arguments (dict)."""
+    loss_fn: Callable | None = None
+    """The file's ``compute_loss(output, batch)``; None: the model's own loss."""
 
 
 def load_model_file(spec: str) -> LoadedModel:
@@ -64,6 +74,7 @@ def load_model_file(spec: str) -> LoadedModel:
     make_inputs = _require_function(
         module, "example_inputs", path, "that returns one batch as a tuple or dict of tensors"
     )
+    loss_fn = loss_function(module, path)
     import torch
 
     with torch.device("meta"):
@@ -75,7 +86,19 @@ def load_model_file(spec: str) -> LoadedModel:
             f"make {builder}() return the model",
         )
     name = path.stem if builder == DEFAULT_BUILDER else f"{path.stem}-{builder}"
-    return LoadedModel(name, path, builder, model, _normalize_inputs(inputs, path))
+    return LoadedModel(name, path, builder, model, _normalize_inputs(inputs, path), loss_fn)
+
+
+def loss_function(module, path: Path) -> Callable | None:
+    """An imported model file's ``compute_loss``, or None where it defines none."""
+    function = getattr(module, LOSS_FUNCTION, None)
+    if function is not None and not callable(function):
+        raise ModelFileError(
+            f"{path} defines {LOSS_FUNCTION} as a {type(function).__name__}, not a function",
+            f"define {LOSS_FUNCTION}(output, batch) in {path} that returns the loss as a scalar tensor, "
+            "or remove it to use the model's own loss",
+        )
+    return function
 
 
 def parse_mesh(text: str) -> tuple[int, ...]:

@@ -12,6 +12,7 @@ holds only tuples, lists and dicts, so these walks handle those directly, with t
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Callable
 
 import torch
@@ -46,8 +47,9 @@ def _map(tree, fn, key: str):
 
 
 def tensor_leaves(tree) -> list | None:
-    """The tensors among ``tree``'s leaves, in order; ``None`` where the tree holds a
-    container this walk does not handle."""
+    """The tensors among ``tree``'s leaves, in order, those in the fields of dataclasses
+    pytree does not know included; ``None`` where the tree holds a container this walk
+    does not handle."""
     found: list = []
     try:
         _collect_tensors((tree,), found)
@@ -67,6 +69,10 @@ def _collect_tensors(items, found: list) -> None:
             found.append(item)
         elif not tree_is_leaf(item):
             raise _Unsupported
+        elif hasattr(kind, "__dataclass_fields__"):
+            # A dataclass pytree does not know (a model's output type) is one of its leaves,
+            # but its tensors are the output's: the backward must see them.
+            _collect_tensors([getattr(item, f.name) for f in dataclasses.fields(item)], found)
 
 
 _ATOMS = frozenset({int, float, bool, str, complex, type(None), torch.dtype, torch.device, torch.layout, torch.memory_format})

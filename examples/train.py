@@ -28,7 +28,8 @@ from torch.distributed.device_mesh import init_device_mesh
 
 import autoplan
 from autoplan._files import write_atomic
-from autoplan.model_file import import_model_file, parse_axis_names, parse_mesh
+from autoplan.model_file import import_model_file, loss_function, parse_axis_names, parse_mesh
+from autoplan.trace.loss import model_loss
 from autoplan.verify.numerics import build_seeded, call_model, seeded_batch
 
 DEFAULT_MODEL = Path(__file__).resolve().parent / "llama.py"
@@ -36,7 +37,10 @@ DEFAULT_MODEL = Path(__file__).resolve().parent / "llama.py"
 
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default=str(DEFAULT_MODEL), help="model file with build_model() and example_inputs()")
+    parser.add_argument(
+        "--model", default=str(DEFAULT_MODEL),
+        help="model file with build_model() and example_inputs() (and compute_loss(output, batch), where the loss is its own)",
+    )
     parser.add_argument("--steps", type=int, default=5, help="training steps")
     parser.add_argument("--mesh", help="mesh shape, e.g. 2x4 (default: 2xN/2 for an even world size N, else N)")
     parser.add_argument("--axis-names", help="comma-separated mesh axis names (default: dp,tp for 2-D)")
@@ -76,13 +80,14 @@ def train_parallel(module, args) -> list[float]:
     with torch.device("meta"):  # planning needs shapes only
         meta_model = module.build_model()
         meta_batch = module.example_inputs()
+    loss_fn = loss_function(module, Path(args.model))
     plan = autoplan.suggest(
         meta_model, meta_batch, mesh=mesh_shape, axis_names=axis_names,
-        profile=args.profile or (None if cuda else "cpu-gloo"), memory_gb=args.memory_gb,
+        profile=args.profile or (None if cuda else "cpu-gloo"), memory_gb=args.memory_gb, loss_fn=loss_fn,
     )
     mesh = init_device_mesh(device.type, mesh_shape, mesh_dim_names=axis_names)
     model = build_seeded(module, "build_model", args.seed).to(device)
-    autoplan.apply_plan(model, plan, mesh)
+    autoplan.apply_plan(model, plan, mesh, loss_fn=loss_fn)  # the model then returns that loss
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr)
     rank0 = dist.get_rank() == 0
     if rank0:
@@ -96,14 +101,14 @@ def train_single_device(module, args, device) -> list[float]:
     model = build_seeded(module, "build_model", args.seed).to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr)
     batch = _to(seeded_batch(module, args.seed + 1), device)
-    return _train(model, optimizer, batch, args.steps, show=True)
+    return _train(model, optimizer, batch, args.steps, show=True, loss_fn=loss_function(module, Path(args.model)))
 
 
-def _train(model, optimizer, batch, steps: int, show: bool) -> list[float]:
+def _train(model, optimizer, batch, steps: int, show: bool, loss_fn=None) -> list[float]:
     """``steps`` AdamW steps on the same batch; the loss of each (printed when ``show``)."""
     losses = []
     for step in range(steps):
-        loss = autoplan.training_loss(call_model(model, batch))
+        loss = model_loss(call_model(model, batch), batch, loss_fn)
         loss.backward()
         optimizer.step()
         optimizer.zero_grad()

@@ -122,8 +122,8 @@ class FakeReport:
 def fake_suggest(monkeypatch):
     calls = []
 
-    def suggest_with_report(*args):
-        calls.append(args)
+    def suggest_with_report(*args, **kwargs):
+        calls.append((args, kwargs))
         return FakePlan(), FakeReport()
 
     module = types.SimpleNamespace(suggest_with_report=suggest_with_report)
@@ -140,8 +140,9 @@ def test_writes_plan_to_default_path(workdir, capsys, fake_suggest):
     plan = workdir / "plans_out" / "tiny-2x4.json"
     assert plan.read_text() == '{"plan": true}\n'
     assert capsys.readouterr().out.splitlines()[-1] == "plan written to plans_out/tiny-2x4.json"
-    ((_, _, *settings),) = fake_suggest
+    (((_, _, *settings), options),) = fake_suggest
     assert settings == [(2, 4), ("dp", "tp"), "h100", 80.0, None]
+    assert options == {"loss_fn": None}  # the model file defines no compute_loss
 
 
 def test_unwritable_out_is_one_line_error(workdir, capsys, fake_suggest):

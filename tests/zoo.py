@@ -25,17 +25,21 @@ def sharding_budget_gb(plan) -> float:
 
 def forced_plan(path: str, mesh=(2, 4), axis_names=("dp", "tp"), profile=None):
     """The plan under ``sharding_budget_gb``; where no plan gets that low, under a budget
-    halfway between the least any plan needs and the unconstrained peak."""
+    halfway between the least any plan needs and the unconstrained peak. For the model
+    file's ``compute_loss`` where it defines one."""
     loaded = load_model_file(path)
-    free = autoplan.suggest(loaded.model, loaded.example_inputs, mesh=mesh, axis_names=axis_names, profile=profile)
+    free = autoplan.suggest(
+        loaded.model, loaded.example_inputs, mesh=mesh, axis_names=axis_names, profile=profile, loss_fn=loaded.loss_fn
+    )
     loaded = load_model_file(path)
     try:
         return autoplan.suggest(
             loaded.model, loaded.example_inputs, mesh=mesh, axis_names=axis_names, profile=profile,
-            memory_gb=sharding_budget_gb(free),
+            memory_gb=sharding_budget_gb(free), loss_fn=loaded.loss_fn,
         )
     except InfeasibleError as err:
         budget = (err.smallest_bytes + free.predicted.peak_memory_bytes) / 2 / 2**30
         return autoplan.suggest(
-            loaded.model, loaded.example_inputs, mesh=mesh, axis_names=axis_names, profile=profile, memory_gb=budget
+            loaded.model, loaded.example_inputs, mesh=mesh, axis_names=axis_names, profile=profile, memory_gb=budget,
+            loss_fn=loaded.loss_fn,
         )

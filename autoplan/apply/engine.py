@@ -7,7 +7,9 @@
 - The root module turns each rank's local batch (from ``shard_batch``) into DTensors,
   runs under implicit replication (tensors the model builds itself, such as masks and
   position ids, are the same on every rank), and returns the loss as a plain tensor
-  holding the global-batch loss.
+  holding the global-batch loss: in the output where the model returns one (a new output
+  object, rebuilt as ``trace/loss.py`` says), or, given ``loss_fn``, the loss alone,
+  computed from the output and the batch under the same plan, as it was planned.
 
 This module must not import the cost model or the solver: a plan applies on a machine
 that never planned.
@@ -35,26 +37,31 @@ from autoplan.dtensor.saved_inputs import remember_saved_moves
 from autoplan.errors import PlanError
 from autoplan.placements import Spec, format_spec, to_placements
 from autoplan.plan.module_plan import Plan
+from autoplan.trace.loss import batch_of, check_loss_fn, computed_loss, loss_slot, plain, value_at, with_value_at
 from autoplan.trace.training_call import training_kwargs
 from autoplan.tree_paths import map_keyed_leaves, tensor_leaves
 
 
-def apply_plan(model: nn.Module, plan: Plan, device_mesh: DeviceMesh, init=None) -> nn.Module:
+def apply_plan(model: nn.Module, plan: Plan, device_mesh: DeviceMesh, init=None, loss_fn=None) -> nn.Module:
     """Distribute ``model`` in place per ``plan``; returns the same module.
 
     A model built on the meta device gets only its local shards, filled by ``init``
     (``"reset_parameters"`` or a callable ``init(module)``; see ``apply/materialize.py``).
+    With ``loss_fn`` (the model file's ``compute_loss``, which the plan was made for), a
+    call of the model returns ``loss_fn(output, batch)`` as a plain scalar holding the
+    global-batch loss: ``loss = model(**local_batch); loss.backward()``.
     """
+    check_loss_fn(loss_fn)
     _check_mesh(plan, device_mesh)
     _check_model(model, plan)
     for name in plan.fallback_ops:
         overrides.add_fallback(op_by_name(name))
     with overrides.installed():
-        _apply(model, plan, device_mesh, init)
+        _apply(model, plan, device_mesh, init, loss_fn)
     return model
 
 
-def _apply(model: nn.Module, plan: Plan, device_mesh: DeviceMesh, init) -> None:
+def _apply(model: nn.Module, plan: Plan, device_mesh: DeviceMesh, init, loss_fn) -> None:
     born_meta = _distribute_parameters(model, plan, device_mesh)
     born_meta |= materialize_buffers(model, device_mesh)
     initialize(model, born_meta, init)
@@ -68,7 +75,7 @@ def _apply(model: nn.Module, plan: Plan, device_mesh: DeviceMesh, init) -> None:
             module.register_forward_pre_hook(_redistribute_inputs(layout.inputs, device_mesh), with_kwargs=True)
         if layout.outputs:
             module.register_forward_hook(_redistribute_outputs(layout.outputs, device_mesh))
-    _wrap_root(model, plan, device_mesh)
+    _wrap_root(model, plan, device_mesh, loss_fn)
 
 
 def shard_batch(batch, plan: Plan, device_mesh: DeviceMesh):
@@ -304,13 +311,14 @@ def _redistribute_outputs(layouts: dict[str, Spec], mesh: DeviceMesh):
     return hook
 
 
-def _wrap_root(model: nn.Module, plan: Plan, mesh: DeviceMesh) -> None:
-    contexts: list[ExitStack] = []
+def _wrap_root(model: nn.Module, plan: Plan, mesh: DeviceMesh, loss_fn=None) -> None:
+    calls: list[list] = []  # per call in progress: [its plan_execution, the batch as DTensors]
 
     def enter(module, args, kwargs):
         stack = ExitStack()
         stack.enter_context(plan_execution(mesh))
-        contexts.append(stack)
+        call = [stack, None]
+        calls.append(call)  # before anything can fail: leave closes it
         leaves, spec = tree_flatten_with_path((args, kwargs))
         out = []
         for path, leaf in leaves:
@@ -319,17 +327,25 @@ def _wrap_root(model: nn.Module, plan: Plan, mesh: DeviceMesh) -> None:
                 leaf = DTensor.from_local(leaf, mesh, to_placements(layout.placements), run_check=False)
             out.append(leaf)
         args, kwargs = tree_unflatten(out, spec)
+        call[1] = batch_of(args, kwargs)  # what loss_fn gets: the batch, without the cache flag added below
         return args, training_kwargs(module, kwargs)
 
-    def leave(module, args, output):
-        output = _plain_loss(output)
-        if contexts:
-            contexts.pop().close()
+    def leave(module, args, kwargs, output):
+        stack, batch = calls.pop() if calls else (None, None)
+        try:
+            # Inside the plan's execution: the loss's own reduction runs as it was planned.
+            if loss_fn is not None and output is not None:  # None: the forward raised
+                output = plain(computed_loss(loss_fn, output, batch))
+            else:
+                output = _plain_loss(output)
+        finally:
+            if stack is not None:
+                stack.close()
         _overrides_for_backward(output)
         return output
 
     model.register_forward_pre_hook(enter, with_kwargs=True, prepend=True)
-    model.register_forward_hook(leave, always_call=True)
+    model.register_forward_hook(leave, with_kwargs=True, always_call=True)
 
 
 @contextmanager
@@ -425,11 +441,10 @@ def _mixes_plain_and_dtensors(tree) -> bool:
 
 
 def _plain_loss(output):
-    """The loss (``.loss`` or a scalar output) as a plain tensor with the global value."""
-    loss = getattr(output, "loss", None)
-    if isinstance(loss, DTensor):
-        output.loss = loss.full_tensor()
+    """``output`` with the model's own loss (``trace/loss.py``) as a plain tensor holding the
+    global value; a new output object where the loss changed, the model's own untouched."""
+    where = loss_slot(output)
+    if where is None:
         return output
-    if isinstance(output, DTensor) and output.dim() == 0:
-        return output.full_tensor()
-    return output
+    loss = value_at(output, where)
+    return with_value_at(output, where, loss.full_tensor()) if isinstance(loss, DTensor) else output

@@ -135,7 +135,7 @@ def build_choices(traced: TracedGraph, mesh_shape: tuple[int, ...], axis_names: 
         for index, (source, out_index) in enumerate(sources):
             graph.add_read(source, node.name, index, out_index)
 
-    warnings = tuple(
+    warnings = traced.warnings + tuple(
         f"no DTensor sharding rule for {op} ({len(names)} node(s), e.g. {names[0]}): replicated"
         for op, names in sorted(uncovered.items())
     ) + tuple(

@@ -36,7 +36,9 @@ def run(args: argparse.Namespace) -> int:
     # Imported here so that flag and file errors are reported without loading the solver.
     from autoplan.evaluate.score import score
 
-    result = score(loaded.model, loaded.example_inputs, plan, args.profile, args.memory_gb, args.time_limit, mesh)
+    result = score(
+        loaded.model, loaded.example_inputs, plan, args.profile, args.memory_gb, args.time_limit, mesh, loaded.loss_fn
+    )
     print(f"plan {args.plan} for {loaded.name}")
     print(result.summary())
     own = plan.predicted.step_time_s

@@ -56,6 +56,7 @@ def run(args: argparse.Namespace) -> int:
         args.memory_gb,
         args.time_limit,
         **({"tie": False} if args.no_tie else {}),
+        loss_fn=loaded.loss_fn,
     )
     texts = {out: plan.to_json()}
     if args.stats:

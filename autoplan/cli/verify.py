@@ -8,7 +8,7 @@ from contextlib import contextmanager
 
 from autoplan.cli.suggest import _positive_float
 from autoplan.errors import PlanError
-from autoplan.model_file import import_model_file, load_model_file
+from autoplan.model_file import import_model_file, load_model_file, loss_function
 
 MISMATCH_STATUS = 1
 DEFAULT_TOLERANCE = 1e-5
@@ -48,12 +48,12 @@ def run(args: argparse.Namespace) -> int:
     from autoplan.evaluate.score import check_plan_for_model
     from autoplan.verify.step_check import verify_plan
 
-    check_plan_for_model(loaded.model, loaded.example_inputs, plan)
+    check_plan_for_model(loaded.model, loaded.example_inputs, plan, loaded.loss_fn)
     module = import_model_file(loaded.path)
     model = build_seeded(module, loaded.builder, 0)
     batch = seeded_batch(module, 1)
     with _fake_world(plan) as device_mesh:
-        result = verify_plan(model, batch, plan, device_mesh)
+        result = verify_plan(model, batch, plan, device_mesh, loss_fn=loss_function(module, loaded.path))
     world = math.prod(plan.mesh_shape)
     print(f"plan {args.plan} for {loaded.name}: one training step on a fake process group of {world} ranks")
     print(result.summary(all_rows=args.all))

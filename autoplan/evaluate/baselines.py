@@ -85,10 +85,12 @@ def build_baseline(
     axis_names=("dp", "tp"),
     profile=None,
     memory_gb: float | None = None,
+    loss_fn=None,
 ) -> Baseline:
-    """The baseline ``name`` (one of BASELINES) for ``model`` on ``mesh``."""
+    """The baseline ``name`` (one of BASELINES) for ``model`` on ``mesh``, for the training
+    loss ``loss_fn(output, batch)`` (default: the model's own)."""
     _check_name(name)
-    problem = prepare_problem(model, example_inputs, tuple(mesh), tuple(axis_names), profile, memory_gb)
+    problem = prepare_problem(model, example_inputs, tuple(mesh), tuple(axis_names), profile, memory_gb, loss_fn=loss_fn)
     return baseline_for_problem(name, problem)
 
 

@@ -87,28 +87,32 @@ def score(
     memory_gb: float | None = None,
     time_limit_s: float | None = None,
     mesh: tuple[int, ...] | None = None,
+    loss_fn=None,
 ) -> Score:
     """Score ``plan`` for ``model`` on ``example_inputs`` (meta tensors are fine).
 
     ``profile`` (a name, a path or a ClusterProfile) defaults to the profile the plan was
-    made with. ``mesh``, when given, must be the plan's mesh shape.
+    made with. ``mesh``, when given, must be the plan's mesh shape. ``loss_fn`` is the
+    training loss the plan was made for (as ``suggest``'s).
     """
     _check_mesh(plan, mesh)
     cluster = _profile(plan, profile)
-    trace, accepted = check_plan_for_model(model, example_inputs, plan)  # fails fast, before the costly stages
-    problem = prepare_problem(model, example_inputs, plan.mesh_shape, plan.axis_names, cluster, memory_gb, trace=trace)
+    trace, accepted = check_plan_for_model(model, example_inputs, plan, loss_fn)  # fails fast, before the costly stages
+    problem = prepare_problem(
+        model, example_inputs, plan.mesh_shape, plan.axis_names, cluster, memory_gb, trace=trace, loss_fn=loss_fn
+    )
     return score_problem(problem, plan, time_limit_s, accepted)
 
 
-def check_plan_for_model(model: nn.Module, example_inputs, plan: Plan) -> tuple[ModelTrace, set[str]]:
-    """Trace ``model`` and check that ``plan`` was made for it (parameters, batch shapes,
-    modules, model fingerprint, a tied plan's included); returns the trace to score the
-    plan on (see the module docstring) and the fingerprints accepted. A mismatch is a
-    PlanError naming it."""
-    whole = ModelTrace(trace_model(model, example_inputs), None)
+def check_plan_for_model(model: nn.Module, example_inputs, plan: Plan, loss_fn=None) -> tuple[ModelTrace, set[str]]:
+    """Trace ``model`` (with ``loss_fn``'s loss) and check that ``plan`` was made for it
+    (parameters, batch shapes, modules, model fingerprint, a tied plan's included); returns
+    the trace to score the plan on (see the module docstring) and the fingerprints
+    accepted. A mismatch is a PlanError naming it."""
+    whole = ModelTrace(trace_model(model, example_inputs, loss_fn), None)
     planned = whole
     if plan.fingerprint != whole.fingerprint and find_repeated_blocks(model) is not None:
-        tied = trace_for_planning(model, example_inputs)
+        tied = trace_for_planning(model, example_inputs, loss_fn=loss_fn)
         if tied.blocks is not None and plan.fingerprint == tied.fingerprint:
             planned = tied
     accepted = {whole.fingerprint, planned.fingerprint}

@@ -23,6 +23,7 @@ from autoplan.pipeline.problem import resolve_options, trace_for_planning
 from autoplan.pipeline.rank_sync import is_distributed, run_on_rank_zero
 from autoplan.pipeline.suggest import SuggestReport, suggest_with_report
 from autoplan.plan.module_plan import Plan
+from autoplan.trace.loss import check_loss_fn
 
 log = logging.getLogger("autoplan")
 
@@ -51,6 +52,7 @@ def suggest_cached(
     pinned=None,
     cache_dir=None,
     tie: bool = True,
+    loss_fn=None,
 ) -> tuple[Plan, SuggestReport]:
     """``suggest_with_report`` that reuses the cached plan when the question is unchanged.
 
@@ -60,7 +62,7 @@ def suggest_cached(
     """
     mesh, axis_names, cluster, budget = resolve_options(mesh, axis_names, profile, memory_gb)
     start = time.perf_counter()
-    trace = trace_for_planning(model, example_inputs, tie)
+    trace = trace_for_planning(model, example_inputs, tie, loss_fn)
     trace_s = time.perf_counter() - start
     key = make_cache_key(trace, mesh, axis_names, cluster, budget, time_limit_s, pinned)
     store = PlanCache(cache_dir)
@@ -81,7 +83,8 @@ def suggest_cached(
         )
         return cached.plan, report
     plan, report = suggest_with_report(
-        model, example_inputs, mesh, axis_names, cluster, memory_gb, time_limit_s, pinned, tie=tie, trace=trace
+        model, example_inputs, mesh, axis_names, cluster, memory_gb, time_limit_s, pinned, tie=tie, trace=trace,
+        loss_fn=loss_fn,
     )
     stages = {"trace": trace_s, **report.stage_seconds}
     if plan.fingerprint != trace.fingerprint:
@@ -120,6 +123,7 @@ def suggest(
     cache_dir=None,
     broadcast: bool = True,
     tie: bool = True,
+    loss_fn=None,
 ) -> Plan:
     """Plan ``model`` (built on any device, meta included) for a device mesh; see README.
 
@@ -128,13 +132,17 @@ def suggest(
     ``broadcast``: under an initialized process group every rank must call this; rank 0
     plans and every rank returns rank 0's plan. Pass False to plan on one rank alone.
     ``tie``: plan a stack of identical layers once (see ``suggest_with_report``).
+    ``loss_fn(output, batch)``: the training loss to plan for, as a model file's
+    ``compute_loss`` (default: ``output.loss``, ``output["loss"]`` or the one scalar the
+    model returns; else the sum of its output, which the plan's warnings say).
     """
     check_model(model, example_inputs)
+    check_loss_fn(loss_fn)
     mesh = check_mesh(mesh)
     check_positive("time_limit_s", time_limit_s)
     if isinstance(axis_names, tuple) and len(axis_names) != len(mesh) and axis_names == ("dp", "tp"):
         axis_names = None  # the default names suit 2-D meshes only
-    options = dict(profile=profile, memory_gb=memory_gb, time_limit_s=time_limit_s, tie=tie)
+    options = dict(profile=profile, memory_gb=memory_gb, time_limit_s=time_limit_s, tie=tie, loss_fn=loss_fn)
     return suggest_on_every_rank(model, example_inputs, mesh, axis_names, options, cache, cache_dir, broadcast).plan
 
 

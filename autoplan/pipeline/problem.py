@@ -64,16 +64,17 @@ class ModelTrace:
         return self.blocks.widen(table) if self.blocks else table
 
 
-def trace_for_planning(model: nn.Module, example_inputs, tie: bool = True) -> ModelTrace:
+def trace_for_planning(model: nn.Module, example_inputs, tie: bool = True, loss_fn=None) -> ModelTrace:
+    """The model's training step (with ``loss_fn``'s loss when given), cut to two layers where ``tie`` can."""
     blocks = find_repeated_blocks(model) if tie else None
     if blocks is None:
-        return ModelTrace(trace_model(model, example_inputs), None)
+        return ModelTrace(trace_model(model, example_inputs, loss_fn), None)
     with truncated(model, blocks):
         try:
-            return ModelTrace(trace_model(model, example_inputs), blocks)
+            return ModelTrace(trace_model(model, example_inputs, loss_fn), blocks)
         except TraceError:
             pass  # the forward reads entries the cut removed (experts indexed by number)
-    return ModelTrace(trace_model(model, example_inputs), None)
+    return ModelTrace(trace_model(model, example_inputs, loss_fn), None)
 
 
 def resolve_options(mesh, axis_names, profile, memory_gb):
@@ -158,18 +159,20 @@ def prepare_problem(
     *,
     tie: bool = True,
     trace: ModelTrace | None = None,
+    loss_fn=None,
 ) -> Problem:
     """Trace, build choices, cost and simplify once; any number of pinned solves can follow.
 
     ``trace`` is ``trace_for_planning``'s result when the caller already has it (the plan
     cache and ``score`` do); ``tie`` then is read from it. When the two traced layers turn
-    out to differ, the whole model is traced and planned untied.
+    out to differ, the whole model is traced and planned untied. ``loss_fn(output, batch)``
+    is the training loss (default: the model's own, ``trace/loss.py``).
     """
     mesh, axis_names, cluster, budget = resolve_options(mesh, axis_names, profile, memory_gb)
     seconds: dict[str, float] = {}
     if trace is None:
         with timed(seconds, "trace"):
-            trace = trace_for_planning(model, example_inputs, tie)
+            trace = trace_for_planning(model, example_inputs, tie, loss_fn)
     with timed(seconds, "choices"):
         choices = build_choices(trace.traced, mesh, axis_names)
     blocks = trace.blocks
@@ -178,7 +181,7 @@ def prepare_problem(
     if blocks and twins is None:  # the two traced layers differ: plan the whole model untied
         blocks, regions = None, None
         with timed(seconds, "trace"):
-            trace = ModelTrace(trace_model(model, example_inputs), None)
+            trace = ModelTrace(trace_model(model, example_inputs, loss_fn), None)
         with timed(seconds, "choices"):
             choices = build_choices(trace.traced, mesh, axis_names)
     node_weight, reads = weights(regions, blocks.count) if blocks else (None, None)

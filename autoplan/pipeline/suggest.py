@@ -92,6 +92,7 @@ def suggest_with_report(
     pinned: dict[str, Spec] | None = None,
     tie: bool = True,
     trace: ModelTrace | None = None,
+    loss_fn=None,
 ) -> tuple[Plan, SuggestReport]:
     """Plan ``model`` for ``mesh``; ``pinned`` fixes parameter FQNs / batch keys to given specs.
 
@@ -99,12 +100,13 @@ def suggest_with_report(
     layer repeated (``pipeline/problem.py``); the plan still names every layer. Pins that
     lay out those layers differently are planned untied: tying would lay them all out alike.
     ``trace`` is ``trace_for_planning``'s result when the caller already has it (the plan
-    cache does); it must have been made with the same ``tie``.
+    cache does); it must have been made with the same ``tie`` and ``loss_fn``.
+    ``loss_fn(output, batch)`` is the training loss (default: the model's own, ``trace/loss.py``).
     """
     pinned = {name: tuple(spec) for name, spec in (pinned or {}).items()}
     if tie and pinned and not laid_out_alike(find_repeated_blocks(model), pinned):
         tie, trace = False, None
-    problem = prepare_problem(model, example_inputs, mesh, axis_names, profile, memory_gb, tie=tie, trace=trace)
+    problem = prepare_problem(model, example_inputs, mesh, axis_names, profile, memory_gb, tie=tie, trace=trace, loss_fn=loss_fn)
     pins = Pins(problem)
     for name, spec in pinned.items():
         pins.place(name, spec)

@@ -7,8 +7,10 @@ enter and leave each module call; the plan's module-level layouts come from them
 
 The step is the one the device runs: the model is called as a training step calls it
 (``trace/training_call.py``: no inference cache), ``scaled_dot_product_attention`` is recorded as
-the fused kernel (``dtensor/fused_attention.py``), and fake kernels accept what device kernels
-accept (``dtensor/fake_kernels.py``).
+the fused kernel (``dtensor/fused_attention.py``), fake kernels accept what device kernels
+accept (``dtensor/fake_kernels.py``), an autocast region on the meta device is a recorded
+no-op (``trace/meta_autocast.py``), and the loss is the model file's or the model's own
+(``trace/loss.py``).
 """
 
 from __future__ import annotations
@@ -23,9 +25,10 @@ from torch.utils._pytree import keystr, tree_flatten, tree_flatten_with_path
 
 from autoplan.dtensor.fused_attention import FusedAttention
 from autoplan.dtensor.overrides import installed as dtensor_overrides
-from autoplan.errors import TraceError
+from autoplan.errors import AutoplanError, LossError, TraceError
 from autoplan.trace import opaque
-from autoplan.trace.loss import training_loss
+from autoplan.trace.loss import batch_of, check_loss_fn, computed_loss, find_loss, summed_warning
+from autoplan.trace.meta_autocast import meta_autocast
 from autoplan.trace.training_call import training_kwargs
 
 
@@ -69,6 +72,9 @@ class TracedGraph:
     """FQN -> class name of each module traced as one opaque region (``trace/opaque.py``)."""
     opaque_flops: dict[str, float] = field(default_factory=dict)
     """Opaque-region node -> its forward FLOPs (an upper bound)."""
+    warnings: tuple[str, ...] = ()
+    """Where the traced step is not exactly the step the user trains (a loss taken as the
+    sum of the output, autocast regions traced in the model's own dtypes): for the plan."""
 
 
 def split_batch(batch) -> tuple[tuple, dict]:
@@ -80,25 +86,34 @@ def split_batch(batch) -> tuple[tuple, dict]:
     return (batch,), {}
 
 
-def trace_model(model: nn.Module, example_inputs) -> TracedGraph:
-    """Trace one training step of ``model`` on ``example_inputs`` (meta or real tensors)."""
+def trace_model(model: nn.Module, example_inputs, loss_fn=None) -> TracedGraph:
+    """Trace one training step of ``model`` on ``example_inputs`` (meta or real tensors);
+    its loss is ``loss_fn(output, batch)``, or the model's own (``trace/loss.py``)."""
+    check_loss_fn(loss_fn)
     args, kwargs = split_batch(example_inputs)
     params = dict(model.named_parameters())
     buffers = dict(model.named_buffers())
     aliases = _tied_parameter_names(model)
     was_training = model.training
     recorder = _CallRecorder(model)
+    summed: list[str] = []  # where the loss was taken as a sum of the output, per attempt
 
     def step(params, buffers, args, kwargs):
         output = torch.func.functional_call(model, {**params, **buffers}, args, training_kwargs(model, kwargs))
-        return training_loss(output)
+        if loss_fn is not None:
+            return _loss_of(loss_fn, output, batch_of(args, kwargs))
+        found = find_loss(output)
+        if found.summed:
+            summed.append(found.where)
+        return found.tensor
 
     opaque_classes: set[type] = set()
     while True:
         model.train()
         regions = opaque.install(model, opaque_classes)
+        summed.clear()
         try:
-            with recorder, dtensor_overrides(), FusedAttention():
+            with recorder, dtensor_overrides(), FusedAttention(), meta_autocast() as autocasts:
                 # Tensors the forward builds from Python data on the meta device (``torch.tensor``
                 # in a module's forward) become graph constants instead of failing the trace.
                 gm = make_fx(step, tracing_mode="fake", _allow_non_fake_inputs=True)(params, buffers, args, kwargs)
@@ -108,6 +123,8 @@ def trace_model(model: nn.Module, example_inputs) -> TracedGraph:
                 recorder.reset()
                 continue
             break
+        except AutoplanError:  # already one line with its fix (a loss that is not a scalar)
+            raise
         except Exception as err:  # tracing errors come from anywhere in user code
             culprit = opaque.failing_module(err, model) if opaque.is_data_dependent(err) else None
             if culprit is not None and type(culprit) not in opaque_classes and culprit is not model:
@@ -151,6 +168,36 @@ def trace_model(model: nn.Module, example_inputs) -> TracedGraph:
             node.name: opaque.region_flops(node.args[0])
             for node in gm.graph.nodes if node.target is opaque.OPAQUE_OP
         },
+        warnings=tuple(summed_warning(where) for where in summed[:1]) + _autocast_warnings(autocasts),
+    )
+
+
+def _loss_of(loss_fn, output, batch) -> torch.Tensor:
+    """``loss_fn``'s loss; its own errors, one line naming it (they are not the model's)."""
+    try:
+        return computed_loss(loss_fn, output, batch)
+    except AutoplanError:
+        raise
+    except Exception as err:
+        if opaque.is_data_dependent(err):
+            raise
+        name = getattr(loss_fn, "__name__", "loss_fn")
+        first = str(err).strip().splitlines()[0] if str(err).strip() else ""
+        raise LossError(
+            f"{name}(output, batch) raised {type(err).__name__}: {first}",
+            f"fix {name}: it gets the model's output and the batch the model was called with "
+            "(the dict of keyword arguments, or the tuple of positional ones) (--debug shows the traceback)",
+        ) from err
+
+
+def _autocast_warnings(enabled: list[bool]) -> tuple[str, ...]:
+    """One line when a region on the meta device asked for autocast (``trace/meta_autocast.py``)."""
+    count = sum(enabled)
+    if not count:
+        return ()
+    return (
+        f"{count} autocast region(s) on the meta device (torch.autocast(device_type=x.device.type)) were traced "
+        "in the model's own dtypes: the plan's costs do not include their lower precision",
     )
 
 

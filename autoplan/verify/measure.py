@@ -206,7 +206,7 @@ def _mesh(meshes: dict, shape: tuple[int, ...], names: tuple[str, ...] | None):
 
 def _time_job(job: MeasureJob, config: MeasureConfig, meshes: dict) -> dict:
     import autoplan
-    from autoplan.model_file import import_model_file
+    from autoplan.model_file import import_model_file, loss_function
 
     if job.model_file == OP_OVERHEAD_PROBE:
         return _time_steps(_probe_step(_mesh(meshes, (dist.get_world_size(),), None)), config, per_op=True)
@@ -218,7 +218,8 @@ def _time_job(job: MeasureJob, config: MeasureConfig, meshes: dict) -> dict:
     torch.manual_seed(config.seed + 1)
     batch = module.example_inputs()
     batch = batch if isinstance(batch, (dict, tuple)) else (batch,) if isinstance(batch, torch.Tensor) else tuple(batch)
-    autoplan.apply_plan(model, plan, mesh)
+    # With the file's compute_loss the model returns that loss: the step timed is the one planned.
+    autoplan.apply_plan(model, plan, mesh, loss_fn=loss_function(module, Path(job.model_file)))
     local = autoplan.shard_batch(batch, plan, mesh)
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-4)
 

@@ -4,6 +4,8 @@ For each job (a model file, its builder and a plan) every rank builds the model 
 same seed, keeps an untouched copy as the single-device reference, applies the plan,
 feeds its slice of the same global batch, and runs forward and backward; both models do
 the same on the reference side, with dropout the identity on both (``_WithoutDropout``).
+The loss is the model file's ``compute_loss`` where it defines one (each rank imports the
+file by its path, so nothing is pickled), else the model's own (``trace/loss.py``).
 Rank 0 reports the relative error of the loss, of every parameter gradient
 (``max|g - g_ref| / max|g_ref|``) and of every floating buffer after the step
 (BatchNorm's running statistics, updated in place). A gradient far below the
@@ -20,6 +22,7 @@ from __future__ import annotations
 import copy
 import datetime
 import json
+import math
 import os
 import socket
 import tempfile
@@ -33,6 +36,7 @@ import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
 from autoplan.dtensor.fused_attention import sdpa_call
+from autoplan.trace.loss import model_loss
 
 
 COLLECTIVE_TIMEOUT_S = 300
@@ -53,6 +57,8 @@ class NumericsResult:
     """Relative error of the loss."""
     gradients: dict[str, float] = field(default_factory=dict)
     buffers: dict[str, float] = field(default_factory=dict)
+    reference_loss: float = math.nan
+    """The single-device model's loss: which loss both sides computed (``compute_loss``'s or the model's own)."""
 
     @property
     def worst(self) -> float:
@@ -81,7 +87,7 @@ def _worker(rank: int, world: int, port: int, jobs: list[NumericsJob], seed: int
 
     die_with_parent(launcher_pid)  # a killed `autoplan verify` takes its gloo ranks with it
     import autoplan
-    from autoplan.model_file import import_model_file
+    from autoplan.model_file import import_model_file, loss_function
 
     torch.set_num_threads(1)  # many processes share few cores
     dist.init_process_group(
@@ -96,8 +102,9 @@ def _worker(rank: int, world: int, port: int, jobs: list[NumericsJob], seed: int
             try:
                 plan = autoplan.Plan.from_dict(json.loads(job.plan_json))
                 module = import_model_file(Path(job.model_file))
+                loss_fn = loss_function(module, Path(job.model_file))
                 mesh = init_device_mesh("cpu", plan.mesh_shape, mesh_dim_names=plan.axis_names)
-                results.append(_compare(module, job.builder, plan, mesh, seed))
+                results.append(_compare(module, job.builder, plan, mesh, seed, loss_fn))
             except Exception as err:
                 raise RuntimeError(f"numerics job {job.model_file}:{job.builder} failed on rank {rank}") from err
     finally:
@@ -127,18 +134,19 @@ def seeded_batch(module, seed: int):
     return batch if isinstance(batch, (dict, tuple)) else (batch,) if isinstance(batch, torch.Tensor) else tuple(batch)
 
 
-def _compare(module, builder: str, plan, mesh, seed: int) -> dict:
+def _compare(module, builder: str, plan, mesh, seed: int, loss_fn=None) -> dict:
     import autoplan
 
     model = build_seeded(module, builder, seed)
     reference = copy.deepcopy(model)
     batch = seeded_batch(module, seed + 1)
 
-    autoplan.apply_plan(model, plan, mesh)
+    autoplan.apply_plan(model, plan, mesh, loss_fn=loss_fn)
     with _WithoutDropout():
+        # Applied with loss_fn, the model returns that loss itself.
         loss = autoplan.training_loss(call_model(model, autoplan.shard_batch(batch, plan, mesh)))
         loss.backward()
-        ref_loss = autoplan.training_loss(call_model(reference, batch))
+        ref_loss = model_loss(call_model(reference, batch), batch, loss_fn)
         ref_loss.backward()
 
     gradients = {}
@@ -164,6 +172,7 @@ def _compare(module, builder: str, plan, mesh, seed: int) -> dict:
         "loss": abs(loss.item() - ref_loss.item()) / max(abs(ref_loss.item()), 1e-30),
         "gradients": gradients,
         "buffers": buffers,
+        "reference_loss": ref_loss.item(),
     }
 
 

@@ -93,10 +93,11 @@ def _cell(value: tuple[int, int]) -> str:
     return f"{count} x, {nbytes} B" if count else "-"
 
 
-def verify_plan(model: nn.Module, batch, plan: Plan, device_mesh: DeviceMesh) -> Verification:
+def verify_plan(model: nn.Module, batch, plan: Plan, device_mesh: DeviceMesh, loss_fn=None) -> Verification:
     """Apply ``plan`` to ``model`` (in place), run one training step on the global ``batch``
-    and compare its collectives with the plan's prediction."""
-    apply_plan(model, plan, device_mesh)
+    and compare its collectives with the plan's prediction. ``loss_fn`` is the training
+    loss the plan was made for (the model file's ``compute_loss``; default: the model's own)."""
+    apply_plan(model, plan, device_mesh, loss_fn=loss_fn)
     optimizer = torch.optim.AdamW(model.parameters())
     try:
         with CollectiveCounter(model, device_mesh) as counter:
