@@ -1,7 +1,13 @@
 """The collectives one training step of a solved plan runs.
 
 One entry per collective: the module whose op causes it, its kind, mesh axis and bytes
-(nccl-tests sizes, as in ``cost/comm.py``), in the way ``apply_plan`` and DTensor run them:
+(nccl-tests sizes, as in ``cost/comm.py``), in the way ``apply_plan`` and DTensor run them.
+Each op runs the strategy DTensor picks for the layouts its inputs arrive in
+(``runtime_choice.py``): the plan's, mostly; where DTensor picks another (an equal-cost
+move of the other input, a view run on its input as it arrives), that one, and the
+layout it makes is what the next readers get (a module output hook moves it back to the
+plan's layout, forward and backward). Parameters arrive as their op asks: the module's
+hook gathers them (``Plan.parameter_uses``).
 
 - each module input the plan lays out: the module's input hook (``apply_plan``) moves the
   value once per call, from the layout it arrives in (its producer's, or an enclosing
@@ -13,10 +19,11 @@ One entry per collective: the module whose op causes it, its kind, mesh axis and
   that lays a value out for the compute op behind a reshape leaves that op nothing to
   move;
 - gradients go back the same way: each reader's gradient is partial on each axis over
-  which it splits its work while reading the value replicated, a view passes its
-  output's gradient on to its input, a slice DTensor took inside an op sends it back
-  split, autograd sums the readers' gradients in the order they are ready (DTensor adds
-  a replicated one to a partial one as partial, and reduce-scatters a partial one added
+  which it splits its work while reading the value replicated, a view or an add passes
+  its output's gradient on to its input as it is (split where a slice further on split
+  it; an expand's sum over a split broadcast dim is partial), a slice DTensor took
+  inside an op sends it back split, autograd sums the readers' gradients in the order
+  they are ready (DTensor adds a replicated one to a partial one as partial, and reduce-scatters a partial one added
   to a split one, each time; a boundary hook that moved nothing makes no sum of its
   own), and each move sends the sum back in DTensor's order of axes
   (``gradient_collectives``): a partial gradient of a moved value is reduced there (an
@@ -47,9 +54,9 @@ import torch
 
 from autoplan.choices.graph import OP, PARAMETER, planning_mesh
 from autoplan.cost.comm import _moves, gradient_collectives, moves_locally, redistribute_collectives, without_partial
+from autoplan.cost.estimate import CostedGraph, is_view, output_values, splits_work, tensor_bytes
 from autoplan.dtensor import overrides
 from autoplan.dtensor.strategies import Strategy
-from autoplan.cost.estimate import CostedGraph, is_view, output_values, splits_work, tensor_bytes
 from autoplan.placements import PARTIAL, REPLICATE, is_partial, is_shard, shard_dim, shard_factor
 from autoplan.plan.loss_reductions import loss_output, loss_reductions
 from autoplan.plan.module_plan import ROOT_MODULE as ROOT, collective_table
@@ -197,7 +204,7 @@ def _views_follow(graph, name: str) -> bool:
     return decision.kind == OP and is_view(decision)
 
 
-_PASS_THROUGH = ("aten.add.Tensor", "aten.sub.Tensor")
+_PASS_THROUGH = (torch.ops.aten.add.Tensor, torch.ops.aten.sub.Tensor)
 
 
 def _passes_gradient(graph, name: str) -> bool:
@@ -211,7 +218,7 @@ def _passes_gradient(graph, name: str) -> bool:
     if is_view(decision):
         return len(list(graph.predecessors(name))) == 1
     node = decision.fx_node
-    if str(node.target) not in _PASS_THROUGH or node.kwargs.get("alpha", 1) != 1:
+    if node.target not in _PASS_THROUGH or node.kwargs.get("alpha", 1) != 1:
         return False
     shape = getattr(node.meta.get("val"), "shape", None)
     args = [a for a in node.args if hasattr(a, "meta")]
@@ -242,11 +249,10 @@ def _value_gradient(value, readers, chain, graph, order, grads, mesh_shape, pare
                 grad = after
             into.setdefault(attach, []).append((order[v], grad))
             continue
-        else:
-            grad = tuple(
-                PARTIAL if p == REPLICATE and n > 1 and splits_work(strategy, axis) else p
-                for axis, (p, n) in enumerate(zip(dst, mesh_shape))
-            )
+        grad = tuple(
+            PARTIAL if p == REPLICATE and n > 1 and splits_work(strategy, axis) else p
+            for axis, (p, n) in enumerate(zip(dst, mesh_shape))
+        )
         if arrived != dst and not moves_locally(arrived, dst):
             # gathered or reduced on the way in: its backward brings the gradient back. A
             # slice DTensor takes inside the op leaves no autograd node: the gradient stays

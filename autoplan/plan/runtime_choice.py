@@ -48,7 +48,8 @@ def runtime_strategy(decision: Decision, arrived: list[Spec], mesh: DeviceMesh) 
     try:
         args, kwargs = tree_map(spec_of, (node.args, node.kwargs), is_leaf=lambda a: isinstance(a, fx.Node))
         propagator = DTensor._op_dispatcher.sharding_propagator
-        schema = OpSchema(op, args, kwargs, schema_info=propagator.op_to_schema_info.get(op))
+        info = propagator.op_to_schema_info.get(op) or propagator.op_to_schema_info_for_single_dim_strategy.get(op)
+        schema = OpSchema(op, args, kwargs, schema_info=info)
         sharding = overrides.propagate_uncached(schema)
         out = sharding.output_spec
         outs = out if isinstance(out, (tuple, list)) else (out,)

@@ -10,7 +10,7 @@ cannot shift its labels into decoder inputs, on any device).
 import torch
 from transformers import (
     GPTNeoXConfig, GPTNeoXForCausalLM, LlamaConfig, LlamaForCausalLM, MixtralConfig, MixtralForCausalLM,
-    Qwen2Config, Qwen2ForCausalLM, T5Config, T5ForConditionalGeneration,
+    PhiConfig, PhiForCausalLM, Qwen2Config, Qwen2ForCausalLM, T5Config, T5ForConditionalGeneration,
 )
 
 VOCAB, BATCH, SEQ = 256, 8, 16
@@ -31,6 +31,10 @@ def mixtral():
 
 def gpt_neox():
     return GPTNeoXForCausalLM(GPTNeoXConfig(**_DECODER))
+
+
+def phi():
+    return PhiForCausalLM(PhiConfig(**_DECODER))
 
 
 def t5():
