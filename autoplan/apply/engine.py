@@ -186,17 +186,18 @@ def _gather_parameters_for_use(modules: dict[str, nn.Module], plan: Plan, mesh: 
         module = modules[owner]
         stored: dict[str, nn.Parameter] = {}
 
+        # Plain item assignments on ``_parameters`` (as FSDP2 swaps its unsharded parameters):
+        # dynamo replays them in order when it traces these hooks into a compiled graph.
         def swap_in(module, args, specs=specs, stored=stored):
             for name, spec in specs.items():
-                param = module._parameters.pop(name)
+                param = module._parameters[name]
                 stored[name] = param
-                setattr(module, name, param.redistribute(mesh, to_placements(spec)))
+                module._parameters[name] = param.redistribute(mesh, to_placements(spec))
 
         def swap_out(module, args, output, specs=specs, stored=stored):
             for name in specs:
                 if name in stored:
-                    delattr(module, name)
-                    module.register_parameter(name, stored.pop(name))
+                    module._parameters[name] = stored.pop(name)
 
         module.register_forward_pre_hook(swap_in)
         module.register_forward_hook(swap_out, always_call=True)
@@ -348,7 +349,7 @@ def _wrap_root(model: nn.Module, plan: Plan, mesh: DeviceMesh, loss_fn=None) -> 
             if stack is not None:
                 stack.close()
         _overrides_for_backward(output)
-        return output
+        return _tangents_for_compiled_outputs(output)
 
     model.register_forward_pre_hook(enter, with_kwargs=True, prepend=True)
     model.register_forward_hook(leave, with_kwargs=True, always_call=True)
@@ -381,6 +382,54 @@ def _overrides_for_backward(output) -> None:
         torch.autograd.Variable._execution_engine.queue_callback(overrides.uninstall)
 
     torch.autograd.graph.register_multi_grad_hook(tensors, reached, mode="any")
+
+
+def _tangents_for_compiled_outputs(output):
+    """``output`` with its loss tied to the other outputs a compiled graph made (logits):
+    their gradients are DTensor zeros when the backward starts from the loss alone.
+
+    AOTAutograd guesses the gradient of each differentiable output of a compiled graph to
+    be a DTensor laid out as the output is; an output the backward never reaches gets a
+    plain zero tensor from autograd instead, and the compiled backward refuses it ("Expected
+    a DTensor tangent but got a plain Tensor"). The zeros, in each output's own placements,
+    cost no communication; eagerly run outputs are left alone."""
+    where = loss_slot(output)
+    if where is None:
+        return output
+    loss = value_at(output, where)
+    if not isinstance(loss, torch.Tensor) or not loss.requires_grad:
+        return output
+    others = [
+        t for t in _tensors_in(output)
+        if t is not loss and isinstance(t, DTensor) and t.requires_grad and _made_by_compiled_graph(t)
+    ]
+    if not others:
+        return output
+    return with_value_at(output, where, _ZeroTangents.apply(loss, *others))
+
+
+def _made_by_compiled_graph(tensor: torch.Tensor) -> bool:
+    node = tensor.grad_fn
+    while node is not None and type(node).__name__ in ("ViewBackward0", "AliasBackward0", "AsStridedBackward0"):
+        node = node.next_functions[0][0] if node.next_functions else None
+    return node is not None and "CompiledFunction" in type(node).__name__
+
+
+class _ZeroTangents(torch.autograd.Function):
+    """The loss, unchanged; its backward also hands each of ``others`` a zero gradient."""
+
+    @staticmethod
+    def forward(ctx, loss, *others):
+        ctx.others = [(o._local_tensor.shape, o._local_tensor.dtype, o._local_tensor.device, o._spec) for o in others]
+        return loss.view_as(loss)
+
+    @staticmethod
+    def backward(ctx, grad):
+        zeros = [
+            DTensor(torch.zeros(shape, dtype=dtype, device=device), spec, requires_grad=False)
+            for shape, dtype, device, spec in ctx.others
+        ]
+        return (grad, *zeros)
 
 
 class _ReplicatePlainOperands(TorchFunctionMode):
