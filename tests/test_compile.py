@@ -23,6 +23,7 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.testing._internal.distributed.fake_pg import FakeStore
 
 import autoplan
+from autoplan.cli import main
 from autoplan.model_file import import_model_file, load_model_file
 from autoplan.verify.observe import CollectiveCounter
 from autoplan.verify.step_check import as_on_cpu, compare
@@ -35,7 +36,7 @@ MESH, AXES = (2, 4), ("dp", "tp")
 BLOCKS = {"llama": lambda m: m.model.layers, "gpt2": lambda m: m.transformer.h}
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def fake_world():
     dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=8)
     yield init_device_mesh("cpu", MESH, mesh_dim_names=AXES)
@@ -123,3 +124,12 @@ def test_compiled_training_matches_eager(fake_world, name, memory_gb, how):
     compiled, check = _train(name, plan, fake_world, how)
     _assert_same(eager, compiled)
     assert check.passed, check.summary()
+
+
+def test_verify_compile_cli(tmp_path, capsys):
+    """``autoplan verify --compile block``: the collectives and the loss of the compiled step."""
+    path = _sharding_plan("llama", 0.0015).save(tmp_path / "llama.json")
+    assert main(["verify", example_path("llama"), str(path), "--compile", "block", "--backend", "aot_eager"]) == 0
+    out = capsys.readouterr().out
+    assert "compiled (block, aot_eager)" in out and "collectives: passed" in out
+    assert "rel. error 0.00e+00 (ok)" in out, out
