@@ -31,7 +31,7 @@ from torch.utils._pytree import keystr, tree_flatten, tree_flatten_with_path, tr
 
 from autoplan.apply.materialize import empty_shard, initialize, materialize_buffers
 from autoplan.dtensor import overrides
-from autoplan.dtensor.fused_attention import contiguous_operands, sharded_dropout_attention
+from autoplan.dtensor.fused_attention import contiguous_operands, mask_placed_like_query, sharded_dropout_attention
 from autoplan.dtensor.rules import op_by_name
 from autoplan.dtensor.saved_inputs import remember_saved_moves
 from autoplan.errors import PlanError
@@ -351,8 +351,12 @@ def _wrap_root(model: nn.Module, plan: Plan, mesh: DeviceMesh, loss_fn=None) -> 
         _overrides_for_backward(output)
         return _tangents_for_compiled_outputs(output)
 
-    model.register_forward_pre_hook(enter, with_kwargs=True, prepend=True)
-    model.register_forward_hook(leave, with_kwargs=True, always_call=True)
+    # Under torch.compile of the whole model these run as they are, outside any graph: they
+    # enter and leave the plan's execution (overrides, modes) around the traced forward,
+    # and a graph of their own would return the model's DTensor loss, which the backward
+    # never reaches, as an output that needs a gradient.
+    model.register_forward_pre_hook(torch.compiler.disable(enter), with_kwargs=True, prepend=True)
+    model.register_forward_hook(torch.compiler.disable(leave), with_kwargs=True, always_call=True)
 
 
 @contextmanager
@@ -463,7 +467,7 @@ class _ReplicatePlainOperands(TorchFunctionMode):
             sharded = sharded_dropout_attention(args, kwargs)
             if sharded is not None:
                 return sharded
-            args, kwargs = contiguous_operands(args, kwargs)
+            args, kwargs = contiguous_operands(*mask_placed_like_query(args, kwargs))
         return func(*args, **kwargs)
 
 
