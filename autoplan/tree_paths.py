@@ -28,22 +28,30 @@ def map_keyed_leaves(tree, fn: Callable[[str, object], object]):
     where a leaf changed (``fn`` returns the leaf itself to keep it); ``None`` where the
     tree holds a container this walk does not handle."""
     try:
-        return _map(tree, fn, "")
+        return _map(tree, fn, "")[0]
     except _Unsupported:
         return None
 
 
-def _map(tree, fn, key: str):
+def _map(tree, fn, key: str) -> tuple[object, bool]:
+    """(the mapped tree, whether any leaf changed). The flag, not ``new is old`` on the
+    containers, says what to rebuild: dynamo traces these walks inside compiled hooks and
+    cannot compare tuples by identity."""
     kind = type(tree)
     if kind is tuple or kind is list:
-        items = [_map(item, fn, f"{key}[{index}]") for index, item in enumerate(tree)]
-        return tree if all(new is old for new, old in zip(items, tree)) else kind(items)
+        mapped = [_map(item, fn, f"{key}[{index}]") for index, item in enumerate(tree)]
+        if not any(changed for _, changed in mapped):
+            return tree, False
+        return kind(item for item, _ in mapped), True
     if kind is dict:
-        items = {name: _map(item, fn, f"{key}[{name!r}]") for name, item in tree.items()}
-        return tree if all(items[name] is item for name, item in tree.items()) else items
+        mapped = {name: _map(item, fn, f"{key}[{name!r}]") for name, item in tree.items()}
+        if not any(changed for _, changed in mapped.values()):
+            return tree, False
+        return {name: item for name, (item, _) in mapped.items()}, True
     if kind not in _ATOMS and not isinstance(tree, torch.Tensor) and not tree_is_leaf(tree):
         raise _Unsupported
-    return fn(key, tree)
+    new = fn(key, tree)
+    return new, new is not tree
 
 
 def tensor_leaves(tree) -> list | None:

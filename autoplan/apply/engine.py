@@ -31,7 +31,7 @@ from torch.utils._pytree import keystr, tree_flatten, tree_flatten_with_path, tr
 
 from autoplan.apply.materialize import empty_shard, initialize, materialize_buffers
 from autoplan.dtensor import overrides
-from autoplan.dtensor.fused_attention import contiguous_operands, sharded_dropout_attention
+from autoplan.dtensor.fused_attention import contiguous_operands, mask_placed_like_query, sharded_dropout_attention
 from autoplan.dtensor.rules import op_by_name
 from autoplan.dtensor.saved_inputs import remember_saved_moves
 from autoplan.errors import PlanError
@@ -186,17 +186,18 @@ def _gather_parameters_for_use(modules: dict[str, nn.Module], plan: Plan, mesh: 
         module = modules[owner]
         stored: dict[str, nn.Parameter] = {}
 
+        # Plain item assignments on ``_parameters`` (as FSDP2 swaps its unsharded parameters):
+        # dynamo replays them in order when it traces these hooks into a compiled graph.
         def swap_in(module, args, specs=specs, stored=stored):
             for name, spec in specs.items():
-                param = module._parameters.pop(name)
+                param = module._parameters[name]
                 stored[name] = param
-                setattr(module, name, param.redistribute(mesh, to_placements(spec)))
+                module._parameters[name] = param.redistribute(mesh, to_placements(spec))
 
         def swap_out(module, args, output, specs=specs, stored=stored):
             for name in specs:
                 if name in stored:
-                    delattr(module, name)
-                    module.register_parameter(name, stored.pop(name))
+                    module._parameters[name] = stored.pop(name)
 
         module.register_forward_pre_hook(swap_in)
         module.register_forward_hook(swap_out, always_call=True)
@@ -291,6 +292,12 @@ def _settle_gradient(placements, mesh: DeviceMesh):
             held if held.is_partial() and own.is_partial() else Replicate() if own.is_partial() else own
             for held, own in zip(grad.placements, placements)
         ]
+        if torch.compiler.is_compiling():
+            # Dynamo traces this body once, ahead of the backward, against a guessed gradient
+            # in the value's own placements, and bakes the branch it took: a test that finds
+            # nothing to move there would drop the move the real (partial) gradient needs. An
+            # unconditional redistribute is traced as such and runs on the real gradient.
+            return grad.redistribute(mesh, target)
         return grad.redistribute(mesh, target) if tuple(target) != tuple(grad.placements) else None
 
     return hook
@@ -342,10 +349,14 @@ def _wrap_root(model: nn.Module, plan: Plan, mesh: DeviceMesh, loss_fn=None) -> 
             if stack is not None:
                 stack.close()
         _overrides_for_backward(output)
-        return output
+        return _tangents_for_compiled_outputs(output)
 
-    model.register_forward_pre_hook(enter, with_kwargs=True, prepend=True)
-    model.register_forward_hook(leave, with_kwargs=True, always_call=True)
+    # Under torch.compile of the whole model these run as they are, outside any graph: they
+    # enter and leave the plan's execution (overrides, modes) around the traced forward,
+    # and a graph of their own would return the model's DTensor loss, which the backward
+    # never reaches, as an output that needs a gradient.
+    model.register_forward_pre_hook(torch.compiler.disable(enter), with_kwargs=True, prepend=True)
+    model.register_forward_hook(torch.compiler.disable(leave), with_kwargs=True, always_call=True)
 
 
 @contextmanager
@@ -375,6 +386,54 @@ def _overrides_for_backward(output) -> None:
         torch.autograd.Variable._execution_engine.queue_callback(overrides.uninstall)
 
     torch.autograd.graph.register_multi_grad_hook(tensors, reached, mode="any")
+
+
+def _tangents_for_compiled_outputs(output):
+    """``output`` with its loss tied to the other outputs a compiled graph made (logits):
+    their gradients are DTensor zeros when the backward starts from the loss alone.
+
+    AOTAutograd guesses the gradient of each differentiable output of a compiled graph to
+    be a DTensor laid out as the output is; an output the backward never reaches gets a
+    plain zero tensor from autograd instead, and the compiled backward refuses it ("Expected
+    a DTensor tangent but got a plain Tensor"). The zeros, in each output's own placements,
+    cost no communication; eagerly run outputs are left alone."""
+    where = loss_slot(output)
+    if where is None:
+        return output
+    loss = value_at(output, where)
+    if not isinstance(loss, torch.Tensor) or not loss.requires_grad:
+        return output
+    others = [
+        t for t in _tensors_in(output)
+        if t is not loss and isinstance(t, DTensor) and t.requires_grad and _made_by_compiled_graph(t)
+    ]
+    if not others:
+        return output
+    return with_value_at(output, where, _ZeroTangents.apply(loss, *others))
+
+
+def _made_by_compiled_graph(tensor: torch.Tensor) -> bool:
+    node = tensor.grad_fn
+    while node is not None and type(node).__name__ in ("ViewBackward0", "AliasBackward0", "AsStridedBackward0"):
+        node = node.next_functions[0][0] if node.next_functions else None
+    return node is not None and "CompiledFunction" in type(node).__name__
+
+
+class _ZeroTangents(torch.autograd.Function):
+    """The loss, unchanged; its backward also hands each of ``others`` a zero gradient."""
+
+    @staticmethod
+    def forward(ctx, loss, *others):
+        ctx.others = [(o._local_tensor.shape, o._local_tensor.dtype, o._local_tensor.device, o._spec) for o in others]
+        return loss.view_as(loss)
+
+    @staticmethod
+    def backward(ctx, grad):
+        zeros = [
+            DTensor(torch.zeros(shape, dtype=dtype, device=device), spec, requires_grad=False)
+            for shape, dtype, device, spec in ctx.others
+        ]
+        return (grad, *zeros)
 
 
 class _ReplicatePlainOperands(TorchFunctionMode):
@@ -408,7 +467,7 @@ class _ReplicatePlainOperands(TorchFunctionMode):
             sharded = sharded_dropout_attention(args, kwargs)
             if sharded is not None:
                 return sharded
-            args, kwargs = contiguous_operands(args, kwargs)
+            args, kwargs = contiguous_operands(*mask_placed_like_query(args, kwargs))
         return func(*args, **kwargs)
 
 

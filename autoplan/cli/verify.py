@@ -32,8 +32,16 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--all", action="store_true", help="list every module row, not only mismatches")
     parser.add_argument("--numerics", action="store_true", help="also compare loss and gradients on gloo processes")
     parser.add_argument(
+        "--compile", choices=("block", "whole"), default=None,
+        help="run the step under torch.compile: each repeated block (nn.ModuleList items) compiled in place, or the "
+        "whole model; the collectives are checked as without it, and the loss against the eager step's",
+    )
+    parser.add_argument(
+        "--backend", default="inductor", help="torch.compile backend for --compile (default inductor; aot_eager compiles faster)"
+    )
+    parser.add_argument(
         "--tolerance", type=_positive_float, default=DEFAULT_TOLERANCE,
-        help=f"largest relative error of loss and gradients for --numerics (default {DEFAULT_TOLERANCE:g})",
+        help=f"largest relative error of loss and gradients for --numerics, and of the loss for --compile (default {DEFAULT_TOLERANCE:g})",
     )
     return parser
 
@@ -52,12 +60,24 @@ def run(args: argparse.Namespace) -> int:
     module = import_model_file(loaded.path)
     model = build_seeded(module, loaded.builder, 0)
     batch = seeded_batch(module, 1)
+    loss_fn = loss_function(module, loaded.path)
     with _fake_world(plan) as device_mesh:
-        result = verify_plan(model, batch, plan, device_mesh, loss_fn=loss_function(module, loaded.path))
+        result = verify_plan(model, batch, plan, device_mesh, loss_fn=loss_fn, compile_mode=args.compile, backend=args.backend)
+        if args.compile:
+            eager = verify_plan(build_seeded(module, loaded.builder, 0), batch, plan, device_mesh, loss_fn=loss_fn)
     world = math.prod(plan.mesh_shape)
-    print(f"plan {args.plan} for {loaded.name}: one training step on a fake process group of {world} ranks")
+    how = f", compiled ({args.compile}, {args.backend})" if args.compile else ""
+    print(f"plan {args.plan} for {loaded.name}: one training step on a fake process group of {world} ranks{how}")
     print(result.summary(all_rows=args.all))
     passed = result.passed
+    if args.compile:
+        error = abs(result.loss - eager.loss) / max(abs(eager.loss), 1e-30)
+        ok = error <= args.tolerance
+        print(
+            f"loss compiled {result.loss:.8g}, eager {eager.loss:.8g}: rel. error {error:.2e} "
+            + ("(ok)" if ok else f"(MISMATCH: above {args.tolerance:g})")
+        )
+        passed = passed and ok
     if args.numerics:
         worst = check_numerics([NumericsJob(str(loaded.path), loaded.builder, plan.to_json())], world)[0]
         ok = worst.worst <= args.tolerance

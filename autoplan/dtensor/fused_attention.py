@@ -103,6 +103,26 @@ def contiguous_operands(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
     return tree_unflatten(leaves, spec)
 
 
+def mask_placed_like_query(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    """The call with its ``attn_mask`` already in the layout the fused kernel's rule gives it
+    for the query's (``rules.attention_mask_placement``): split where the query is split on
+    batch or heads and the mask has that dim whole. DTensor moves an op's positional inputs
+    to its strategy's layouts but skips keyword arguments (``redistribute_local_args``), and
+    ``attn_mask`` is one: a replicated mask would reach the kernel whole next to a
+    batch-split query. (HF models pass a 4-D mask under ``torch.compile``; eagerly, None.)"""
+    call = sdpa_call(args, kwargs)
+    query, mask = call.query, call.attn_mask
+    if not isinstance(mask, DTensor) or not isinstance(query, DTensor) or query.dim() != 4 or mask.device_mesh != query.device_mesh:
+        return args, kwargs
+    if not all(p.is_replicate() or (isinstance(p, Shard) and p.dim in (0, 1)) for p in query.placements):
+        return args, kwargs
+    wanted = tuple(attention_mask_placement(p, tuple(mask.shape)) for p in query.placements)
+    if tuple(mask.placements) == wanted:
+        return args, kwargs
+    placed = call._replace(attn_mask=mask.redistribute(query.device_mesh, wanted))
+    return (placed.query, placed.key, placed.value), {name: getattr(placed, name) for name in SdpaCall._fields[3:]}
+
+
 def sharded_dropout_attention(args: tuple, kwargs: dict):
     """A CPU mesh's ``F.scaled_dot_product_attention`` call with dropout, run on local shards
     as the fused kernel's rule (``rules._attention_rows``) runs it; None where that

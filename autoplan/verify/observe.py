@@ -85,6 +85,9 @@ class CollectiveCounter(TorchDispatchMode):
         self._boundaries: list[set] = []
         self._hooks = []
         for fqn, module in model.named_modules():
+            if _is_compile_wrapper(module):
+                continue  # a compiled block's wrapper: its module inside is counted as the block
+            fqn = _without_compile_wrappers(fqn)
             # first, before apply_plan's own pre-hooks (parameter gathers, input layouts)
             self._hooks.append(module.register_forward_pre_hook(self._enter(fqn or ROOT), with_kwargs=True, prepend=True))
             self._hooks.append(module.register_forward_hook(self._leave(fqn or ROOT)))
@@ -140,6 +143,16 @@ class CollectiveCounter(TorchDispatchMode):
         else:
             nbytes = first
         self.collectives[Collective(self._current_module(), kind, axis, nbytes)] += 1
+
+
+def _is_compile_wrapper(module: nn.Module) -> bool:
+    """``torch.compile``'s module wrapper (without importing dynamo to ask)."""
+    return type(module).__name__ == "OptimizedModule" and isinstance(getattr(module, "_orig_mod", None), nn.Module)
+
+
+def _without_compile_wrappers(fqn: str) -> str:
+    """The plan's name of a module inside blocks compiled in place (``layers.0._orig_mod.mlp``)."""
+    return ".".join(part for part in fqn.split(".") if part != "_orig_mod")
 
 
 def _axis_names(mesh: DeviceMesh) -> tuple[str, ...]:

@@ -14,6 +14,7 @@ the prediction is translated likewise before comparing.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import torch
@@ -46,6 +47,8 @@ class Row:
 class Verification:
     rows: tuple[Row, ...]
     """One per (module, axis, kind) predicted or observed."""
+    loss: float = float("nan")
+    """The loss of the counted step (fake collectives: comparable only between runs of one plan)."""
 
     def totals(self) -> tuple[Row, ...]:
         """The rows summed over modules: one per (axis, kind). What passes or fails."""
@@ -93,17 +96,25 @@ def _cell(value: tuple[int, int]) -> str:
     return f"{count} x, {nbytes} B" if count else "-"
 
 
-def verify_plan(model: nn.Module, batch, plan: Plan, device_mesh: DeviceMesh, loss_fn=None) -> Verification:
+def verify_plan(model: nn.Module, batch, plan: Plan, device_mesh: DeviceMesh, loss_fn=None, compile_mode: str | None = None, backend: str = "inductor") -> Verification:
     """Apply ``plan`` to ``model`` (in place), run one training step on the global ``batch``
     and compare its collectives with the plan's prediction. ``loss_fn`` is the training
-    loss the plan was made for (the model file's ``compute_loss``; default: the model's own)."""
+    loss the plan was made for (the model file's ``compute_loss``; default: the model's own).
+    With ``compile_mode`` ("block" or "whole", ``verify/compiled.py``) the applied model runs
+    under ``torch.compile`` with ``backend``: one forward and backward compile it first,
+    uncounted, and the counted step follows from the same weights."""
     apply_plan(model, plan, device_mesh, loss_fn=loss_fn)
     optimizer = torch.optim.AdamW(model.parameters())
+    call = model
     try:
+        if compile_mode is not None:
+            from autoplan.verify.compiled import compile_model
+
+            call = compile_model(model, compile_mode, backend)
+            _step(call, batch, plan, device_mesh)
+            optimizer.zero_grad(set_to_none=True)
         with CollectiveCounter(model, device_mesh) as counter:
-            local = shard_batch(batch, plan, device_mesh)
-            output = model(**local) if isinstance(local, dict) else model(*local)
-            training_loss(output).backward()
+            loss = _step(call, batch, plan, device_mesh)
             optimizer.step()
     except AutoplanError:
         raise
@@ -112,7 +123,15 @@ def verify_plan(model: nn.Module, batch, plan: Plan, device_mesh: DeviceMesh, lo
     predicted = plan.predicted.module_collectives
     if device_mesh.device_type == "cpu":
         predicted = as_on_cpu(predicted, dict(zip(plan.axis_names, plan.mesh_shape)))
-    return compare(predicted, counter.table())
+    return dataclasses.replace(compare(predicted, counter.table()), loss=float(loss))
+
+
+def _step(call, batch, plan: Plan, device_mesh: DeviceMesh) -> torch.Tensor:
+    local = shard_batch(batch, plan, device_mesh)
+    output = call(**local) if isinstance(local, dict) else call(*local)
+    loss = training_loss(output)
+    loss.backward()
+    return loss.detach()
 
 
 def step_error(err: Exception, model: nn.Module) -> StepError:
