@@ -36,3 +36,20 @@ def fresh_plan_cache():
             os.environ.pop("AUTOPLAN_CACHE_DIR", None)
         else:
             os.environ["AUTOPLAN_CACHE_DIR"] = previous
+
+
+@pytest.fixture(autouse=True)
+def sharding_decisions_of_this_test_only():
+    """Tests create and destroy process groups one after another in one process. A new 2x4
+    mesh compares equal to the destroyed one before it, so a sharding decision cached for
+    the earlier mesh (by DTensor, or by autoplan's own cache) would hand this test specs
+    that name dead process groups ("Could not resolve the process group"). A training
+    process keeps its process groups; between tests, the caches start empty."""
+    from torch.distributed.tensor.debug import _clear_sharding_prop_cache
+
+    from autoplan.dtensor import overrides
+
+    if not overrides._depth:
+        _clear_sharding_prop_cache()
+        overrides._own_cache = None
+    yield
