@@ -10,16 +10,13 @@ group of 8.
 """
 
 import pytest
-import torch.distributed as dist
-from torch.distributed.device_mesh import init_device_mesh
-from torch.testing._internal.distributed.fake_pg import FakeStore
 
 import autoplan
 from autoplan.errors import InfeasibleError
 from autoplan.model_file import import_model_file, load_model_file
 from autoplan.verify.numerics import build_seeded, seeded_batch
-from autoplan.verify.step_check import verify_plan
 from conftest import ROOT
+from zoo import verify_on_fake_world
 
 MODELS = ("qwen2", "gpt_neox", "phi")
 MODEL_FILE = ROOT / "tests" / "models" / "hf_defaults.py"
@@ -47,9 +44,5 @@ def test_the_leanest_plans_run_their_predicted_collectives(name):
     sizes = {fqn: p.numel() for fqn, p in model.named_parameters()}
     split = sum(n for fqn, n in sizes.items() if all(p.startswith("S(") for p in plan.parameters[fqn]))
     assert split >= sum(sizes.values()) / 2, f"{name}: most weights not split on both axes"
-    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=8)
-    try:
-        result = verify_plan(model, batch, plan, init_device_mesh("cpu", MESH, mesh_dim_names=AXIS_NAMES))
-    finally:
-        dist.destroy_process_group()
+    result = verify_on_fake_world(model, batch, plan)
     assert result.passed, "\n" + result.summary()

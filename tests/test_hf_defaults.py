@@ -9,17 +9,13 @@ collectives, and matches one device on 8 gloo processes.
 
 import pytest
 import torch
-import torch.distributed as dist
-from torch.distributed.device_mesh import init_device_mesh
-from torch.testing._internal.distributed.fake_pg import FakeStore
 
 import autoplan
 from autoplan.model_file import import_model_file
 from autoplan.trace.training_call import training_kwargs
 from autoplan.verify.numerics import NumericsJob, build_seeded, check_numerics, seeded_batch
-from autoplan.verify.step_check import verify_plan
 from conftest import ROOT
-from zoo import forced_plan
+from zoo import forced_plan, verify_on_fake_world
 
 MODELS = ("llama", "qwen2", "mixtral", "gpt_neox", "t5")
 MODEL_FILE = ROOT / "tests" / "models" / "hf_defaults.py"
@@ -39,11 +35,7 @@ def test_plan_shards_and_a_step_runs_the_predicted_collectives(plans, name):
     assert any(p.startswith("S(") for spec in plan.parameters.values() for p in spec), f"{name}: nothing sharded"
     model_file = import_model_file(MODEL_FILE)
     model, batch = build_seeded(model_file, name, 0), seeded_batch(model_file, 1)
-    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=8)
-    try:
-        result = verify_plan(model, batch, plan, init_device_mesh("cpu", MESH, mesh_dim_names=AXIS_NAMES))
-    finally:
-        dist.destroy_process_group()
+    result = verify_on_fake_world(model, batch, plan)
     assert result.passed, "\n" + result.summary()
 
 

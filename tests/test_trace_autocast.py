@@ -13,20 +13,16 @@ import threading
 import pytest
 import torch
 import torch.amp.autocast_mode as autocast_mode
-import torch.distributed as dist
 from torch import nn
-from torch.distributed.device_mesh import init_device_mesh
 from torch.fx.experimental.proxy_tensor import make_fx
-from torch.testing._internal.distributed.fake_pg import FakeStore
 
 import autoplan
 from autoplan.errors import TraceError
 from autoplan.model_file import import_model_file, load_model_file
 from autoplan.trace.meta_autocast import meta_autocast
 from autoplan.verify.numerics import build_seeded, seeded_batch
-from autoplan.verify.step_check import verify_plan
 from conftest import ROOT
-from zoo import forced_plan
+from zoo import forced_plan, verify_on_fake_world
 
 ROUTER = ROOT / "tests" / "models" / "autocast_router.py"
 # torch refuses "meta" when it looks up the default dtype, or, given one, by name.
@@ -55,11 +51,7 @@ def test_the_router_plans_and_runs_its_predicted_collectives_on_a_fake_process_g
     assert not [w for w in plan.warnings if "autocast" in w], plan.warnings  # autocast off: traced exactly
     module = import_model_file(ROUTER)
     model, batch = build_seeded(module, "build_model", 0), seeded_batch(module, 1)
-    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=8)
-    try:
-        result = verify_plan(model, batch, plan, init_device_mesh("cpu", (2, 4), mesh_dim_names=("dp", "tp")))
-    finally:
-        dist.destroy_process_group()
+    result = verify_on_fake_world(model, batch, plan)
     assert result.passed, "\n" + result.summary()
 
 

@@ -33,10 +33,9 @@ from autoplan.model_file import import_model_file
 from autoplan.placements import candidate_specs, is_partial, local_shape, to_placements
 from autoplan.verify.numerics import build_seeded, seeded_batch
 from autoplan.verify.observe import CollectiveCounter
-from autoplan.verify.step_check import verify_plan
 from conftest import EXAMPLES
 from test_train_example import BUDGET_GB
-from zoo import MESHES, PUBLIC_ZOO, example_path, forced_plan
+from zoo import MESHES, PUBLIC_ZOO, example_path, forced_plan, verify_on_fake_world
 
 TRAIN_BUDGET_GB = float(BUDGET_GB)  # examples/train.py's budget in its test
 
@@ -83,13 +82,7 @@ def test_one_training_step_runs_the_predicted_collectives(name, mesh):
     axis_names = MESHES[mesh]
     plan = forced_plan(example_path(name), mesh, axis_names)
     assert plan.predicted.collectives, f"{name}: the forced plan communicates nothing"
-    example = import_model_file(EXAMPLES / f"{name}.py")
-    model, batch = build_seeded(example, "build_model", 0), seeded_batch(example, 1)
-    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=8)
-    try:
-        result = verify_plan(model, batch, plan, init_device_mesh("cpu", mesh, mesh_dim_names=axis_names))
-    finally:
-        dist.destroy_process_group()
+    result = _verify(name, plan)
     assert result.passed, "\n" + result.summary()
     totals = {(row.axis, row.kind): row.observed for row in result.totals()}
     assert totals == {
@@ -102,12 +95,7 @@ def test_one_training_step_runs_the_predicted_collectives(name, mesh):
 def _verify(example_name: str, plan):
     example = import_model_file(EXAMPLES / f"{example_name}.py")
     model, batch = build_seeded(example, "build_model", 0), seeded_batch(example, 1)
-    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=8)
-    try:
-        mesh = init_device_mesh("cpu", tuple(plan.mesh_shape), mesh_dim_names=tuple(plan.axis_names))
-        return verify_plan(model, batch, plan, mesh)
-    finally:
-        dist.destroy_process_group()
+    return verify_on_fake_world(model, batch, plan)
 
 
 @pytest.mark.slow

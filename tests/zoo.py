@@ -43,3 +43,21 @@ def forced_plan(path: str, mesh=(2, 4), axis_names=("dp", "tp"), profile=None):
             loaded.model, loaded.example_inputs, mesh=mesh, axis_names=axis_names, profile=profile, memory_gb=budget,
             loss_fn=loaded.loss_fn,
         )
+
+
+def verify_on_fake_world(model, batch, plan):
+    """``verify_plan`` of one training step on a fake process group of the plan's mesh."""
+    import math
+
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    from autoplan.verify.step_check import verify_plan
+
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=math.prod(plan.mesh_shape))
+    try:
+        mesh = init_device_mesh("cpu", tuple(plan.mesh_shape), mesh_dim_names=tuple(plan.axis_names))
+        return verify_plan(model, batch, plan, mesh)
+    finally:
+        dist.destroy_process_group()

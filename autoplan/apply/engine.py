@@ -292,13 +292,13 @@ def _settle_gradient(placements, mesh: DeviceMesh):
             held if held.is_partial() and own.is_partial() else Replicate() if own.is_partial() else own
             for held, own in zip(grad.placements, placements)
         ]
-        if torch.compiler.is_compiling():
-            # Dynamo traces this body once, ahead of the backward, against a guessed gradient
-            # in the value's own placements, and bakes the branch it took: a test that finds
-            # nothing to move there would drop the move the real (partial) gradient needs. An
-            # unconditional redistribute is traced as such and runs on the real gradient.
+        # Dynamo traces this body once, ahead of the backward, against a guessed gradient in
+        # the value's own placements, and bakes the branch it took: a test that finds nothing
+        # to move there would drop the move the real (partial) gradient needs. Compiled, the
+        # redistribute is unconditional, traced as such, and runs on the real gradient.
+        if torch.compiler.is_compiling() or tuple(target) != tuple(grad.placements):
             return grad.redistribute(mesh, target)
-        return grad.redistribute(mesh, target) if tuple(target) != tuple(grad.placements) else None
+        return None
 
     return hook
 

@@ -107,7 +107,7 @@ def build_choices(traced: TracedGraph, mesh_shape: tuple[int, ...], axis_names: 
                 requires_grad.add(node.name)
             continue
 
-        tensor_inputs = [a for a in tree_flatten((node.args, node.kwargs))[0] if _is_tensor_node(a)]
+        tensor_inputs = [a for a in tree_flatten((node.args, node.kwargs))[0] if is_tensor_input(a)]
         sources = [tuple_items.get(a.name, (a.name, 0)) for a in tensor_inputs]
         depends = any(a.name in from_placeholder for a in tensor_inputs)
         grad = depends and _floating(node) and any(a.name in requires_grad for a in tensor_inputs)
@@ -159,7 +159,8 @@ def _keep_buffers_in_place(options: tuple[Strategy, ...], buffer_inputs: list[in
     )
 
 
-def _is_tensor_node(arg) -> bool:
+def is_tensor_input(arg) -> bool:
+    """Whether an fx argument counts as one of an op's tensor inputs (a getitem of a tuple too)."""
     return isinstance(arg, fx.Node) and isinstance(arg.meta.get("val"), torch.Tensor) or (
         isinstance(arg, fx.Node) and arg.target is operator.getitem
     )

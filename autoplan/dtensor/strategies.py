@@ -112,6 +112,12 @@ def _passes_partial_through(strategy: Strategy, inputs: list, outputs: list) -> 
     return False
 
 
+def runtime_schema_info(op):
+    """The op's schema info as DTensor's dispatcher looks it up: its strategy function's,
+    else its single-axis rule's."""
+    return _schema_info(op, False) or _schema_info(op, True)
+
+
 def _schema_info(op, single_dim: bool):
     table = (
         _PROPAGATOR.op_to_schema_info_for_single_dim_strategy

@@ -13,20 +13,17 @@ question is asked on a planning mesh) which strategy it will run.
 
 from __future__ import annotations
 
-import operator
-
 import torch
 from torch import fx
 from torch.distributed.device_mesh import DeviceMesh
-from torch.distributed.tensor import DTensor
 from torch.distributed.tensor._dtensor_spec import DTensorSpec
 from torch.distributed.tensor._op_schema import OpSchema
 from torch.utils._pytree import tree_map
 
 from autoplan.choices.decision import Decision
-from autoplan.choices.graph import OP
+from autoplan.choices.graph import OP, is_tensor_input
 from autoplan.dtensor import overrides
-from autoplan.dtensor.strategies import Strategy, tensor_meta
+from autoplan.dtensor.strategies import Strategy, runtime_schema_info, tensor_meta
 from autoplan.placements import Spec, spec_from_placements, to_placements
 
 
@@ -41,15 +38,13 @@ def runtime_strategy(decision: Decision, arrived: list[Spec], mesh: DeviceMesh) 
     layouts = iter(arrived)
 
     def spec_of(arg):
-        if _is_tensor_node(arg):
+        if is_tensor_input(arg):
             return DTensorSpec(mesh, to_placements(next(layouts)), tensor_meta=tensor_meta(arg.meta["val"]))
         return arg.meta.get("val") if isinstance(arg, fx.Node) else arg
 
     try:
         args, kwargs = tree_map(spec_of, (node.args, node.kwargs), is_leaf=lambda a: isinstance(a, fx.Node))
-        propagator = DTensor._op_dispatcher.sharding_propagator
-        info = propagator.op_to_schema_info.get(op) or propagator.op_to_schema_info_for_single_dim_strategy.get(op)
-        schema = OpSchema(op, args, kwargs, schema_info=info)
+        schema = OpSchema(op, args, kwargs, schema_info=runtime_schema_info(op))
         sharding = overrides.propagate_uncached(schema)
         out = sharding.output_spec
         outs = out if isinstance(out, (tuple, list)) else (out,)
@@ -62,7 +57,3 @@ def runtime_strategy(decision: Decision, arrived: list[Spec], mesh: DeviceMesh) 
         return None
     return Strategy(outputs, inputs)
 
-
-def _is_tensor_node(arg) -> bool:
-    """As the choice graph counts tensor inputs (``choices/graph.py``)."""
-    return isinstance(arg, fx.Node) and (isinstance(arg.meta.get("val"), torch.Tensor) or arg.target is operator.getitem)
