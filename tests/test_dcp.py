@@ -20,6 +20,7 @@ from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.device_mesh import init_device_mesh
 
 import autoplan
+from autoplan._process_group import process_group
 from autoplan.errors import PlanError
 from autoplan.evaluate.baselines import build_baseline
 from autoplan.model_file import import_model_file, load_model_file
@@ -96,8 +97,7 @@ def reference_run(llama, batches):
 
 def worker(rank: int, port: int, plan_jsons: tuple[str, str], checkpoint: str, result_path: str):
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=8)
-    try:
+    with process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=8):
         plan_a, plan_b = (autoplan.Plan.from_dict(json.loads(text)) for text in plan_jsons)
         mesh = init_device_mesh("cpu", plan_a.mesh_shape, mesh_dim_names=plan_a.axis_names)
         llama = import_model_file(LLAMA)
@@ -145,8 +145,6 @@ def worker(rank: int, port: int, plan_jsons: tuple[str, str], checkpoint: str, r
                 "saved_tensors": len(saved), "changed_by_checkpoint": sorted(set().union(*changed_anywhere)),
             }
             Path(result_path).write_text(json.dumps(report))
-    finally:
-        dist.destroy_process_group()
 
 
 @pytest.mark.gloo

@@ -17,6 +17,7 @@ from torch.distributed.tensor._utils import compute_local_shape_and_global_offse
 from torch.testing._internal.distributed.fake_pg import FakeStore
 
 import autoplan
+from autoplan._process_group import process_group
 from autoplan.errors import PlanError
 from autoplan.model_file import import_model_file, load_model_file
 from autoplan.verify.numerics import build_seeded, seeded_batch
@@ -90,8 +91,7 @@ def free_port() -> int:
 
 def worker(rank: int, port: int, plan_json: str, result_path: str):
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=8)
-    try:
+    with process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=8):
         plan = autoplan.Plan.from_dict(json.loads(plan_json))
         mesh = init_device_mesh("cpu", plan.mesh_shape, mesh_dim_names=plan.axis_names)
         llama = import_model_file(LLAMA)
@@ -121,8 +121,6 @@ def worker(rank: int, port: int, plan_json: str, result_path: str):
         errors["loss after one AdamW step"] = abs(losses["parallel"] - losses["reference"]) / abs(losses["reference"])
         if rank == 0:
             Path(result_path).write_text(json.dumps(errors))
-    finally:
-        dist.destroy_process_group()
 
 
 @pytest.mark.gloo

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 import torch
-import torch.distributed as dist
 import torch.multiprocessing as mp
 
 import autoplan
+from autoplan._process_group import process_group
 from autoplan.cli import main
 from autoplan.interop.export_torch import export_torch
 from autoplan.model_file import import_model_file, load_model_file
@@ -46,8 +46,7 @@ def worker(rank: int, port: int, plan_json: str, exported: str, result_path: str
     from torch.distributed.device_mesh import init_device_mesh
 
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=WORLD)
-    try:
+    with process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=WORLD):
         plan = autoplan.Plan.from_dict(json.loads(plan_json))
         generated = import_model_file(Path(exported))
         llama = import_model_file(EXAMPLES / "llama.py")
@@ -72,8 +71,6 @@ def worker(rank: int, port: int, plan_json: str, exported: str, result_path: str
         if rank == 0:
             with open(result_path, "w") as f:
                 json.dump({"errors": errors, "dtensor_parameters": styled}, f)
-    finally:
-        dist.destroy_process_group()
 
 
 @pytest.mark.gloo

@@ -12,10 +12,10 @@ import socket
 
 import pytest
 import torch
-import torch.distributed as dist
 import torch.multiprocessing as mp
 
 import autoplan
+from autoplan._process_group import process_group
 from conftest import example_module
 
 WORLD = 8
@@ -32,8 +32,7 @@ def free_port() -> int:
 def worker(rank: int, plan_json: str, port: int, result_path: str):
     from torch.distributed.device_mesh import init_device_mesh
 
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=WORLD)
-    try:
+    with process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=WORLD):
         plan = autoplan.Plan.from_dict(json.loads(plan_json))
         example = example_module("llama.py")
         torch.manual_seed(0)
@@ -58,8 +57,6 @@ def worker(rank: int, plan_json: str, port: int, result_path: str):
                 json.dump(errors, f)
         bad = {k: v for k, v in errors.items() if not v <= TOLERANCE}
         assert not bad, f"rank {rank}: relative errors above {TOLERANCE}: {bad}"
-    finally:
-        dist.destroy_process_group()
 
 
 @pytest.mark.gloo

@@ -54,11 +54,11 @@ def test_every_rank_gets_rank_zeros_plan_and_the_second_launch_hits_the_cache(tm
 def _fail_on_rank_zero(rank: int, port: int, out: str) -> None:
     import torch.distributed as dist
 
+    from autoplan._process_group import process_group
     from autoplan.errors import InfeasibleError
     from autoplan.pipeline.rank_sync import RankZeroError, run_on_rank_zero
 
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
-    try:
+    with process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2):
         assert run_on_rank_zero(lambda: f"made on rank {dist.get_rank()}") == "made on rank 0"
 
         def produce():
@@ -68,8 +68,6 @@ def _fail_on_rank_zero(rank: int, port: int, out: str) -> None:
             run_on_rank_zero(produce)
         except (InfeasibleError, RankZeroError) as err:
             (Path(out) / f"rank{rank}.txt").write_text(f"{type(err).__name__}: {err}")
-    finally:
-        dist.destroy_process_group()
 
 
 @pytest.mark.gloo

@@ -31,9 +31,9 @@ from datetime import timedelta
 from pathlib import Path
 
 import torch
-import torch.distributed as dist
 
 from autoplan._files import check_outputs, write_atomic
+from autoplan._process_group import process_group
 from autoplan._processes import die_with_parent, parent_alive
 from autoplan.calibrate.host import gather_cluster_info, versions
 from autoplan.calibrate.profile_writer import LinksSource, RunInfo, build_profile
@@ -74,13 +74,10 @@ def calibrate_rank(
 ) -> dict | None:
     """One rank's share of a calibration; rank 0 writes the profile and returns its data."""
     device = _device(config.backend, local_rank)
-    dist.init_process_group(
+    with process_group(
         config.backend, init_method=init_method, rank=rank, world_size=world_size, timeout=PROCESS_GROUP_TIMEOUT
-    )
-    try:
+    ):
         return _measure_and_write(config, device, rank)
-    finally:
-        dist.destroy_process_group()
 
 
 def spawn_calibration(config: CalibrateConfig, nprocs: int, rank_main=None) -> None:

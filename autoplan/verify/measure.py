@@ -54,6 +54,8 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from autoplan._process_group import process_group
+
 COLLECTIVE_TIMEOUT_S = 120
 """A collective that waits this long means a rank is lost: the launch ends."""
 LAUNCH_RETRIES = 1
@@ -168,12 +170,11 @@ def _worker(rank: int, world: int, port: int, jobs: list[MeasureJob], config: Me
     torch.set_num_threads(1)  # many processes share few cores
     for name in _NOISY_LOGGERS:  # once-per-rank notes about gloo fallbacks, eight times over
         logging.getLogger(name).setLevel(logging.ERROR)
-    dist.init_process_group(
+    meshes: dict[tuple, object] = {}  # one DeviceMesh per shape: each new one adds process groups and threads
+    with process_group(
         "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
         timeout=datetime.timedelta(seconds=COLLECTIVE_TIMEOUT_S),
-    )
-    meshes: dict[tuple, object] = {}  # one DeviceMesh per shape: each new one adds process groups and threads
-    try:
+    ):
         for job in jobs:
             try:
                 result = _time_job(job, config, meshes)
@@ -191,8 +192,6 @@ def _worker(rank: int, world: int, port: int, jobs: list[MeasureJob], config: Me
                 if progress:
                     with open(progress, "a") as f:
                         f.write(json.dumps({"label": job.label, **result}) + "\n")
-    finally:
-        dist.destroy_process_group()
 
 
 def _mesh(meshes: dict, shape: tuple[int, ...], names: tuple[str, ...] | None):

@@ -30,7 +30,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-import torch.distributed as dist
 import torch.multiprocessing as mp
 import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
@@ -83,6 +82,7 @@ def _free_port() -> int:
 def _worker(rank: int, world: int, port: int, jobs: list[NumericsJob], seed: int, out_path: str, launcher_pid: int) -> None:
     from torch.distributed.device_mesh import init_device_mesh
 
+    from autoplan._process_group import process_group
     from autoplan._processes import die_with_parent
 
     die_with_parent(launcher_pid)  # a killed `autoplan verify` takes its gloo ranks with it
@@ -90,12 +90,11 @@ def _worker(rank: int, world: int, port: int, jobs: list[NumericsJob], seed: int
     from autoplan.model_file import import_model_file, loss_function
 
     torch.set_num_threads(1)  # many processes share few cores
-    dist.init_process_group(
+    results = []
+    with process_group(
         "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
         timeout=datetime.timedelta(seconds=COLLECTIVE_TIMEOUT_S),
-    )
-    results = []
-    try:
+    ):
         for job in jobs:
             # A job that fails on one rank leaves the others blocked in a collective, so
             # errors are not caught here: the launch fails and names the job.
@@ -107,8 +106,6 @@ def _worker(rank: int, world: int, port: int, jobs: list[NumericsJob], seed: int
                 results.append(_compare(module, job.builder, plan, mesh, seed, loss_fn))
             except Exception as err:
                 raise RuntimeError(f"numerics job {job.model_file}:{job.builder} failed on rank {rank}") from err
-    finally:
-        dist.destroy_process_group()
     if rank == 0:
         tmp = out_path + ".tmp"
         with open(tmp, "w") as f:

@@ -17,6 +17,7 @@ import torch.distributed as dist
 
 import autoplan
 from autoplan._files import write_atomic
+from autoplan._process_group import process_group
 from autoplan.model_file import load_model_file
 
 
@@ -32,12 +33,11 @@ class CacheOutcome(logging.Handler):
 
 def main(model_file: str, out_dir: str) -> None:
     torch.set_num_threads(1)
-    dist.init_process_group("gloo")
     handler = CacheOutcome()
     logger = logging.getLogger("autoplan")
     logger.setLevel(logging.INFO)
     logger.addHandler(handler)
-    try:
+    with process_group("gloo"):
         loaded = load_model_file(model_file)
         plan = autoplan.suggest(loaded.model, loaded.example_inputs, mesh=(2, 4), axis_names=("dp", "tp"))
         record = {
@@ -46,8 +46,6 @@ def main(model_file: str, out_dir: str) -> None:
             "cache": handler.outcomes,
         }
         write_atomic(Path(out_dir) / f"rank{dist.get_rank()}.json", json.dumps(record))
-    finally:
-        dist.destroy_process_group()
 
 
 if __name__ == "__main__":
