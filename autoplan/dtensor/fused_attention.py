@@ -13,7 +13,8 @@ fused op. Its sharding rule (``dtensor/rules.py``) allows what the GPU kernels' 
 allow, so the plan is the same wherever it runs; at run time the applied model calls
 ``F.scaled_dot_product_attention`` as written and the device picks its kernel. Calls the
 fused kernel cannot take are left to decompose, as they do at run time: a mask that needs
-a gradient (T5's learned position bias; the fused kernels give none). Grouped-query
+a gradient (T5's learned position bias; the fused kernels give none), and values whose
+head size differs from the query's (DeepSeek's latent attention). Grouped-query
 attention (fewer key/value heads, ``enable_gqa``) runs fused, as on the device.
 
 On a CPU mesh the fused kernel takes no dropout: ``F.scaled_dot_product_attention`` with
@@ -79,6 +80,10 @@ def _fused(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa
         return None
     if query.shape[1] != key.shape[1] and not enable_gqa:
         return None  # an error at run time too: let torch raise it
+    if value.shape[-1] != query.shape[-1]:
+        # The fused kernel wants one head size for Q, K and V; torch runs the math instead
+        # (DeepSeek's multi-head latent attention: 192-wide query and key heads, 128-wide values).
+        return None
     if attn_mask is not None and attn_mask.requires_grad:
         return None
     if attn_mask is not None and attn_mask.dtype == torch.bool:

@@ -9,7 +9,7 @@ cannot shift its labels into decoder inputs, on any device).
 
 import torch
 from transformers import (
-    GPTNeoXConfig, GPTNeoXForCausalLM, LlamaConfig, LlamaForCausalLM, MixtralConfig, MixtralForCausalLM,
+    DeepseekV3Config, DeepseekV3ForCausalLM, GPTNeoXConfig, GPTNeoXForCausalLM, LlamaConfig, LlamaForCausalLM, MixtralConfig, MixtralForCausalLM,
     PhiConfig, PhiForCausalLM, Qwen2Config, Qwen2ForCausalLM, T5Config, T5ForConditionalGeneration,
 )
 
@@ -40,6 +40,16 @@ def phi():
 def t5():
     config = T5Config(vocab_size=VOCAB, d_model=64, d_kv=16, d_ff=128, num_layers=2, num_heads=4, decoder_start_token_id=0)
     return T5ForConditionalGeneration(config)
+
+
+def deepseek_v3():
+    # Multi-head latent attention: query and key heads of 16 + 8 (no rope + rope), values of 16.
+    config = DeepseekV3Config(
+        **_DECODER, num_key_value_heads=4, moe_intermediate_size=32, n_routed_experts=4, num_experts_per_tok=2,
+        n_group=1, topk_group=1, first_k_dense_replace=1, q_lora_rank=32, kv_lora_rank=16,
+        qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=16,
+    )
+    return DeepseekV3ForCausalLM(config)
 
 
 def example_inputs():
