@@ -3,7 +3,8 @@
 ``build_model`` is Llama-3-8B (32 layers, hidden 4096, 32 heads, 8 kv heads, intermediate
 14336, vocab 128256); ``make_70b`` (80 layers, 8192, 64 heads, 8 kv heads, 28672) and
 ``make_405b`` (126 layers, 16384, 128 heads, 8 kv heads, 53248) are the larger ones, and
-``make_8b_8layers`` is the 8B cut to 8 layers (to compare tied and untied planning).
+``make_8b_8layers`` is the 8B cut to 8 layers (to compare tied and untied planning), and
+``make_8b_2layers`` to 2 (the baselines benchmark: one layer's plan, solved in seconds).
 Batch 8 x 1024 tokens: it divides every data-parallel axis benchmarked (up to 8), and
 its activations (no recomputation) fit an 80 GB device once sharded. Built from ``LlamaConfig``
 on the meta device by the CLI: no weights are downloaded or allocated.
@@ -37,6 +38,10 @@ def make_405b():
 
 def make_8b_8layers():
     return _llama3("8b", num_hidden_layers=8)
+
+
+def make_8b_2layers():
+    return _llama3("8b", num_hidden_layers=2)
 
 
 def example_inputs():

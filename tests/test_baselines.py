@@ -11,11 +11,14 @@ import autoplan
 from autoplan.errors import NotApplicableError
 from autoplan.evaluate.baselines import BASELINES, baseline_for_problem, build_baseline
 from autoplan.evaluate.score import score_problem
-from autoplan.model_file import load_model_file
+from autoplan.model_file import import_model_file, load_model_file
 from autoplan.pipeline.pinning import Pins
 from autoplan.pipeline.problem import prepare_problem, solve_problem
-from conftest import EXAMPLES
+from autoplan.verify.numerics import build_seeded, seeded_batch
+from conftest import EXAMPLES, ROOT
+from zoo import verify_on_fake_world
 
+MODELS = ROOT / "tests" / "models"
 BATCH = ("[1]['input_ids']", "[1]['labels']")
 LAYER = "model.layers.0"
 
@@ -76,6 +79,33 @@ def test_megatron_fsdp_combines_both(built):
     assert params[f"{LAYER}.mlp.down_proj.weight"] == ("S(0)", "S(1)")
     assert params["model.embed_tokens.weight"] == ("S(0)", "R")
     assert params[f"{LAYER}.post_attention_layernorm.weight"] == ("S(0)", "R")
+
+
+def test_torchtitan_is_sequence_parallel_over_fsdp(built):
+    _, _, baselines = built
+    baseline = baselines["torchtitan"]
+    params, modules = baseline.plan.parameters, baseline.plan.modules
+    assert params[f"{LAYER}.self_attn.q_proj.weight"] == ("S(1)", "S(0)")
+    assert params[f"{LAYER}.mlp.down_proj.weight"] == ("S(0)", "S(1)")
+    assert params["lm_head.weight"] == ("S(1)", "S(0)")  # split by vocabulary on tp
+    assert params["model.embed_tokens.weight"] == ("S(0)", "R")  # its masked partial lookup is not expressible
+    # Norms run on sequence slices; the embedding and each block hand sequence slices on.
+    for norm in (f"{LAYER}.input_layernorm", f"{LAYER}.post_attention_layernorm", "model.norm"):
+        assert modules[norm].inputs["[0][0]"] == ("S(0)", "S(1)"), norm
+        assert modules[norm].outputs[""] == ("S(0)", "S(1)"), norm
+    assert modules["model.embed_tokens"].outputs[""] == ("S(0)", "S(1)")
+    assert modules[LAYER].outputs[""] == ("S(0)", "S(1)")
+    assert baseline.notes == ("model.embed_tokens: not split by vocabulary on tp (its masked partial output is not expressible)",)
+
+
+def test_torchtitan_splits_a_fused_wqkv_and_runs_its_prediction():
+    loaded = load_model_file(str(MODELS / "fused_qkv.py"))
+    plan = build_baseline("torchtitan", loaded.model, loaded.example_inputs, profile="cpu-gloo").plan
+    assert plan.parameters["layers.0.attention.wqkv.weight"] == ("S(1)", "S(0)")
+    assert plan.parameters["output.weight"] == ("S(1)", "S(0)")
+    model_file = import_model_file(MODELS / "fused_qkv.py")
+    result = verify_on_fake_world(build_seeded(model_file, "build_model", 0), seeded_batch(model_file, 1), plan)
+    assert result.passed, "\n" + result.summary()
 
 
 def test_auto_plan_predicts_no_slower_than_any_baseline(built):

@@ -26,9 +26,18 @@ a 3-D mesh) replicates everything in every baseline.
                     its weight input x output, so its column shard is dim 1, its row shard dim 0.
     megatron_fsdp   megatron on tp plus fsdp on dp: each parameter also sharded on dp along
                     its first dim that tp leaves whole and that divides evenly.
+    torchtitan      torchtitan's Llama recipe: megatron_fsdp plus sequence parallel on tp.
+                    The output head is split by vocabulary on tp (the token embedding is
+                    not: ``_vocabulary_dims``); norms run on sequence slices; attention and MLP blocks hand back
+                    sequence slices (``evaluate/sequence_parallel.py``; its loss parallel
+                    is not expressible). Fused ``wqkv`` is column-parallel.
+                    torchtitan's FSDP splits dim 0 again under tp (DTensor's _StridedShard),
+                    which plans cannot express: FSDP takes the next dim here, as in
+                    megatron_fsdp.
 
 A baseline that does not apply (no transformer projections for megatron, a 1-D mesh for
-megatron_fsdp, a batch that does not divide the dp axis) raises NotApplicableError.
+megatron_fsdp, a batch that does not divide the dp axis) raises NotApplicableError. On a
+1-D mesh torchtitan is tensor and sequence parallel only.
 """
 
 from __future__ import annotations
@@ -39,18 +48,21 @@ from torch import nn
 
 from autoplan.errors import NotApplicableError
 from autoplan.evaluate.score import pins_for_plan
+from autoplan.evaluate.sequence_parallel import HEADS, pin_sequence_parallel
 from autoplan.pipeline.pinning import Pins
 from autoplan.pipeline.problem import Problem, prepare_problem, solve_problem
 from autoplan.placements import Spec, replicated, shard
 from autoplan.plan.module_plan import Plan
 
-BASELINES = ("data_parallel", "fsdp", "megatron", "megatron_fsdp")
+BASELINES = ("data_parallel", "fsdp", "megatron", "megatron_fsdp", "torchtitan")
+_TENSOR_PARALLEL = ("megatron", "megatron_fsdp", "torchtitan")
+_FULLY_SHARDED = ("fsdp", "megatron_fsdp", "torchtitan")
 
 # Module name suffixes (torchtitan's per-family TP plans, as data). A module matches when
 # its FQN is the suffix or ends with "." + suffix.
 COLUMN_PARALLEL = (
     "q_proj", "k_proj", "v_proj", "gate_proj", "up_proj",  # Llama, Mistral, Mixtral attention
-    "wq", "wk", "wv", "w1", "w3",  # torchtitan / torch's test Transformer
+    "wq", "wk", "wv", "wqkv", "w1", "w3",  # torchtitan (wqkv: fused, grouped per kv head) / torch's test Transformer
     "c_attn", "c_fc",  # GPT-2 (Conv1D)
     "query", "key", "value", "intermediate.dense",  # BERT
 )
@@ -102,6 +114,10 @@ def baseline_for_problem(name: str, problem: Problem, time_limit_s: float | None
     for key, spec in layout.items():
         pins.place(key, spec)
     dp = _dp_axis(problem, name)
+    if name == "torchtitan":
+        pinned, skipped = pin_sequence_parallel(pins, problem, dp, _tp_axis(problem), _row_parallel_modules(problem))
+        if skipped:
+            notes.append(f"{skipped} of {pinned + skipped} sequence-parallel boundaries cannot hold with this layout: left to the solver")
     if dp is not None:
         whole = pins.split_work(dp)  # data parallel: the batch stays split, never gathered to save a reduction
         if whole:
@@ -131,8 +147,8 @@ def baseline_layout(name: str, problem: Problem) -> tuple[dict[str, Spec], tuple
     """(pinned placements, axes kept idle, notes) of baseline ``name``."""
     mesh = problem.choices.mesh_shape
     names = problem.choices.axis_names
-    tp = names.index("tp") if "tp" in names else len(mesh) - 1
-    uses_tp = name in ("megatron", "megatron_fsdp")
+    tp = _tp_axis(problem)
+    uses_tp = name in _TENSOR_PARALLEL
     dp = _dp_axis(problem, name)
     uses_dp = dp is not None
     if name == "megatron_fsdp" and len(mesh) < 2:
@@ -159,6 +175,8 @@ def baseline_layout(name: str, problem: Problem) -> tuple[dict[str, Spec], tuple
         layout[key] = tuple(spec)
 
     tensor_parallel = _megatron_dims(problem, mesh[tp], notes) if uses_tp else {}
+    if name == "torchtitan":
+        tensor_parallel.update(_vocabulary_dims(problem, mesh[tp], notes))
     if uses_tp and not tensor_parallel:
         raise NotApplicableError(
             f"{name}: no transformer projections found (modules named {', '.join(COLUMN_PARALLEL[:5])}, "
@@ -170,7 +188,7 @@ def baseline_layout(name: str, problem: Problem) -> tuple[dict[str, Spec], tuple
         shape = shapes[node]
         if node in tensor_parallel:
             spec[tp] = shard(tensor_parallel[node])
-        if name in ("fsdp", "megatron_fsdp"):
+        if name in _FULLY_SHARDED and uses_dp:
             taken = tensor_parallel.get(node)
             dim = next((d for d in range(len(shape)) if d != taken and shape[d] % mesh[dp] == 0), None)
             if dim is None:
@@ -187,9 +205,14 @@ def baseline_layout(name: str, problem: Problem) -> tuple[dict[str, Spec], tuple
 def _dp_axis(problem: Problem, name: str) -> int | None:
     """The axis the baseline splits the batch on, or None (a 1-D mesh is all tp for megatron)."""
     names = problem.choices.axis_names
-    if name in ("megatron", "megatron_fsdp") and len(names) == 1:
+    if name in _TENSOR_PARALLEL and len(names) == 1:
         return None
     return names.index("dp") if "dp" in names else 0
+
+
+def _tp_axis(problem: Problem) -> int:
+    names = problem.choices.axis_names
+    return names.index("tp") if "tp" in names else len(names) - 1
 
 
 def _check_name(name: str) -> None:
@@ -220,6 +243,36 @@ def _megatron_dims(problem: Problem, tp_size: int, notes: list[str]) -> dict[str
                 continue
             dims[node] = dim
     return dims
+
+
+def _vocabulary_dims(problem: Problem, tp_size: int, notes: list[str]) -> dict[str, int]:
+    """Parameter placeholder -> 0 for the output head: split by vocabulary row on tp.
+
+    torchtitan splits the token embedding by vocabulary too; its lookup then hands back a
+    masked partial sum (DTensor's ``MaskPartial``), a placement plans cannot hold, so such
+    a weight would be gathered whole for every lookup. The embedding stays as in
+    megatron_fsdp (replicated on tp), and a note says so."""
+    by_fqn = {fqn: node for node, fqns in problem.traced.parameters.items() for fqn in fqns}
+    shapes = _placeholder_shapes(problem)
+    dims: dict[str, int] = {}
+    for module, kind in problem.traced.module_types.items():
+        if kind == "Embedding":
+            notes.append(f"{module}: not split by vocabulary on tp (its masked partial output is not expressible)")
+            continue
+        if module.rpartition(".")[2] not in HEADS or kind != "Linear":
+            continue
+        node = by_fqn.get(f"{module}.weight")
+        if node is None:
+            continue
+        if shapes[node][0] % tp_size:
+            notes.append(f"{module}: {shapes[node][0]} rows do not divide {tp_size}, replicated on tp")
+            continue
+        dims[node] = 0
+    return dims
+
+
+def _row_parallel_modules(problem: Problem) -> set[str]:
+    return {module for module, kind in problem.traced.module_types.items() if kind in _WEIGHT_DIMS and _role(module) == "row"}
 
 
 def _role(module: str) -> str | None:
