@@ -23,7 +23,7 @@ read the same is folded into one row, "model.layers.0-31".
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from autoplan.placements import format_spec, is_partial, shard_dim
 
@@ -71,11 +71,16 @@ class ModuleRow:
 def module_rows(plan) -> list[ModuleRow]:
     """One row per module that owns parameters, repeated blocks folded, in model order
     (numbers compared as numbers: layer 10 after layer 9)."""
+    return fold(unfolded_rows(plan))
+
+
+def unfolded_rows(plan) -> list[ModuleRow]:
+    """One row per module that owns parameters, in model order, nothing folded."""
     owned: dict[str, list[str]] = {}
     for fqn in plan.parameters:
         owned.setdefault(fqn.rpartition(".")[0], []).append(fqn)
     rows = [_row(plan, module, names) for module, names in owned.items()]
-    return fold(sorted(rows, key=lambda r: natural_key(r.name)))
+    return sorted(rows, key=lambda r: natural_key(r.name))
 
 
 def _row(plan, module: str, names: list[str]) -> ModuleRow:
@@ -169,8 +174,8 @@ def natural_key(name: str) -> tuple:
     return tuple(int(p) if p.isdigit() else p for p in re.split(r"(\d+)", name))
 
 
-def fold(rows: list[ModuleRow]) -> list[ModuleRow]:
-    """Fold rows that differ only in one block index (the first number in the FQN) into
+def fold(rows: list, key=lambda row: row.key()) -> list:
+    """Fold rows (dataclasses with ``name`` and ``count``) that differ only in one block index (the first number in the FQN) into
     ranges of consecutive indices: "model.layers.0-31.mlp". A layer laid out unlike its
     neighbours breaks the range and keeps its own row."""
     groups: dict[tuple, list[tuple[int, ModuleRow]]] = {}
@@ -178,35 +183,33 @@ def fold(rows: list[ModuleRow]) -> list[ModuleRow]:
     for row in rows:
         match = _NUMBER.search(row.name)
         if match is None:
-            key = (row.name, None, None)
+            place = (row.name, None)
             index = 0
         else:
-            key = (row.name[: match.start()], row.name[match.end():], None)
+            place = (row.name[: match.start()], row.name[match.end():])
             index = int(match.group(1))
-        if key not in groups:
-            order.append(key)
-        groups.setdefault(key, []).append((index, row))
-    folded: list[ModuleRow] = []
-    for key in order:
-        members = sorted(groups[key], key=lambda p: p[0])
-        if key[1] is None and len(members) == 1 and _NUMBER.search(members[0][1].name) is None:
-            folded.append(members[0][1])
+        if place not in groups:
+            order.append(place)
+        groups.setdefault(place, []).append((index, row))
+    folded: list = []
+    for place in order:
+        members = sorted(groups[place], key=lambda p: p[0])
+        if place[1] is None:
+            folded.extend(row for _, row in members)
             continue
         run: list[tuple[int, ModuleRow]] = []
         for index, row in members:
-            if run and (index != run[-1][0] + 1 or row.key() != run[-1][1].key()):
-                folded.append(_merge(key, run))
+            if run and (index != run[-1][0] + 1 or key(row) != key(run[-1][1])):
+                folded.append(_merge(place, run))
                 run = []
             run.append((index, row))
         if run:
-            folded.append(_merge(key, run))
+            folded.append(_merge(place, run))
     return sorted(folded, key=lambda r: natural_key(r.name))
 
 
-def _merge(key: tuple, run: list[tuple[int, ModuleRow]]) -> ModuleRow:
+def _merge(place: tuple, run: list[tuple[int, object]]):
     first, last = run[0][0], run[-1][0]
     if len(run) == 1:
         return run[0][1]
-    row = run[0][1]
-    name = f"{key[0]}.{first}-{last}{key[1]}"
-    return ModuleRow(name, row.kind, row.words, row.pattern, row.stored, row.used, row.activations, len(run))
+    return replace(run[0][1], name=f"{place[0]}.{first}-{last}{place[1]}", count=len(run))
