@@ -131,3 +131,18 @@ def test_show_of_a_missing_plan_is_one_line_error(tmp_path, capsys):
     assert main(["show", str(tmp_path / "none.json")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "fix:" in err[0]
+
+
+def test_suggest_ends_with_the_folded_summary_and_verbose_keeps_every_parameter(tmp_path, capsys):
+    out = tmp_path / "plan.json"
+    argv = ["suggest", str(EXAMPLES / "llama.py"), "--mesh", "2x4", "--memory-gb", "0.001", "--out", str(out)]
+    assert main(argv) == 0
+    brief = capsys.readouterr().out
+    assert "model.layers.0-1.self_attn.q_proj" in brief
+    assert "model.layers.1.self_attn.q_proj.weight" not in brief
+    assert brief.splitlines()[-1] == f"plan written to {out}"
+    assert main([*argv, "--verbose"]) == 0
+    verbose = capsys.readouterr().out
+    plan = autoplan.Plan.load(out)
+    assert all(fqn in verbose for fqn in plan.parameters)
+    assert "model.layers.0-1.self_attn.q_proj" in verbose

@@ -242,12 +242,7 @@ def show_sections(summary: Summary, source: str = "") -> list:
         "layout per module (repeated blocks folded; words per mesh axis)",
         ("module", *names, "stored", "computed with", "output"),
         layout_rows,
-        notes=(
-            "FSDP: stored sharded on that axis, gathered just before use (FSDP-style sharded storage); "
-            "column-/row-parallel: weight split by output / input features; sequence-parallel, data parallel: "
-            "the module's replicated weight works on activations split by sequence / batch",
-            *_two_d_notes(s),
-        ),
+        notes=(*_legend(s), *_two_d_notes(s)),
     ))
     sections.append(Section(
         "batch",
@@ -262,6 +257,23 @@ def show_sections(summary: Summary, source: str = "") -> list:
     if s.warnings:
         sections.append(Section("warnings", notes=s.warnings))
     return sections
+
+
+_LEGEND = {
+    "FSDP": "FSDP: stored sharded on that axis, gathered just before use (FSDP-style sharded storage)",
+    "column-parallel": "column-parallel / row-parallel: the weight split by output / input features (Megatron)",
+    "row-parallel": "column-parallel / row-parallel: the weight split by output / input features (Megatron)",
+    "vocab-parallel": "vocab-parallel: the embedding table split by rows (tokens)",
+    "expert-parallel": "expert-parallel: each rank holds its share of the experts",
+    "data parallel": "data parallel / sequence-parallel: a replicated weight on activations split by batch / sequence",
+    "sequence-parallel": "data parallel / sequence-parallel: a replicated weight on activations split by batch / sequence",
+}
+
+
+def _legend(s: Summary) -> tuple[str, ...]:
+    """The words the table uses, each explained once."""
+    used = {_short(w) for r in s.rows for w in r.words}
+    return tuple(dict.fromkeys(text for word, text in _LEGEND.items() if word in used))
 
 
 def _short(word: str) -> str:
@@ -344,7 +356,9 @@ def memory_section(s: Summary):
     notes = [budget]
     if m.note:
         notes.append(m.note)
-    return Section("memory per device", ("part", "bytes", "of budget"), tuple(rows), notes=tuple(notes), right=(1, 2))
+    title = (f"peak memory per device {nbytes(m.peak)} (model state {nbytes(m.model_state)}, "
+             f"activations {nbytes(m.activations)})")
+    return Section(title, ("part", "bytes", "of budget"), tuple(rows), notes=tuple(notes), right=(1, 2))
 
 
 def mfu_line(s: Summary) -> str:
