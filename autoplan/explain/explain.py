@@ -65,6 +65,8 @@ class Explanation:
     budget_bytes: float
     free_step_time_s: float
     """The best plan's step time with no memory budget."""
+    block_compute_s: dict = dataclasses.field(default_factory=dict)
+    """Block (``block_of``) -> the cost stage's compute seconds of the plan's solution there."""
 
     def to_dict(self) -> dict:
         own = self.own
@@ -78,6 +80,7 @@ class Explanation:
             "binds": self.binds,
             "budget_bytes": self.budget_bytes,
             "free_step_time_s": self.free_step_time_s,
+            "block_compute_s": self.block_compute_s,
         }
 
 
@@ -110,11 +113,42 @@ def explain_plan(
             say(f"solving {unit.name}: {alt.name}")
             results.append(_solve_alternative(problem, unit.name, alt, own, time_limit_s))
     say("pricing the plan's collectives")
-    charges = costliest_charges(problem, plan, time_limit_s)
+    choice = plan_choice(problem, plan, time_limit_s)
+    charges = costliest_charges(problem, choice)
     say("solving without the memory budget")
     free, _, _ = solve_problem(dataclasses.replace(problem, budget_bytes=float("inf")), None, time_limit_s)
     return Explanation(own, tuple(results), charges, _binds(own, free.predicted, problem.budget_bytes),
-                       problem.budget_bytes, free.predicted.step_time_s)
+                       problem.budget_bytes, free.predicted.step_time_s, block_compute(problem, choice, plan))
+
+
+def plan_choice(problem: Problem, plan, time_limit_s=None) -> dict[str, int]:
+    """The strategy of every traced decision in the plan's cheapest execution (as ``score``)."""
+    _, solution, _ = solve_problem(problem, pins_for_plan(problem, plan)[0], time_limit_s, over_budget=True)
+    return problem.expand(solution.choice)
+
+
+def block_of(module: str, plan) -> str:
+    """The block a module belongs to: its stack of numbered layers folded ("model.layers.0-31"),
+    else the module itself ("<root>" for ops outside every module: the loss)."""
+    from autoplan.explain.alternatives import _folded
+
+    if not module:
+        return "<root>"
+    import re
+
+    match = re.search(r"\.(\d+)(?=\.|$)", module)
+    return _folded(module[: match.end()], plan) if match else module
+
+
+def block_compute(problem: Problem, choice: dict[str, int], plan) -> dict[str, float]:
+    """Compute seconds per block: each decision's cost-stage compute in the plan's solution,
+    weighted to the whole model as ``predict`` weights it (they add up to ``compute_s``)."""
+    owners = problem.traced.node_modules
+    out: dict[str, float] = {}
+    for name, cost in problem.costed.nodes.items():
+        block = block_of(owners.get(name, ""), plan)
+        out[block] = out.get(block, 0.0) + cost.compute_s[choice[name]]
+    return out
 
 
 def _solve_alternative(problem: Problem, unit: str, alt, own: Score, time_limit_s) -> AlternativeResult:
@@ -150,7 +184,7 @@ def _binds(own: Score, free, budget: float) -> str:
     )
 
 
-def costliest_charges(problem: Problem, plan, time_limit_s=None, top: int = TOP) -> tuple[Charge, ...]:
+def costliest_charges(problem: Problem, choice: dict[str, int], top: int = TOP) -> tuple[Charge, ...]:
     """The ``top`` largest communication charges of the plan's solution: each edge where a
     value is moved (module of its reader, the value, the collectives DTensor runs) and each
     op's gradient reductions. These are the terms ``plan/builder.predict`` sums into
@@ -158,8 +192,6 @@ def costliest_charges(problem: Problem, plan, time_limit_s=None, top: int = TOP)
     from autoplan.cost.comm import redistribute_collectives
     from autoplan.cost.estimate import gradient_roots, splits_work
 
-    _, solution, _ = solve_problem(problem, pins_for_plan(problem, plan)[0], time_limit_s, over_budget=True)
-    choice = problem.expand(solution.choice)
     costed, graph = problem.costed, problem.choices.graph
     traced = problem.traced
     names = problem.choices.axis_names

@@ -193,14 +193,24 @@ def budget_bytes(plan) -> float | None:
 
 
 def model_flops(plan) -> tuple[float | None, str]:
-    """6 x parameters outside embedding tables x tokens, and how it was counted."""
+    """6 x parameters outside embedding tables x tokens, and how it was counted.
+
+    Tokens: a model with an embedding table reads token ids, a 2-D (batch x sequence) input;
+    a model without one reads features, every row of its first input (all dims but the last)
+    a token. The plan does not record dtypes, so this is told from the modules."""
+    embeds = "Embedding" in plan.module_types.values()
     tokens = None
     for batch in plan.inputs.values():
-        if len(batch.shape) == 2:
+        if embeds and len(batch.shape) == 2:
             tokens = batch.shape[0] * batch.shape[1]
             break
+        if not embeds and len(batch.shape) >= 2:
+            tokens = 1
+            for size in batch.shape[:-1]:
+                tokens *= size
+            break
     if tokens is None:
-        return None, "MFU needs tokens: no 2-D (batch x sequence) batch input"
+        return None, "MFU needs tokens: no batch x sequence (ids) or rows x features input"
     params = 0
     for fqn, shape in plan.parameter_shapes.items():
         if plan.module_types.get(fqn.rpartition(".")[0]) == "Embedding":
