@@ -45,7 +45,8 @@ def run(args: argparse.Namespace) -> int:
         explanation = explain_plan(
             loaded.model, loaded.example_inputs, plan, None, profile, args.memory_gb, args.time_limit, loaded.loss_fn, progress,
         )
-        progress("drawing the figures")
+        if progress:
+            progress("drawing the figures")
         text = render_report(f"autoplan: {loaded.name} on {'x'.join(map(str, plan.mesh_shape))} ({args.plan})",
                              plan, summarize(plan, profile), explanation, profile, fidelity)
     write_outputs({args.out: text}, {"--out": args.out})

@@ -51,18 +51,22 @@ def run(args: argparse.Namespace) -> int:
     from autoplan.pipeline.cached import suggest_cached
     from autoplan.pipeline.suggest import suggest_with_report
 
+    from autoplan.explain.progress import progress_on_stderr
+
     plan_fn = suggest_with_report if args.no_cache else suggest_cached
-    plan, report = plan_fn(
-        loaded.model,
-        loaded.example_inputs,
-        mesh,
-        axis_names,
-        args.profile,
-        args.memory_gb,
-        args.time_limit,
-        **({"tie": False} if args.no_tie else {}),
-        loss_fn=loaded.loss_fn,
-    )
+    with progress_on_stderr() as progress:  # None unless stderr is a terminal
+        plan, report = plan_fn(
+            loaded.model,
+            loaded.example_inputs,
+            mesh,
+            axis_names,
+            args.profile,
+            args.memory_gb,
+            args.time_limit,
+            **({"tie": False} if args.no_tie else {}),
+            loss_fn=loaded.loss_fn,
+            **({"progress": progress} if progress else {}),
+        )
     texts = {out: plan.to_json()}
     if args.stats:
         stats = {**report.stats(), "peak_rss_bytes": _peak_rss_bytes()}

@@ -12,14 +12,15 @@ from contextlib import contextmanager
 
 @contextmanager
 def progress_on_stderr(stream=None):
-    """Yields ``say(text)``: the status line's new text (a no-op when not a terminal)."""
+    """Yields ``say(text)``, which sets the status line's text; None when ``stream`` (stderr)
+    is not a terminal, so callers can leave progress out altogether."""
     stream = stream or sys.stderr
     try:
         terminal = stream.isatty()
     except (AttributeError, ValueError):
         terminal = False
     if not terminal:
-        yield lambda text: None
+        yield None
         return
     from rich.console import Console
 

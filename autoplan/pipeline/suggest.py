@@ -112,6 +112,7 @@ def suggest_with_report(
     tie: bool = True,
     trace: ModelTrace | None = None,
     loss_fn=None,
+    progress=None,
 ) -> tuple[Plan, SuggestReport]:
     """Plan ``model`` for ``mesh``; ``pinned`` fixes parameter FQNs / batch keys to given specs.
 
@@ -121,16 +122,19 @@ def suggest_with_report(
     ``trace`` is ``trace_for_planning``'s result when the caller already has it (the plan
     cache does); it must have been made with the same ``tie`` and ``loss_fn``.
     ``loss_fn(output, batch)`` is the training loss (default: the model's own, ``trace/loss.py``).
+    ``progress(text)`` hears each stage as it starts.
     """
     pinned = {name: tuple(spec) for name, spec in (pinned or {}).items()}
     if tie and pinned and not laid_out_alike(find_repeated_blocks(model), pinned):
         tie, trace = False, None
-    problem = prepare_problem(model, example_inputs, mesh, axis_names, profile, memory_gb, tie=tie, trace=trace, loss_fn=loss_fn)
+    problem = prepare_problem(
+        model, example_inputs, mesh, axis_names, profile, memory_gb, tie=tie, trace=trace, loss_fn=loss_fn, progress=progress
+    )
     pins = Pins(problem)
     for name, spec in pinned.items():
         pins.place(name, spec)
     stage_seconds = dict(problem.stage_seconds)
-    plan, solution, _ = solve_problem(problem, pins, time_limit_s, seconds=stage_seconds)
+    plan, solution, _ = solve_problem(problem, pins, time_limit_s, seconds=stage_seconds, progress=progress)
     blocks = problem.blocks
     report = SuggestReport(
         plan=plan,
