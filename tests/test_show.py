@@ -146,3 +146,16 @@ def test_suggest_ends_with_the_folded_summary_and_verbose_keeps_every_parameter(
     plan = autoplan.Plan.load(out)
     assert all(fqn in verbose for fqn in plan.parameters)
     assert "model.layers.0-1.self_attn.q_proj" in verbose
+
+
+def test_words_for_experts_routers_and_norm_scales():
+    from autoplan.explain.patterns import EXPERT, FEATURES, axis_word
+
+    experts = "model.layers.0.mlp.experts.gate_up_proj"  # Mixtral: (expert, out, in)
+    assert axis_word("MixtralExperts", experts, (8, 28672, 4096), "S(0)", "S(0)", None) == EXPERT
+    assert axis_word("MixtralExperts", experts, (8, 28672, 4096), "S(1)", "S(1)", None) == f"{COLUMN} (each expert)"
+    assert axis_word("MixtralExperts", experts, (8, 28672, 4096), "S(2)", "S(2)", None) == f"{ROW} (each expert)"
+    assert axis_word("MixtralExperts", experts, (8, 28672, 4096), "S(0)", "R", "S(0)") == FSDP
+    assert axis_word("MixtralTopKRouter", "model.layers.0.mlp.gate.weight", (8, 4096), "S(1)", "S(1)", None) == ROW
+    assert axis_word("LlamaRMSNorm", "model.norm.weight", (4096,), "S(0)", "S(0)", "S(2)") == FEATURES
+    assert axis_word("LlamaRMSNorm", "model.norm.weight", (4096,), "R", "R", "S(1)") == "sequence-parallel"

@@ -54,10 +54,15 @@ def memory_png(parts: dict[str, float], budget: float | None, others: dict[str, 
         bottom += value
     for name, peak in (others or {}).items():
         axes.bar([name], [peak], color="#bbbbbb")
-    if budget:
+    tallest = max([bottom, *(others or {}).values()])
+    if budget and budget <= 3 * tallest:
         axes.axhline(budget, color="#c44e52", linestyle="--", label=f"budget {budget:.3g} GiB")
+    elif budget:  # a line far above the bars would flatten them to nothing
+        axes.set_ylim(0, tallest * 1.25)
+        axes.set_title(f"memory per device (budget {budget:.3g} GiB, off the scale)")
     axes.set_ylabel("GiB per device")
-    axes.set_title("memory per device")
+    if not axes.get_title():
+        axes.set_title("memory per device")
     axes.tick_params(axis="x", labelsize=7, labelrotation=20)
     axes.legend(fontsize=8)
     return _png(figure)

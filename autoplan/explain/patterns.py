@@ -8,7 +8,10 @@ computes with it (``parameter_uses``, where that differs):
     stored S(d), used R        FSDP-style sharded storage (gathered before use)
     used S(d), Linear/Conv1D   column-parallel (output features) / row-parallel (input features)
     used S(0), Embedding       vocab-parallel (rows of the table); S(1): column-parallel
-    used S(0), 3-D expert      expert-parallel (one group of experts per rank)
+    used S(0), 3-D expert      expert-parallel (one group of experts per rank); S(1) / S(2):
+                               column- / row-parallel in each expert, stacked (expert, out, in)
+    used S(d), other 2-D weight   as nn.Linear's (a router): column- / row-parallel
+    used S(0), 1-D             feature-split (a norm's scale, split with its features)
     used S(d), anything else   sharded on dim d
     R, activations split       data parallel (batch dim), sequence-parallel (dim 1 of a
                                3-D activation), hidden-split (any other dim)
@@ -36,6 +39,7 @@ SEQUENCE = "sequence-parallel"
 EXPERT = "expert-parallel"
 REPLICATED = "replicated"
 TWO_D = "2-D sharded"
+FEATURES = "feature-split"
 
 # (dim sharded when column-parallel, when row-parallel) per module class; GPT-2's Conv1D
 # stores its weight input x output (as evaluate/baselines.py).
@@ -110,18 +114,24 @@ def axis_word(kind: str, fqn: str, shape: tuple[int, ...], stored: str, used: st
     if shard_dim(stored) is not None and shard_dim(used) is None:
         return FSDP
     dim = shard_dim(used)
-    if dim is not None:
-        if len(shape) == 3 and dim == 0 and "expert" in fqn.lower():
-            return EXPERT
-        if kind == "Embedding":
-            return VOCAB if dim == 0 else COLUMN
-        if kind in _WEIGHT_DIMS and fqn.endswith("weight"):
-            column, row = _WEIGHT_DIMS[kind]
-            return COLUMN if dim == column else ROW if dim == row else f"sharded on dim {dim}"
-        if kind in _WEIGHT_DIMS and fqn.endswith("bias"):
-            return COLUMN
-        return f"sharded on dim {dim}"
-    return activation_word(activation)
+    if dim is None:
+        return activation_word(activation)
+    leaf = fqn.rpartition(".")[2]
+    if len(shape) == 3 and "expert" in fqn.lower():
+        # experts stacked as (expert, out, in), each one's weight as nn.Linear stores it
+        return {0: EXPERT, 1: f"{COLUMN} (each expert)", 2: f"{ROW} (each expert)"}[dim]
+    if kind == "Embedding":
+        return VOCAB if dim == 0 else COLUMN
+    if kind in _WEIGHT_DIMS and leaf == "weight":
+        column, row = _WEIGHT_DIMS[kind]
+        return COLUMN if dim == column else ROW if dim == row else f"sharded on dim {dim}"
+    if kind in _WEIGHT_DIMS and leaf == "bias":
+        return COLUMN
+    if len(shape) == 2 and leaf == "weight":  # a router or other (out, in) weight used as nn.Linear's
+        return COLUMN if dim == 0 else ROW
+    if len(shape) == 1:  # a norm's scale: split with the features it scales
+        return FEATURES
+    return f"sharded on dim {dim}"
 
 
 def activation_word(placement: str | None) -> str:

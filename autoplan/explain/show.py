@@ -219,7 +219,9 @@ def model_flops(plan) -> tuple[float | None, str]:
         for size in shape:
             numel *= size
         params += numel
-    return 6.0 * params * tokens, ""
+    experts = any(len(shape) == 3 and "expert" in fqn.lower() for fqn, shape in plan.parameter_shapes.items())
+    note = "; counts every expert, though each token uses only its top-k: an upper bound" if experts else ""
+    return 6.0 * params * tokens, note
 
 
 def _mfu(plan, cluster, element_bytes):
@@ -232,7 +234,7 @@ def _mfu(plan, cluster, element_bytes):
         devices *= size
     peak = cluster.flops_for(dtype) * devices
     step = plan.predicted.step_time_s
-    return flops, (flops / (step * peak) if step > 0 else None), f"6·N·tokens over {devices} x {cluster.flops_for(dtype):.3g} FLOP/s ({dtype})"
+    return flops, (flops / (step * peak) if step > 0 else None), f"6·N·tokens over {devices} x {cluster.flops_for(dtype):.3g} FLOP/s ({dtype}){note}"
 
 
 def show_sections(summary: Summary, source: str = "") -> list:
@@ -275,6 +277,9 @@ _LEGEND = {
     "row-parallel": "column-parallel / row-parallel: the weight split by output / input features (Megatron)",
     "vocab-parallel": "vocab-parallel: the embedding table split by rows (tokens)",
     "expert-parallel": "expert-parallel: each rank holds its share of the experts",
+    "column-parallel (each expert)": "column-/row-parallel (each expert): every expert's weight split by output / input features",
+    "row-parallel (each expert)": "column-/row-parallel (each expert): every expert's weight split by output / input features",
+    "feature-split": "feature-split: a norm's scale split with the features (hidden dim) it scales",
     "data parallel": "data parallel / sequence-parallel: a replicated weight on activations split by batch / sequence",
     "sequence-parallel": "data parallel / sequence-parallel: a replicated weight on activations split by batch / sequence",
 }
@@ -330,10 +335,17 @@ def time_section(s: Summary):
     notes = []
     if s.comm_other_s is not None and abs(s.comm_other_s) >= 5e-7:
         rows.append(("communication", "", "other", "", ms(s.comm_other_s), share(s.comm_other_s)))
-        notes.append(
-            "other: what the cost stage charged beyond the collective table priced call by call "
-            "(moves priced per reader where a module boundary moves a value once, shared gradient reductions)"
-        )
+        if s.comm_other_s > 0:
+            notes.append(
+                "other: what the cost stage charged beyond the collective table priced call by call "
+                "(moves priced per reader where a module boundary moves a value once, shared gradient reductions)"
+            )
+        else:
+            notes.append(
+                f"other is negative: the plan's collective table (what `autoplan verify` checks), priced call by "
+                f"call, comes to {ms(s.comm_s - s.comm_other_s)} ms, more than the {ms(s.comm_s)} ms the cost "
+                "stage charged for communication: the two count this plan's collectives differently"
+            )
     rows.append(("total", "", "", "", ms(s.step_time_s), share(s.step_time_s)))
     return Section(
         f"predicted step time {ms(s.step_time_s)} ms: compute {ms(s.compute_s)} ms, communication {ms(s.comm_s)} ms",
