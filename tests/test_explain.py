@@ -77,3 +77,12 @@ def test_largest_charges_and_what_binds(explained, capsys):
     data = json.loads(capsys.readouterr().out)
     assert {a["unit"] for a in data["alternatives"]} == {"model.norm"}
     assert data["plan"]["step_time_s"] == plan.predicted.step_time_s
+
+
+def test_explain_of_a_module_the_plan_lacks_is_one_line_error(tmp_path, capsys):
+    plan = tmp_path / "mlp.json"
+    assert main(["suggest", str(EXAMPLES / "mlp.py"), "--mesh", "2x4", "--out", str(plan)]) == 0
+    capsys.readouterr()
+    assert main(["explain", str(EXAMPLES / "mlp.py"), str(plan), "--module", "encoder.layers.0"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no parameters under module 'encoder.layers.0'" in err[0] and "fix:" in err[0]

@@ -11,6 +11,9 @@ repeated layer counts once), or a module that owns parameters outside the stack
                                   parallel, o/down row-parallel, an embedding table split by
                                   vocabulary; norms and the rest replicated
     Megatron on <tp> + FSDP on <dp>   on a 2-D mesh, both
+    expert-parallel on <axis>     where the block stacks experts (a 3-D parameter named for
+                                  them): split by expert on that axis, the rest replicated;
+                                  and Megatron on <tp> with experts split on <dp>
     the plan's own                the plan's placements of that unit
 
 Each is a table FQN -> placements for the unit's parameters only; ``explain.py`` pins it
@@ -115,6 +118,13 @@ def alternatives_for(unit: Unit, plan) -> list[Alternative]:
         mega, notes = _megatron(unit, plan, tp)
         both, more = _fsdp(unit, plan, dp, mega)
         candidates.append(Alternative(f"Megatron on {names[tp]} + FSDP on {names[dp]}", both, notes + more))
+    if any(_is_expert(plan, f) for f in unit.parameters):
+        for axis in range(len(mesh)):
+            layout, notes = _experts(unit, plan, axis, {})
+            candidates.append(Alternative(f"expert-parallel on {names[axis]}", layout, notes))
+        if len(mesh) >= 2 and tp != dp:
+            layout, notes = _experts(unit, plan, dp, _megatron(unit, plan, tp)[0])
+            candidates.append(Alternative(f"Megatron on {names[tp]} + expert-parallel on {names[dp]}", layout, notes))
     own = {f: tuple(plan.parameters[f]) for f in unit.parameters}
     candidates.append(Alternative(PLAN_OWN, own))
     # One row per distinct layout, named by every alternative that gives it: a norm's
@@ -132,6 +142,27 @@ def alternatives_for(unit: Unit, plan) -> list[Alternative]:
 
 def _shape(plan, fqn: str) -> tuple[int, ...]:
     return tuple(plan.parameter_shapes.get(fqn, ()))
+
+
+def _is_expert(plan, fqn: str) -> bool:
+    """Experts stacked in one parameter: (expert, out, in), under a module named for them."""
+    return len(_shape(plan, fqn)) == 3 and "expert" in fqn.lower()
+
+
+def _experts(unit: Unit, plan, axis: int, base: dict) -> tuple[dict, tuple[str, ...]]:
+    """Each stacked-experts parameter split by expert (dim 0) on ``axis``; the rest as ``base``."""
+    mesh = plan.mesh_shape
+    layout, notes = {}, []
+    for fqn in unit.parameters:
+        spec = list(base.get(fqn, replicated(len(mesh))))
+        if _is_expert(plan, fqn):
+            spec = list(replicated(len(mesh)))
+            if _shape(plan, fqn)[0] % mesh[axis]:
+                notes.append(f"{fqn}: {_shape(plan, fqn)[0]} experts do not divide {mesh[axis]}, replicated")
+            else:
+                spec[axis] = shard(0)
+        layout[fqn] = tuple(spec)
+    return layout, tuple(notes)
 
 
 def _fsdp(unit: Unit, plan, dp: int, base: dict) -> tuple[dict, tuple[str, ...]]:

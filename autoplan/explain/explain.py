@@ -98,6 +98,7 @@ def explain_plan(
     """Explain ``plan`` for ``model`` (see the module docstring); ``module`` limits the
     alternatives to that module's block. ``progress(text)`` hears what is being solved."""
     say = progress or (lambda text: None)
+    units = units_of(plan, module)  # a module the plan lacks fails here, before any solve
     cluster = _profile(plan, profile)
     say("tracing the model")
     trace, accepted = check_plan_for_model(model, example_inputs, plan, loss_fn)
@@ -108,7 +109,7 @@ def explain_plan(
     say("scoring the plan")
     own = score_problem(problem, plan, time_limit_s, accepted)
     results = []
-    for unit in units_of(plan, module):
+    for unit in units:
         for alt in alternatives_for(unit, plan):
             say(f"solving {unit.name}: {alt.name}")
             results.append(_solve_alternative(problem, unit.name, alt, own, time_limit_s))
@@ -201,8 +202,9 @@ def costliest_charges(problem: Problem, choice: dict[str, int], top: int = TOP) 
     def tensor(node: str) -> str:
         return _tensor(traced, graph, node, roots)
 
+    out_index = {(u, v, k): i for u, v, k, i in graph.reads()}
     found = []
-    for (u, v, _), edge in costed.edges.items():
+    for (u, v, k), edge in costed.edges.items():
         row, col = edge.row_of[choice[u]], edge.col_of[choice[v]]
         seconds = edge.seconds[row][col]
         if seconds <= 0:
@@ -212,7 +214,7 @@ def costliest_charges(problem: Problem, choice: dict[str, int], top: int = TOP) 
         moves = redistribute_collectives(src, dst, 1.0, mesh, backward)
         words = ", ".join(f"{kind} on {names[axis]}" + (" (backward)" if way == "backward" else "") for kind, axis, _, way in moves)
         what = f"{_spec(src)} -> {_spec(dst)}: {words or 'moved by DTensor'}"
-        found.append(Charge(seconds, _module(problem, v), tensor(u), what))
+        found.append(Charge(seconds, _module(problem, v), _tensor(traced, graph, u, roots, out_index.get((u, v, k), 0)), what))
     for name, cost in costed.nodes.items():
         seconds = cost.comm_s[choice[name]]
         if seconds <= 0:
@@ -247,7 +249,7 @@ def _module(problem: Problem, node: str) -> str:
     return owner
 
 
-def _tensor(traced, graph, node: str, roots: dict) -> str:
+def _tensor(traced, graph, node: str, roots: dict, index: int = 0) -> str:
     """A value in words: a parameter's FQN or a batch key (through views of them), else the
     traced node, its shape and the module that made it."""
     root = roots.get(node, node)
@@ -256,10 +258,14 @@ def _tensor(traced, graph, node: str, roots: dict) -> str:
         return traced.parameters[root][0] + via
     if root in traced.inputs:
         return f"batch {traced.inputs[root]}{via}"
-    value = graph.decision(node).fx_node.meta.get("val")
+    from autoplan.cost.estimate import output_values
+
+    values = output_values(graph.decision(node))  # a split makes several: the one read
+    value = values[index] if index < len(values) else None
     shape = list(getattr(value, "shape", ())) if value is not None else []
     owner = traced.node_modules.get(node, "") or "<root>"
-    return f"{node} {shape} (made in {owner})"
+    name = f"{node}[{index}]" if len(values) > 1 else node
+    return f"{name} {shape} (made in {owner})"
 
 
 def explain_sections(e: Explanation) -> list:

@@ -331,7 +331,7 @@ def time_section(s: Summary):
 
     rows = [("compute", "", "", "", ms(s.compute_s), share(s.compute_s))]
     for r in s.comm:
-        rows.append((f"communication", r.axis, r.kind, f"{r.count} calls, {nbytes(r.bytes)}", ms(r.seconds), share(r.seconds)))
+        rows.append(("communication", r.axis, r.kind, f"{r.count} calls, {nbytes(r.bytes)}", ms(r.seconds), share(r.seconds)))
     notes = []
     if s.comm_other_s is not None and abs(s.comm_other_s) >= 5e-7:
         rows.append(("communication", "", "other", "", ms(s.comm_other_s), share(s.comm_other_s)))
