@@ -77,3 +77,14 @@ def test_a_real_browser_draws_the_figures(report, tmp_path):
     control.write_text(re.sub(r"<img [^>]*>", "", report.read_text()))
     blank, _ = _colourful(_screenshot(browser, control, tmp_path / "control.png"))
     assert blank < 500, blank
+
+
+def test_a_fidelity_file_that_is_not_one_is_refused_in_one_line(tmp_path, capsys):
+    plan, bad = tmp_path / "plan.json", tmp_path / "fidelity.json"
+    assert main(["suggest", MLP, "--mesh", "2x4", "--out", str(plan)]) == 0
+    bad.write_text('{"rows": []}')
+    capsys.readouterr()
+    assert main(["report", MLP, str(plan), "--out", str(tmp_path / "r.html"), "--fidelity", str(bad)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and 'expected an object with a "plans" list' in err[0] and "fix:" in err[0]
+    assert not (tmp_path / "r.html").exists()
