@@ -117,6 +117,9 @@ class FakeReport:
     def summary(self):
         return "summary line 1\nsummary line 2"
 
+    def render(self, stream, verbose=False):
+        stream.write(self.summary() + "\n")
+
 
 @pytest.fixture
 def fake_suggest(monkeypatch):

@@ -2,8 +2,8 @@
 
 Stages in order: trace, choices, cost, solve, plan, apply, verify. Below them all sit the
 shared modules at the top of ``autoplan/`` and ``autoplan/dtensor`` (everything that
-reaches into DTensor); above them the pipeline, the evaluation of plans, interop,
-calibrate and the command line. Checked on the source (every ``import`` statement,
+reaches into DTensor); above them the pipeline, the evaluation of plans, their explanation
+(show, diff, explain, report), interop, calibrate and the command line. Checked on the source (every ``import`` statement,
 function-level ones included) and, for the apply engine and verify, on what a fresh
 interpreter really loads.
 """
@@ -19,7 +19,7 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "autoplan"
 STAGES = ("trace", "choices", "cost", "solve", "plan", "apply", "verify")
 BELOW_STAGES = ("<shared>", "dtensor")
-ABOVE_STAGES = ("pipeline", "evaluate", "interop", "calibrate", "cli")
+ABOVE_STAGES = ("pipeline", "evaluate", "explain", "interop", "calibrate", "cli")
 
 
 def _layer(module: str) -> str:

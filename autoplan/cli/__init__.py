@@ -8,11 +8,11 @@ import sys
 import warnings
 from contextlib import contextmanager
 
-from autoplan.cli import calibrate, export, score, suggest, verify
+from autoplan.cli import calibrate, diff, explain, export, report, score, show, suggest, verify
 from autoplan.errors import AutoplanError
 
 # One module per subcommand, each with add_parser(subparsers) and run(args) -> int.
-COMMANDS = (suggest, score, verify, calibrate, export)
+COMMANDS = (suggest, show, diff, explain, report, score, verify, calibrate, export)
 ERROR_STATUS = 2
 INTERNAL_STATUS = 1
 """An exception autoplan did not foresee: a bug to report, not a problem with the input."""

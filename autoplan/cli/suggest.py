@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
 
 from autoplan._files import check_outputs, plan_default_path, write_outputs
 from autoplan.model_file import load_model_file, parse_axis_names, parse_mesh
@@ -32,6 +33,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     )
     parser.add_argument("--stats", help="also write the run's numbers (stage times, sizes, solver) to this JSON file")
     parser.add_argument("--no-tie", action="store_true", help="plan every layer separately (default: identical layers alike)")
+    parser.add_argument(
+        "--verbose", action="store_true",
+        help="also list every parameter's placements (default: the layout per module in words, layers folded)",
+    )
     return parser
 
 
@@ -46,24 +51,28 @@ def run(args: argparse.Namespace) -> int:
     from autoplan.pipeline.cached import suggest_cached
     from autoplan.pipeline.suggest import suggest_with_report
 
+    from autoplan.explain.progress import progress_on_stderr
+
     plan_fn = suggest_with_report if args.no_cache else suggest_cached
-    plan, report = plan_fn(
-        loaded.model,
-        loaded.example_inputs,
-        mesh,
-        axis_names,
-        args.profile,
-        args.memory_gb,
-        args.time_limit,
-        **({"tie": False} if args.no_tie else {}),
-        loss_fn=loaded.loss_fn,
-    )
+    with progress_on_stderr() as progress:  # None unless stderr is a terminal
+        plan, report = plan_fn(
+            loaded.model,
+            loaded.example_inputs,
+            mesh,
+            axis_names,
+            args.profile,
+            args.memory_gb,
+            args.time_limit,
+            **({"tie": False} if args.no_tie else {}),
+            loss_fn=loaded.loss_fn,
+            **({"progress": progress} if progress else {}),
+        )
     texts = {out: plan.to_json()}
     if args.stats:
         stats = {**report.stats(), "peak_rss_bytes": _peak_rss_bytes()}
         texts[args.stats] = json.dumps(stats, indent=2, sort_keys=True) + "\n"
     write_outputs(texts, outputs)
-    print(report.summary())
+    report.render(sys.stdout, verbose=args.verbose)
     cache = report.extra.get("cache")
     if cache == "hit":
         print(f"plan reused from the plan cache {report.extra['cache_path']} (no solve; --no-cache solves again)")

@@ -53,6 +53,7 @@ def suggest_cached(
     cache_dir=None,
     tie: bool = True,
     loss_fn=None,
+    progress=None,
 ) -> tuple[Plan, SuggestReport]:
     """``suggest_with_report`` that reuses the cached plan when the question is unchanged.
 
@@ -62,6 +63,8 @@ def suggest_cached(
     """
     mesh, axis_names, cluster, budget = resolve_options(mesh, axis_names, profile, memory_gb)
     start = time.perf_counter()
+    if progress is not None:
+        progress("tracing the model")
     trace = trace_for_planning(model, example_inputs, tie, loss_fn)
     trace_s = time.perf_counter() - start
     key = make_cache_key(trace, mesh, axis_names, cluster, budget, time_limit_s, pinned)
@@ -84,7 +87,7 @@ def suggest_cached(
         return cached.plan, report
     plan, report = suggest_with_report(
         model, example_inputs, mesh, axis_names, cluster, memory_gb, time_limit_s, pinned, tie=tie, trace=trace,
-        loss_fn=loss_fn,
+        loss_fn=loss_fn, progress=progress,
     )
     stages = {"trace": trace_s, **report.stage_seconds}
     if plan.fingerprint != trace.fingerprint:

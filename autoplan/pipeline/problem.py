@@ -160,34 +160,36 @@ def prepare_problem(
     tie: bool = True,
     trace: ModelTrace | None = None,
     loss_fn=None,
+    progress=None,
 ) -> Problem:
     """Trace, build choices, cost and simplify once; any number of pinned solves can follow.
 
     ``trace`` is ``trace_for_planning``'s result when the caller already has it (the plan
     cache and ``score`` do); ``tie`` then is read from it. When the two traced layers turn
     out to differ, the whole model is traced and planned untied. ``loss_fn(output, batch)``
-    is the training loss (default: the model's own, ``trace/loss.py``).
+    is the training loss (default: the model's own, ``trace/loss.py``). ``progress(text)``
+    hears each stage as it starts (the command line's live status line).
     """
     mesh, axis_names, cluster, budget = resolve_options(mesh, axis_names, profile, memory_gb)
     seconds: dict[str, float] = {}
     if trace is None:
-        with timed(seconds, "trace"):
+        with timed(seconds, "trace", progress):
             trace = trace_for_planning(model, example_inputs, tie, loss_fn)
-    with timed(seconds, "choices"):
+    with timed(seconds, "choices", progress):
         choices = build_choices(trace.traced, mesh, axis_names)
     blocks = trace.blocks
     regions = block_regions(choices, blocks) if blocks else None
     twins = match_blocks(choices, regions) if blocks else None
     if blocks and twins is None:  # the two traced layers differ: plan the whole model untied
         blocks, regions = None, None
-        with timed(seconds, "trace"):
+        with timed(seconds, "trace", progress):
             trace = ModelTrace(trace_model(model, example_inputs, loss_fn), None)
-        with timed(seconds, "choices"):
+        with timed(seconds, "choices", progress):
             choices = build_choices(trace.traced, mesh, axis_names)
     node_weight, reads = weights(regions, blocks.count) if blocks else (None, None)
-    with timed(seconds, "cost"):
+    with timed(seconds, "cost", progress):
         costed = estimate_costs(choices, cluster, reads)
-    with timed(seconds, "simplify"):
+    with timed(seconds, "simplify", progress):
         if blocks:
             tied = tie_costs(simplify_alike(costed, regions, twins), twins, node_weight)
             simplified, twins, reduced = tied.simplified, tied.twins, tied.costed
@@ -206,6 +208,7 @@ def solve_problem(
     *,
     over_budget: bool = False,
     seconds: dict[str, float] | None = None,
+    progress=None,
 ) -> tuple[Plan, Solution, bool]:
     """The cheapest plan under ``pins`` (a ``pinning.Pins``): (plan of the whole model,
     solution, fits the memory budget).
@@ -217,7 +220,7 @@ def solve_problem(
     seconds = {} if seconds is None else seconds
     allowed = pins.allowed if pins is not None else {}
     fits = True
-    with timed(seconds, "solve"):
+    with timed(seconds, "solve", progress):
         try:
             solution = solve(problem.reduced, problem.budget_bytes, time_limit_s, allowed)
         except InfeasibleError:
@@ -228,16 +231,24 @@ def solve_problem(
     extra = list(warnings)
     if not fits:
         extra.append(f"this layout does not fit the {problem.budget_bytes / GIB:.3g} GiB per-device budget")
-    with timed(seconds, "plan"):
+    with timed(seconds, "plan", progress):
         plan = build_plan(problem.costed, problem.expand(solution.choice), solution, extra_warnings=tuple(extra))
         if problem.blocks:
             plan = expand_plan(plan, problem.blocks)
     return plan, solution, fits
 
 
+_STAGE_WORDS = {
+    "trace": "tracing the model", "choices": "building the placement choices", "cost": "costing the choices",
+    "simplify": "merging followers", "solve": "solving the ILP", "plan": "writing the plan",
+}
+
+
 @contextmanager
-def timed(seconds: dict[str, float], stage: str):
-    """Add the time the block takes to ``seconds[stage]``."""
+def timed(seconds: dict[str, float], stage: str, progress=None):
+    """Add the time the block takes to ``seconds[stage]``; tell ``progress`` it started."""
+    if progress is not None:
+        progress(_STAGE_WORDS.get(stage, stage))
     start = time.perf_counter()
     try:
         yield

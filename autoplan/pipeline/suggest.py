@@ -47,6 +47,33 @@ class SuggestReport:
             **self.extra,
         }
 
+    def render(self, stream, verbose: bool = False) -> None:
+        """What ``autoplan suggest`` prints: how the run went, then the plan as ``autoplan
+        show`` tells it (layout in words, repeated blocks folded, time, memory, MFU; and
+        when the mesh gains nothing, why). ``verbose`` adds every parameter's placements
+        first (``summary``)."""
+        from autoplan.explain.render import render
+        from autoplan.explain.show import show_sections, summarize
+
+        stream.write((self.summary() if verbose else "\n".join(self.run_lines())) + "\n\n")
+        sections = show_sections(summarize(self.plan))
+        if verbose:  # the full listing above has the warnings already
+            sections = [s for s in sections if s.title != "warnings"]
+        render(sections, stream)
+
+    def run_lines(self) -> list[str]:
+        """The solver's outcome, graph and ILP sizes and stage times, one line each."""
+        s = self.plan.solver
+        stages = ", ".join(f"{k} {v:.2f} s" for k, v in self.stage_seconds.items())
+        lines = [
+            f"solver {s.status}, gap {s.gap:.2%}; {self.graph_nodes} graph nodes, {self.decisions} decisions "
+            f"({self.decisions_after_merge} after merging followers), {self.variables} ILP variables",
+            f"time: {stages}",
+        ]
+        if "tied" in self.extra:
+            lines.append(f"identical layers planned alike: {self.extra['tied']}; solver status and gap are those of the tied problem")
+        return lines
+
     def summary(self) -> str:
         plan = self.plan
         p = plan.predicted
@@ -67,15 +94,7 @@ class SuggestReport:
             f"peak memory per device {p.peak_memory_bytes / GIB:.2f} GiB "
             f"(model state {p.model_state_bytes / GIB:.2f} GiB, activations {p.activation_bytes / GIB:.2f} GiB)"
         )
-        s = plan.solver
-        stages = ", ".join(f"{k} {v:.2f} s" for k, v in self.stage_seconds.items())
-        lines.append(
-            f"solver {s.status}, gap {s.gap:.2%}; {self.graph_nodes} graph nodes, {self.decisions} decisions "
-            f"({self.decisions_after_merge} after merging followers), {self.variables} ILP variables"
-        )
-        lines.append(f"time: {stages}")
-        if "tied" in self.extra:
-            lines.append(f"identical layers planned alike: {self.extra['tied']}; solver status and gap are those of the tied problem")
+        lines.extend(self.run_lines())
         for warning in plan.warnings:
             lines.append(f"warning: {warning}")
         return "\n".join(lines)
@@ -93,6 +112,7 @@ def suggest_with_report(
     tie: bool = True,
     trace: ModelTrace | None = None,
     loss_fn=None,
+    progress=None,
 ) -> tuple[Plan, SuggestReport]:
     """Plan ``model`` for ``mesh``; ``pinned`` fixes parameter FQNs / batch keys to given specs.
 
@@ -102,16 +122,19 @@ def suggest_with_report(
     ``trace`` is ``trace_for_planning``'s result when the caller already has it (the plan
     cache does); it must have been made with the same ``tie`` and ``loss_fn``.
     ``loss_fn(output, batch)`` is the training loss (default: the model's own, ``trace/loss.py``).
+    ``progress(text)`` hears each stage as it starts.
     """
     pinned = {name: tuple(spec) for name, spec in (pinned or {}).items()}
     if tie and pinned and not laid_out_alike(find_repeated_blocks(model), pinned):
         tie, trace = False, None
-    problem = prepare_problem(model, example_inputs, mesh, axis_names, profile, memory_gb, tie=tie, trace=trace, loss_fn=loss_fn)
+    problem = prepare_problem(
+        model, example_inputs, mesh, axis_names, profile, memory_gb, tie=tie, trace=trace, loss_fn=loss_fn, progress=progress
+    )
     pins = Pins(problem)
     for name, spec in pinned.items():
         pins.place(name, spec)
     stage_seconds = dict(problem.stage_seconds)
-    plan, solution, _ = solve_problem(problem, pins, time_limit_s, seconds=stage_seconds)
+    plan, solution, _ = solve_problem(problem, pins, time_limit_s, seconds=stage_seconds, progress=progress)
     blocks = problem.blocks
     report = SuggestReport(
         plan=plan,

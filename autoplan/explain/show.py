@@ -1,0 +1,411 @@
+"""``show``: a plan as people talk about it, from the plan file alone.
+
+- the layout per module in words (``patterns.py``), repeated blocks folded;
+- the predicted step time: compute, and communication per mesh axis and collective kind.
+  The plan stores each step's collectives (count and bytes per axis and kind); each is
+  priced here with the profile's alpha-beta cost (``cost/comm.py``: ``count x latency +
+  bus factor x bytes / bus bandwidth``, exact for a sum of calls). The cost stage charged
+  ``predicted.comm_s``; where the two differ (it shares a gradient reduction between its
+  readers, and prices moves of DTensor's own choosing), the rest is one "other" row, so the
+  rows add up to the prediction;
+- the memory per device: model state split the way the cost stage counts it
+  (``cost/estimate.py``: every trainable parameter's local shard four times: weights,
+  gradients, AdamW's two moments), from each parameter's stored layout and global shape.
+  The plan does not record dtypes: the element size is the one that makes the split add up
+  to ``predicted.model_state_bytes`` exactly; where none does (mixed dtypes, frozen or tied
+  parameters), the split is left out and said so;
+- the predicted MFU: model FLOPs (6 x parameters outside embedding tables x tokens, the
+  usual training estimate; tokens from the 2-D batch input) over the step time times every
+  device's peak for the parameters' dtype.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+from autoplan.explain.patterns import ModuleRow, module_rows
+from autoplan.placements import format_spec, is_shard, shard_factor
+
+GIB = 2**30
+_DTYPES = {2: "bfloat16", 4: "float32", 8: "float64"}
+STATE_COPIES = 4
+"""Weights, gradients, exp_avg, exp_avg_sq: as the cost stage counts a trainable parameter."""
+
+
+@dataclass(frozen=True)
+class CommRow:
+    axis: str
+    kind: str
+    count: int
+    bytes: int
+    seconds: float | None
+    """Priced with the profile; None where the profile could not be loaded."""
+
+
+@dataclass(frozen=True)
+class Memory:
+    parameters: int | None
+    gradients: int | None
+    optimizer: int | None
+    activations: int
+    model_state: int
+    peak: int
+    budget: float | None
+    """Per-device budget in bytes: the one the plan records, else the profile's device memory."""
+    budget_source: str
+    element_bytes: int | None
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class Summary:
+    mesh: tuple[int, ...]
+    axis_names: tuple[str, ...]
+    profile: str
+    rows: tuple[ModuleRow, ...]
+    batch: tuple[tuple[str, str, str], ...]
+    """(key path, global shape, placements) per batch input."""
+    step_time_s: float
+    compute_s: float
+    comm_s: float
+    comm: tuple[CommRow, ...]
+    comm_other_s: float | None
+    """``comm_s`` less the priced collectives (see the module docstring)."""
+    memory: Memory
+    model_flops: float | None
+    mfu: float | None
+    mfu_note: str
+    all_replicated: bool
+    solver: str
+    warnings: tuple[str, ...] = field(default=())
+
+    def to_dict(self) -> dict:
+        data = asdict(self)
+        data["rows"] = [asdict(r) for r in self.rows]
+        return data
+
+
+def summarize(plan, profile=None) -> Summary:
+    """The ``Summary`` of ``plan``; ``profile`` (a ClusterProfile) defaults to the plan's own,
+    when it is a built-in one (else communication is shown without times, MFU left out)."""
+    p = plan.predicted
+    cluster, note = _profile(plan, profile)
+    comm = _comm_rows(plan, cluster)
+    priced = sum(r.seconds for r in comm) if cluster is not None else None
+    memory = memory_split(plan, cluster)
+    flops, mfu, mfu_note = _mfu(plan, cluster, memory.element_bytes)
+    return Summary(
+        mesh=tuple(plan.mesh_shape),
+        axis_names=tuple(plan.axis_names),
+        profile=plan.profile,
+        rows=tuple(module_rows(plan)),
+        batch=tuple((k, str(list(b.shape)), format_spec(b.placements)) for k, b in sorted(plan.inputs.items())),
+        step_time_s=p.step_time_s,
+        compute_s=p.compute_s,
+        comm_s=p.comm_s,
+        comm=tuple(comm),
+        comm_other_s=None if priced is None else p.comm_s - priced,
+        memory=memory,
+        model_flops=flops,
+        mfu=mfu,
+        mfu_note=mfu_note or note,
+        all_replicated=all_replicated(plan),
+        solver=f"{plan.solver.status}, gap {plan.solver.gap:.2%}",
+        warnings=tuple(plan.warnings),
+    )
+
+
+def all_replicated(plan) -> bool:
+    """Every parameter and batch input replicated on every axis: each device runs the whole step."""
+    specs = [*plan.parameters.values(), *(b.placements for b in plan.inputs.values())]
+    return not any(is_shard(p) for spec in specs for p in spec)
+
+
+def _profile(plan, profile):
+    if profile is not None:
+        return profile, ""
+    from autoplan.cost.profile import load_profile
+    from autoplan.errors import ProfileError
+
+    try:
+        return load_profile(plan.profile), ""
+    except ProfileError:
+        return None, f"profile {plan.profile!r} is not a built-in one: collectives not priced, MFU not computed"
+
+
+def _comm_rows(plan, cluster) -> list[CommRow]:
+    from autoplan.cost.comm import bus_factor, link_cost
+
+    rows = []
+    for axis, kinds in plan.predicted.collectives.items():
+        a = plan.axis_names.index(axis)
+        for kind, entry in kinds.items():
+            seconds = None
+            if cluster is not None and plan.mesh_shape[a] > 1:
+                cost = link_cost(cluster, kind, tuple(plan.mesh_shape), a)
+                seconds = entry["count"] * cost.latency_s + bus_factor(kind, plan.mesh_shape[a]) * entry["bytes"] / cost.bus_bandwidth_bytes_per_s
+            elif cluster is not None:
+                seconds = 0.0
+            rows.append(CommRow(axis, kind, int(entry["count"]), int(entry["bytes"]), seconds))
+    return rows
+
+
+def local_elements(plan) -> int:
+    """Parameter elements one device stores (each parameter's global size over its shard factor)."""
+    total = 0
+    for fqn, spec in plan.parameters.items():
+        numel = 1
+        for size in plan.parameter_shapes.get(fqn, ()):
+            numel *= size
+        total += numel // shard_factor(tuple(spec), tuple(plan.mesh_shape))
+    return total
+
+
+def memory_split(plan, cluster=None) -> Memory:
+    """Model state as the cost stage counts it (see the module docstring), checked to add up."""
+    p = plan.predicted
+    budget, source = budget_bytes(plan), "recorded in the plan"
+    if budget is None and cluster is not None:
+        budget, source = float(cluster.memory_bytes), "the profile's device memory, suggest's default budget"
+    elif budget is None:
+        source = "none recorded"
+    elements = local_elements(plan)
+    for size in (2, 4, 1, 8):
+        if elements and STATE_COPIES * size * elements == p.model_state_bytes:
+            weights = size * elements
+            return Memory(weights, weights, 2 * weights, p.activation_bytes, p.model_state_bytes,
+                          p.peak_memory_bytes, budget, source, size)
+    return Memory(None, None, None, p.activation_bytes, p.model_state_bytes, p.peak_memory_bytes, budget, source, None,
+                  "model state not split: no single dtype makes 4 copies of the parameters add up to it "
+                  "(mixed dtypes, frozen or tied parameters)")
+
+
+def budget_bytes(plan) -> float | None:
+    """The per-device budget, where the plan records one: ``suggest`` writes no budget into
+    the plan file; ``score`` and the baselines name it in a warning when a layout does not fit."""
+    import re
+
+    for warning in plan.warnings:
+        match = re.search(r"does not fit the ([0-9.e+]+) GiB per-device budget", warning)
+        if match:
+            return float(match.group(1)) * GIB
+    return None
+
+
+def model_flops(plan) -> tuple[float | None, str]:
+    """6 x parameters outside embedding tables x tokens, and how it was counted.
+
+    Tokens: a model with an embedding table reads token ids, a 2-D (batch x sequence) input;
+    a model without one reads features, every row of its first input (all dims but the last)
+    a token. The plan does not record dtypes, so this is told from the modules."""
+    embeds = "Embedding" in plan.module_types.values()
+    tokens = None
+    for batch in plan.inputs.values():
+        if embeds and len(batch.shape) == 2:
+            tokens = batch.shape[0] * batch.shape[1]
+            break
+        if not embeds and len(batch.shape) >= 2:
+            tokens = 1
+            for size in batch.shape[:-1]:
+                tokens *= size
+            break
+    if tokens is None:
+        return None, "MFU needs tokens: no batch x sequence (ids) or rows x features input"
+    params = 0
+    for fqn, shape in plan.parameter_shapes.items():
+        if plan.module_types.get(fqn.rpartition(".")[0]) == "Embedding":
+            continue  # a lookup, no matmul
+        numel = 1
+        for size in shape:
+            numel *= size
+        params += numel
+    experts = any(len(shape) == 3 and "expert" in fqn.lower() for fqn, shape in plan.parameter_shapes.items())
+    note = "; counts every expert, though each token uses only its top-k: an upper bound" if experts else ""
+    return 6.0 * params * tokens, note
+
+
+def _mfu(plan, cluster, element_bytes):
+    flops, note = model_flops(plan)
+    if flops is None or cluster is None:
+        return flops, None, note
+    dtype = _DTYPES.get(element_bytes or 0, "float32")
+    devices = 1
+    for size in plan.mesh_shape:
+        devices *= size
+    peak = cluster.flops_for(dtype) * devices
+    step = plan.predicted.step_time_s
+    return flops, (flops / (step * peak) if step > 0 else None), f"6·N·tokens over {devices} x {cluster.flops_for(dtype):.3g} FLOP/s ({dtype}){note}"
+
+
+def show_sections(summary: Summary, source: str = "") -> list:
+    """The summary as tables (``render.py``): layout, batch, step time, memory, MFU."""
+    from autoplan.explain.render import Section
+
+    s = summary
+    names = s.axis_names
+    mesh = "x".join(map(str, s.mesh))
+    head = f"plan {source}: " if source else "plan: "
+    sections = [Section(f"{head}mesh {mesh} ({', '.join(names)}), profile {s.profile}, solver {s.solver}")]
+    layout_rows = tuple(
+        (r.name, *(_short(w) for w in r.words), r.stored, r.used or "same", r.activations or "-")
+        for r in s.rows
+    )
+    sections.append(Section(
+        "layout per module (repeated blocks folded; words per mesh axis)",
+        ("module", *names, "stored", "computed with", "output"),
+        layout_rows,
+        notes=(*_legend(s), *_two_d_notes(s)),
+    ))
+    sections.append(Section(
+        "batch",
+        ("input", "shape", "placements", *names),
+        tuple((k, shape, spec, *(_batch_word(p) for p in spec.strip("[]").split(", "))) for k, shape, spec in s.batch),
+    ))
+    sections.append(time_section(s))
+    sections.append(memory_section(s))
+    sections.append(Section("model FLOPs utilisation", notes=(mfu_line(s),)))
+    if s.all_replicated:
+        sections.append(Section("what the mesh gains", notes=(nothing_gained(s),)))
+    if s.warnings:
+        sections.append(Section("warnings", notes=s.warnings))
+    return sections
+
+
+_LEGEND = {
+    "FSDP": "FSDP: stored sharded on that axis, gathered just before use (FSDP-style sharded storage)",
+    "column-parallel": "column-parallel / row-parallel: the weight split by output / input features (Megatron)",
+    "row-parallel": "column-parallel / row-parallel: the weight split by output / input features (Megatron)",
+    "vocab-parallel": "vocab-parallel: the embedding table split by rows (tokens)",
+    "expert-parallel": "expert-parallel: each rank holds its share of the experts",
+    "column-parallel (each expert)": "column-/row-parallel (each expert): every expert's weight split by output / input features",
+    "row-parallel (each expert)": "column-/row-parallel (each expert): every expert's weight split by output / input features",
+    "feature-split": "feature-split: a norm's scale split with the features (hidden dim) it scales",
+    "data parallel": "data parallel / sequence-parallel: a replicated weight on activations split by batch / sequence",
+    "sequence-parallel": "data parallel / sequence-parallel: a replicated weight on activations split by batch / sequence",
+}
+
+
+def _legend(s: Summary) -> tuple[str, ...]:
+    """The words the table uses, each explained once."""
+    used = {_short(w) for r in s.rows for w in r.words}
+    return tuple(dict.fromkeys(text for word, text in _LEGEND.items() if word in used))
+
+
+def _short(word: str) -> str:
+    return "FSDP" if word.startswith("FSDP") else word
+
+
+def _two_d_notes(s: Summary) -> tuple[str, ...]:
+    two_d = [r.name for r in s.rows if r.pattern.startswith("2-D") or "2-D sharded storage" in r.pattern]
+    if not two_d:
+        return ()
+    shown = ", ".join(two_d[:4]) + (", ..." if len(two_d) > 4 else "")
+    return (f"2-D sharded storage (every mesh axis): {shown}",)
+
+
+def _batch_word(placement: str) -> str:
+    from autoplan.placements import shard_dim
+
+    dim = shard_dim(placement)
+    return {None: "replicated", 0: "batch split", 1: "sequence split"}.get(dim, f"dim {dim} split")
+
+
+def ms(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds * 1e3:.3f}"
+
+
+def nbytes(count: float | None) -> str:
+    if count is None:
+        return "-"
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if abs(count) >= size:
+            return f"{count / size:.2f} {unit}"
+    return f"{int(count)} B"
+
+
+def time_section(s: Summary):
+    from autoplan.explain.render import Section
+
+    def share(seconds):
+        return "-" if seconds is None or s.step_time_s <= 0 else f"{seconds / s.step_time_s:.1%}"
+
+    rows = [("compute", "", "", "", ms(s.compute_s), share(s.compute_s))]
+    for r in s.comm:
+        rows.append(("communication", r.axis, r.kind, f"{r.count} calls, {nbytes(r.bytes)}", ms(r.seconds), share(r.seconds)))
+    notes = []
+    if s.comm_other_s is not None and abs(s.comm_other_s) >= 5e-7:
+        rows.append(("communication", "", "other", "", ms(s.comm_other_s), share(s.comm_other_s)))
+        if s.comm_other_s > 0:
+            notes.append(
+                "other: what the cost stage charged beyond the collective table priced call by call "
+                "(moves priced per reader where a module boundary moves a value once, shared gradient reductions)"
+            )
+        else:
+            notes.append(
+                f"other is negative: the plan's collective table (what `autoplan verify` checks), priced call by "
+                f"call, comes to {ms(s.comm_s - s.comm_other_s)} ms, more than the {ms(s.comm_s)} ms the cost "
+                "stage charged for communication: the two count this plan's collectives differently"
+            )
+    rows.append(("total", "", "", "", ms(s.step_time_s), share(s.step_time_s)))
+    return Section(
+        f"predicted step time {ms(s.step_time_s)} ms: compute {ms(s.compute_s)} ms, communication {ms(s.comm_s)} ms",
+        ("part", "axis", "collective", "calls and bytes", "ms", "share"),
+        tuple(rows),
+        notes=tuple(notes),
+        right=(4, 5),
+    )
+
+
+def memory_section(s: Summary):
+    from autoplan.explain.render import Section
+
+    m = s.memory
+
+    def share(count):
+        return "-" if count is None or not m.budget else f"{count / m.budget:.1%}"
+
+    rows = [
+        ("parameters", nbytes(m.parameters), share(m.parameters)),
+        ("gradients", nbytes(m.gradients), share(m.gradients)),
+        ("optimizer state (AdamW)", nbytes(m.optimizer), share(m.optimizer)),
+        ("activations kept for backward", nbytes(m.activations), share(m.activations)),
+        ("peak per device", nbytes(m.peak), share(m.peak)),
+    ]
+    if m.parameters is None:
+        rows.insert(0, ("model state", nbytes(m.model_state), share(m.model_state)))
+    fits = "" if not m.budget else (" fits" if m.peak <= m.budget else " does NOT fit")
+    budget = f"budget {nbytes(m.budget)} ({m.budget_source}):{fits}" if m.budget else f"budget: {m.budget_source}"
+    notes = [budget]
+    if m.note:
+        notes.append(m.note)
+    title = (f"peak memory per device {nbytes(m.peak)} (model state {nbytes(m.model_state)}, "
+             f"activations {nbytes(m.activations)})")
+    return Section(title, ("part", "bytes", "of budget"), tuple(rows), notes=tuple(notes), right=(1, 2))
+
+
+def mfu_line(s: Summary) -> str:
+    if s.mfu is None:
+        return f"MFU not computed: {s.mfu_note}"
+    return f"predicted MFU {s.mfu:.1%} ({s.model_flops:.3g} model FLOPs per step, {s.mfu_note})"
+
+
+def nothing_gained(s: Summary) -> str:
+    """Why a plan that replicates everything is still the answer, in words."""
+    devices = 1
+    for size in s.mesh:
+        devices *= size
+    m = s.memory
+    grads = f" a data-parallel step would all-reduce {nbytes(m.gradients)} of gradients each step;" if m.gradients else ""
+    work = ""
+    if s.mfu is not None:
+        # model FLOPs at one device's peak: the part of the compute that splitting could shrink
+        ideal = s.mfu * s.step_time_s * devices
+        work = (f" of its {ms(s.compute_s)} ms of compute, the model's FLOPs at one device's peak take "
+                f"{ms(ideal)} ms: the rest is fixed per-op cost, which every device pays whatever the split;")
+    fits = "fits the budget" if m.budget and m.peak <= m.budget else "is what it is"
+    return (
+        f"every parameter and the batch are replicated: all {devices} devices compute the same whole step, "
+        f"so the predicted speed-up over one device is 1.0x. Why: the solver found no faster layout;{work}"
+        f"{grads} splitting saves less than the communication it adds, and the peak {nbytes(m.peak)} {fits}, "
+        f"so nothing forces sharding. A larger model or batch is where the mesh pays."
+    )
