@@ -11,12 +11,13 @@
 - the memory per device: model state split the way the cost stage counts it
   (``cost/estimate.py``: every trainable parameter's local shard four times: weights,
   gradients, AdamW's two moments), from each parameter's stored layout and global shape.
-  The plan does not record dtypes: the element size is the one that makes the split add up
-  to ``predicted.model_state_bytes`` exactly; where none does (mixed dtypes, frozen or tied
-  parameters), the split is left out and said so;
+  The element size is the parameters' dtype (``Plan.parameter_dtypes``; for plan files made
+  before plans recorded it, the size that makes the split add up); where the split does not
+  add up to ``predicted.model_state_bytes`` (mixed dtypes, frozen parameters), it is left
+  out and said so;
 - the predicted MFU: model FLOPs (6 x parameters outside embedding tables x tokens, the
   usual training estimate; tokens from the 2-D batch input) over the step time times every
-  device's peak for the parameters' dtype.
+  device's peak for the parameters' dtype (none where the dtype is unknown).
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ from autoplan.placements import format_spec, is_shard, shard_factor
 
 GIB = 2**30
 _DTYPES = {2: "bfloat16", 4: "float32", 8: "float64"}
+"""Element size -> the dtype assumed, for plan files that record no dtypes."""
+_ELEMENT_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "float64": 8}
 STATE_COPIES = 4
 """Weights, gradients, exp_avg, exp_avg_sq: as the cost stage counts a trainable parameter."""
 
@@ -151,14 +154,29 @@ def _comm_rows(plan, cluster) -> list[CommRow]:
 
 
 def local_elements(plan) -> int:
-    """Parameter elements one device stores (each parameter's global size over its shard factor)."""
+    """Parameter elements one device stores (each parameter's global size over its shard
+    factor; a tied parameter once, under the name it is tied to)."""
     total = 0
     for fqn, spec in plan.parameters.items():
+        if fqn in plan.tied_parameters:
+            continue
         numel = 1
         for size in plan.parameter_shapes.get(fqn, ()):
             numel *= size
         total += numel // shard_factor(tuple(spec), tuple(plan.mesh_shape))
     return total
+
+
+def parameter_dtype(plan) -> str | None:
+    """The dtype most parameter elements have, where the plan records dtypes (plans made
+    before it did: None)."""
+    counts: dict[str, int] = {}
+    for fqn, dtype in plan.parameter_dtypes.items():
+        numel = 1
+        for size in plan.parameter_shapes.get(fqn, ()):
+            numel *= size
+        counts[dtype] = counts.get(dtype, 0) + numel
+    return max(counts, key=counts.get) if counts else None
 
 
 def memory_split(plan, cluster=None) -> Memory:
@@ -170,7 +188,8 @@ def memory_split(plan, cluster=None) -> Memory:
     elif budget is None:
         source = "none recorded"
     elements = local_elements(plan)
-    for size in (2, 4, 1, 8):
+    recorded = _ELEMENT_BYTES.get(parameter_dtype(plan) or "")
+    for size in (recorded,) if recorded else (2, 4, 1, 8):
         if elements and STATE_COPIES * size * elements == p.model_state_bytes:
             weights = size * elements
             return Memory(weights, weights, 2 * weights, p.activation_bytes, p.model_state_bytes,
@@ -228,7 +247,9 @@ def _mfu(plan, cluster, element_bytes):
     flops, note = model_flops(plan)
     if flops is None or cluster is None:
         return flops, None, note
-    dtype = _DTYPES.get(element_bytes or 0, "float32")
+    dtype = parameter_dtype(plan) or _DTYPES.get(element_bytes or 0)
+    if dtype is None:
+        return flops, None, "MFU needs the parameters' dtype: this plan file records none and its model state tells none"
     devices = 1
     for size in plan.mesh_shape:
         devices *= size

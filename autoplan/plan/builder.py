@@ -26,11 +26,14 @@ def build_plan(costed: CostedGraph, choice: dict[str, int], solution: Solution, 
     def output_spec(name: str, out_index: int = 0):
         return graph.decision(name).strategies[choice[name]].output(out_index)
 
-    parameters, shapes = {}, {}
+    parameters, shapes, dtypes, tied = {}, {}, {}, {}
     for node, fqns in traced.parameters.items():
+        value = graph.decision(node).fx_node.meta["val"]
         for fqn in fqns:
             parameters[fqn] = output_spec(node)
-            shapes[fqn] = tuple(graph.decision(node).fx_node.meta["val"].shape)
+            shapes[fqn] = tuple(value.shape)
+            dtypes[fqn] = str(value.dtype).removeprefix("torch.")
+        tied.update({fqn: fqns[0] for fqn in fqns[1:]})
     uses = _parameter_uses(choices, choice, parameters)
     inputs = {}
     for node, key in traced.inputs.items():
@@ -80,6 +83,8 @@ def build_plan(costed: CostedGraph, choice: dict[str, int], solution: Solution, 
             if owner in traced.module_types
         },
         parameter_shapes=shapes,
+        parameter_dtypes=dtypes,
+        tied_parameters=tied,
     )
 
 

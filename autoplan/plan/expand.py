@@ -24,6 +24,7 @@ def expand_plan(plan: Plan, blocks: RepeatedBlocks) -> Plan:
         modules=blocks.widen(plan.modules),
         parameter_uses=blocks.widen(plan.parameter_uses),
         parameter_shapes=blocks.widen(plan.parameter_shapes),
+        parameter_dtypes=blocks.widen(plan.parameter_dtypes),
         module_types=blocks.widen(plan.module_types),
         fingerprint=tied_fingerprint(plan.fingerprint, blocks),
     )

@@ -90,6 +90,11 @@ class Plan:
     """FQN -> class name of each module that owns parameters (for exports to ParallelStyles)."""
     parameter_shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
     """FQN -> the parameter's global shape: what ``apply_plan`` checks the model against."""
+    parameter_dtypes: dict[str, str] = field(default_factory=dict)
+    """FQN -> the parameter's dtype ("bfloat16"): what its bytes and the device's peak are counted in."""
+    tied_parameters: dict[str, str] = field(default_factory=dict)
+    """FQN -> the FQN of the one tensor it is (tied weights: an output head sharing the
+    embedding's); stored, gathered and counted once, under that name."""
 
     def to_dict(self) -> dict:
         return {
@@ -117,6 +122,8 @@ class Plan:
             "parameter_uses": {fqn: list(spec) for fqn, spec in sorted(self.parameter_uses.items())},
             "module_types": dict(sorted(self.module_types.items())),
             "parameter_shapes": {fqn: list(shape) for fqn, shape in sorted(self.parameter_shapes.items())},
+            "parameter_dtypes": dict(sorted(self.parameter_dtypes.items())),
+            "tied_parameters": dict(sorted(self.tied_parameters.items())),
         }
 
     def to_json(self) -> str:
@@ -207,6 +214,8 @@ def _build(data: dict) -> Plan:
         parameter_uses={fqn: spec(v) for fqn, v in data.get("parameter_uses", {}).items()},
         module_types=dict(data.get("module_types", {})),
         parameter_shapes={fqn: tuple(int(n) for n in s) for fqn, s in data.get("parameter_shapes", {}).items()},
+        parameter_dtypes=dict(data.get("parameter_dtypes", {})),
+        tied_parameters=dict(data.get("tied_parameters", {})),
     )
 
 
