@@ -28,10 +28,16 @@ hook gathers them (``Plan.parameter_uses``).
   own), and each move sends the sum back in DTensor's order of axes
   (``gradient_collectives``): a partial gradient of a moved value is reduced there (an
   FSDP parameter's gradient is reduce-scattered there);
+- a partial gradient goes on unreduced through the backward of an op that is linear in
+  it and reads nothing split on that axis (a pointwise op of one tensor, an op with a
+  scalar, a sum or mean: an RMSNorm's rsqrt, eps add and mean of squares; DTensor's
+  forward move of such an op's input ran below autograd and has no backward), to the
+  first op whose backward does (``_carries_partial``);
 - a partial gradient left where the value was made: one reduction per value and axis
   brings it to the value's layout (``apply_plan`` hooks module outputs and parameters to
-  do so): a reduce_scatter where the value is sharded on that axis, else an all_reduce.
-  Charged to the module that made the value; for a parameter, to its own module;
+  do so): a reduce_scatter where the value is sharded on that axis, else an all_reduce,
+  of the partial sum each rank holds. Charged to the module that made the value; for a
+  parameter, to its own module;
 - the loss (``plan/loss_reductions.py``): a loss left partial on an axis is all-reduced there
   (at the root), and so is a mean ``nll_loss``'s count of targets, in its backward.
 
@@ -172,13 +178,18 @@ def step_collectives(costed: CostedGraph, choice: dict[str, int], modules: dict 
             continue  # a view's or add's gradient goes on to its inputs (a module output's, once its hook settled it)
         src = made(*value)
         nbytes = tensor_bytes(output_values(graph.decision(u))[value[1]])
+        # A partial gradient goes on unreduced through an op that carries it (``_carries_partial``).
+        carries = _carries_partial(graph, u) and u not in exits
+        carried = [carries and is_partial(g) and not is_shard(q) for g, q in zip(grad, src)]
+        held = tuple(REPLICATE if is_partial(g) else g for g in grad)  # what each rank holds of the partial sum
         for axis, p in enumerate(grad):
-            if is_partial(p):
-                partial[(u, axis)] = nbytes / shard_factor(src, mesh_shape)
+            if is_partial(p) and not carried[axis]:
+                partial[(u, axis)] = nbytes / shard_factor(held, mesh_shape)
         # A gradient summed split where the value was made whole is gathered there (by the
         # producer's backward op, or the hook on a module output or a parameter).
-        whole = tuple(q if is_partial(p) else p for p, q in zip(grad, src))
-        for kind, axis, size in gradient_collectives(whole, src, nbytes, mesh_shape):
+        whole = tuple(REPLICATE if c else (q if is_partial(p) else p) for c, p, q in zip(carried, grad, src))
+        target = tuple(REPLICATE if c else q for c, q in zip(carried, src))
+        for kind, axis, size in gradient_collectives(whole, target, nbytes, mesh_shape):
             found[(module_of(u), kind, axis, round(size))] += 1
     for (source, axis), nbytes in partial.items():
         decision = graph.decision(source)
@@ -225,6 +236,33 @@ def _passes_gradient(graph, name: str) -> bool:
     return len(args) == 2 and all(getattr(a.meta.get("val"), "shape", None) == shape for a in args)
 
 
+_aten = torch.ops.aten
+_REDUCTIONS = (_aten.sum.dim_IntList, _aten.mean.dim, _aten.sum.default, _aten.mean.default)
+_WITH_A_SCALAR = (  # DTensor registers these apart from its pointwise list
+    _aten.add.Tensor, _aten.sub.Tensor, _aten.mul.Tensor, _aten.div.Tensor,
+    _aten.add.Scalar, _aten.sub.Scalar, _aten.mul.Scalar, _aten.div.Scalar,
+)
+
+
+def _carries_partial(graph, name: str) -> bool:
+    """Whether ``name``'s backward is linear in its output's gradient and reads at most
+    what it was given as it was made: a pointwise op or a sum or mean of one tensor (an
+    RMSNorm's rsqrt, its eps add, its mean of squares). Its input's gradient is partial
+    where the output's is, on every axis where its output was not made split: DTensor
+    multiplies or expands the partial gradient there and reduces nothing."""
+    decision = graph.decision(name)
+    if decision.kind != OP or len(graph.inputs_of(name)) != 1:
+        return False
+    target = decision.fx_node.target
+    return target in _REDUCTIONS or target in _WITH_A_SCALAR or target in _pointwise_ops()
+
+
+def _pointwise_ops() -> frozenset:
+    from torch.distributed.tensor._ops._pointwise_ops import pointwise_ops
+
+    return frozenset(pointwise_ops)
+
+
 def _value_gradient(value, readers, chain, graph, order, grads, mesh_shape, parent_spec, found, module_of, made, exits):
     """The layout of ``value``'s summed gradient where it was made (partial where a
     reduction is still due); the collectives on its way back go into ``found``.
@@ -253,6 +291,16 @@ def _value_gradient(value, readers, chain, graph, order, grads, mesh_shape, pare
             PARTIAL if p == REPLICATE and n > 1 and splits_work(strategy, axis) else p
             for axis, (p, n) in enumerate(zip(dst, mesh_shape))
         )
+        after = grads.get((v, 0))
+        if after is not None and _carries_partial(graph, v):
+            # a partial output gradient goes through this op's backward unreduced where it
+            # reads nothing split: DTensor reduces it at the first backward op that does
+            carried = [is_partial(a) and not is_shard(c) for a, c in zip(after, made(v, 0))]
+            if any(carried):
+                # DTensor's forward move of this input ran below autograd: nothing to undo
+                grad = tuple(PARTIAL if c else g for c, g in zip(carried, grad))
+                into.setdefault(attach, []).append((order[v], grad))
+                continue
         if arrived != dst and not moves_locally(arrived, dst):
             # gathered or reduced on the way in: its backward brings the gradient back. A
             # slice DTensor takes inside the op leaves no autograd node: the gradient stays
