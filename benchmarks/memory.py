@@ -1,0 +1,321 @@
+"""Predicted against measured peak memory per device, by category (issue 17).
+
+Each row plans a model with ``autoplan.suggest`` for a mesh and a budget, applies the plan
+on rank 0 of a fake process group to a model whose tensors are all fake (built on meta,
+materialised by ``apply_plan`` inside ``FakeTensorMode``: real shapes, no real memory), runs
+one warm-up training step (so AdamW's state exists, as in every step but the first) and
+then measures one step (forward, backward, ``AdamW.step()``, ``zero_grad``) with torch's
+``MemTracker``. MemTracker lets DTensor desugar into local ops before it counts, so it sees
+what rank 0 holds: local shards, the buffers of the collectives, the temporaries of each
+kernel. Its categories are printed beside the plan's prediction split the same way.
+
+Budgets: "default" is the profile's device memory; "lean" is the least any plan needs
+(the solver's own lower bound, ``InfeasibleError.smallest_bytes``) plus 10 %, which
+forces sharding.
+
+    python benchmarks/memory.py [--rows gpt2-8,llama-2x4-lean,...] [--json OUT] [--timeout 300]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import signal
+import sys
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.distributed._tools.mem_tracker import MemTracker
+from torch.distributed.device_mesh import init_device_mesh
+from torch.testing._internal.distributed.fake_pg import FakeStore
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import autoplan  # noqa: E402
+from autoplan._files import write_atomic  # noqa: E402
+from autoplan.errors import InfeasibleError  # noqa: E402
+from autoplan.model_file import default_axis_names, import_model_file, loss_function  # noqa: E402
+from autoplan.verify.numerics import call_model  # noqa: E402
+
+GIB = 2**30
+LEAN_MARGIN = 1.10
+"""The lean budget: the least any plan needs, plus this much (and again, until a plan fits)."""
+LEAN_TRIES = 6
+CATEGORIES = ("parameters", "buffers", "gradients", "optimizer", "activations", "temporaries")
+_TRACKER_NAMES = {
+    "PARAM": "parameters", "BUFFER": "buffers", "GRAD": "gradients", "OPT": "optimizer",
+    "ACT": "activations", "TEMP": "temporaries", "OTH": "temporaries",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Model:
+    file: str
+    """examples/<file>.py"""
+    build: str
+    """Builder in that file, or "llama3:<size>" for the Llama-3 widths cut to 2 layers."""
+
+
+MODELS = {
+    "transformer": Model("transformer", "make_big"),
+    "gpt2": Model("gpt2", "make_big"),
+    "bert": Model("bert", "make_big"),
+    "llama": Model("llama", "build_model"),
+    "moe": Model("moe", "build_model"),
+    "llama3-8b": Model("llama3", "llama3:8b"),
+    "llama3-70b": Model("llama3", "llama3:70b"),
+}
+MESHES = {"8": (8,), "2x4": (2, 4), "8x8": (8, 8)}
+ROWS = tuple(
+    f"{model}-{mesh}{suffix}"
+    for model, meshes in (
+        ("transformer", ("8", "2x4")), ("gpt2", ("8", "2x4")), ("bert", ("8", "2x4")),
+        ("llama", ("8", "2x4")), ("moe", ("8", "2x4")), ("llama3-8b", ("8x8",)), ("llama3-70b", ("8x8",)),
+    )
+    for mesh in meshes
+    for suffix in ("", "-lean")
+)
+
+
+def build(model: Model):
+    """(model on meta, the example-inputs function, the loss function): a fresh model per call."""
+    module = import_model_file(ROOT / "examples" / f"{model.file}.py")
+    with torch.device("meta"):
+        if model.build.startswith("llama3:"):
+            built = module._llama3(model.build.partition(":")[2], num_hidden_layers=2)
+        else:
+            built = getattr(module, model.build)()
+    return built, module.example_inputs, loss_function(module, Path(module.__file__))
+
+
+def batch_of(inputs):
+    batch = inputs()
+    return batch if isinstance(batch, (dict, tuple)) else (batch,)
+
+
+def plan_row(model: Model, mesh, lean: bool):
+    """(plan, budget in bytes or None, planning seconds)."""
+    names = default_axis_names(mesh)
+    started = time.perf_counter()
+
+    def suggest(memory_gb):
+        net, inputs, loss_fn = build(model)
+        with torch.device("meta"):
+            batch = batch_of(inputs)
+        return autoplan.suggest(
+            net, batch, mesh=mesh, axis_names=names, memory_gb=memory_gb, cache=False, broadcast=False, loss_fn=loss_fn
+        )
+
+    if not lean:
+        return suggest(None), None, time.perf_counter() - started
+    try:
+        suggest(1e-9)
+        raise AssertionError("a plan fitting 1 byte per device")
+    except InfeasibleError as err:
+        budget = err.smallest_bytes * LEAN_MARGIN
+    # The solver's bound sums each decision's least memory; the copies a layout keeps where
+    # two decisions meet can put the least real plan above it: raise the budget until one fits.
+    for _ in range(LEAN_TRIES):
+        try:
+            return suggest(budget / GIB), budget, time.perf_counter() - started
+        except InfeasibleError:
+            budget *= LEAN_MARGIN
+    raise InfeasibleError(f"no plan within {LEAN_TRIES} budgets up to {budget / GIB:.3g} GiB")
+
+
+@contextmanager
+def alltoall_as_on_gpus():
+    """DTensor's all_to_all run as one collective, as NCCL runs it. On a CPU mesh DTensor
+    falls back to an all-gather of the whole axis and a chunk of it (gloo has no all_to_all),
+    which holds the axis size times the shard for a moment: the plans measured here are
+    for GPUs (the default profile). The collective's own op, on the fake process group,
+    returns its output without communicating."""
+    from torch.distributed._functional_collectives import _group_or_group_name, _resolve_group
+    from torch.distributed.tensor import _collective_utils, _redistribute, placement_types
+
+    def shard_dim_alltoall(input, gather_dim, shard_dim, mesh, mesh_dim):
+        group = _group_or_group_name(_resolve_group((mesh, mesh_dim)))
+        return torch.ops._dtensor.shard_dim_alltoall(input, gather_dim, shard_dim, group)
+
+    patched = [m for m in (_collective_utils, _redistribute, placement_types) if hasattr(m, "shard_dim_alltoall")]
+    originals = [m.shard_dim_alltoall for m in patched]
+    for m in patched:
+        m.shard_dim_alltoall = shard_dim_alltoall
+    try:
+        yield
+    finally:
+        for m, original in zip(patched, originals):
+            m.shard_dim_alltoall = original
+
+
+def measure_step(model: Model, plan) -> dict:
+    """Rank 0's peak over one training step after a warm-up step, by category (bytes)."""
+    from torch.distributed.tensor.debug import _clear_sharding_prop_cache
+
+    from autoplan.dtensor import overrides
+
+    # A new mesh compares equal to the previous row's: decisions cached for that one name
+    # its destroyed process groups.
+    _clear_sharding_prop_cache()
+    overrides._own_cache = None
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=math.prod(plan.mesh_shape))
+    try:
+        device_mesh = init_device_mesh("cpu", tuple(plan.mesh_shape), mesh_dim_names=tuple(plan.axis_names))
+        net, inputs, loss_fn = build(model)
+        # allow_non_fake_inputs: to_empty reads the meta weights, and the step mixes the fake
+        # weights with the small tensors the model makes itself (position ids, masks).
+        with FakeTensorMode(allow_non_fake_inputs=True):
+            materialize_fake(net)
+        # The batch is real (token ids, a few MiB at most): models read it (BERT checks its
+        # attention mask for padding), which a fake tensor cannot answer.
+        torch.manual_seed(0)
+        batch = batch_of(inputs)
+        # The rest runs outside the fake mode (ops on the fake weights and batch stay fake):
+        # DTensor computes shard offsets with small tensors it reads back (``int(offsets[0])``),
+        # which a fake tensor cannot give.
+        autoplan.apply_plan(net, plan, device_mesh, loss_fn=loss_fn)
+        local = next(p for p in net.parameters())
+        assert type(local.to_local()).__name__ == "FakeTensor", "the measured step must run on fake tensors"
+        optimizer = torch.optim.AdamW(net.parameters())
+        local_batch = autoplan.shard_batch(batch, plan, device_mesh)
+
+        def step():
+            loss = autoplan.training_loss(call_model(net, local_batch))
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+
+        with alltoall_as_on_gpus():
+            step()
+            tracker = MemTracker()
+            tracker.track_external(net, optimizer)
+            with tracker:
+                step()
+        peak = next(iter(tracker.get_tracker_snapshot("peak").values()))
+    finally:
+        dist.destroy_process_group()
+    measured = dict.fromkeys(CATEGORIES, 0)
+    for key, value in peak.items():
+        name = str(getattr(key, "name", key))
+        if name in _TRACKER_NAMES:
+            measured[_TRACKER_NAMES[name]] += int(value)
+    measured["peak"] = int(sum(measured[c] for c in CATEGORIES))
+    return measured
+
+
+def materialize_fake(net) -> None:
+    """Fake weights of the real shapes (no memory), tied parameters still tied: ``to_empty``
+    gives each module's copy of a tied meta parameter a new Parameter of its own."""
+    names: dict[int, list[str]] = {}
+    for fqn, param in net.named_parameters(remove_duplicate=False):
+        names.setdefault(id(param), []).append(fqn)
+    net.to_empty(device="cpu")
+    for first, *others in names.values():
+        shared = net.get_parameter(first)
+        for fqn in others:
+            owner, _, name = fqn.rpartition(".")
+            setattr(net.get_submodule(owner), name, shared)
+
+
+def predicted_split(plan) -> dict:
+    """The plan's prediction by category. Plans with a ``memory`` split use it; older ones
+    count model state as parameters x 4 (weights, gradients, AdamW's two moments)."""
+    p = plan.predicted
+    split = getattr(p, "memory", None)
+    if split:
+        found = {c: int(split.get(c, 0)) for c in CATEGORIES}
+    else:
+        quarter = p.model_state_bytes / 4
+        found = dict.fromkeys(CATEGORIES, 0)
+        found.update(parameters=int(quarter), gradients=int(quarter), optimizer=int(2 * quarter), activations=int(p.activation_bytes))
+    found["peak"] = int(p.peak_memory_bytes)
+    return found
+
+
+def _out_of_time(signum, frame):
+    raise TimeoutError
+
+
+def run_row(row: str, timeout_s: int) -> dict:
+    name, _, rest = row.partition("-")
+    if name == "llama3":  # "llama3-8b-8x8[-lean]"
+        size, _, rest = rest.partition("-")
+        name = f"llama3-{size}"
+    mesh_text, _, budget_kind = rest.partition("-")
+    model, mesh = MODELS[name], MESHES[mesh_text]
+    result = {"row": row, "model": name, "mesh": mesh_text, "budget": budget_kind or "default"}
+    signal.signal(signal.SIGALRM, _out_of_time)
+    signal.alarm(timeout_s)
+    try:
+        plan, budget, plan_s = plan_row(model, mesh, budget_kind == "lean")
+        started = time.perf_counter()
+        measured = measure_step(model, plan)
+        result.update(
+            budget_bytes=budget, plan_s=round(plan_s, 1), step_s=round(time.perf_counter() - started, 1),
+            predicted=predicted_split(plan), measured=measured,
+            error=predicted_split(plan)["peak"] / measured["peak"] - 1,
+        )
+    except TimeoutError:
+        result["failed"] = f"TIMEOUT after {timeout_s} s"
+    except Exception as err:  # a row that fails is reported, the others still run
+        result["failed"] = f"{type(err).__name__}: {str(err).splitlines()[0][:160] if str(err) else ''}"
+    finally:
+        signal.alarm(0)
+    return result
+
+
+def _mib(value) -> str:
+    return f"{value / 2**20:.1f}"
+
+
+def format_table(results: list[dict]) -> str:
+    head = ("row", "pred peak", "meas peak", "error", "param p/m", "grad p/m", "optim p/m", "act+temp p/m", "plan s", "step s")
+    lines = [" | ".join(head), " | ".join("---" for _ in head)]
+    for r in results:
+        if "failed" in r:
+            lines.append(f"{r['row']} | {r['failed']}")
+            continue
+        p, m = r["predicted"], r["measured"]
+
+        def pair(*cats):
+            return f"{_mib(sum(p[c] for c in cats))} / {_mib(sum(m[c] for c in cats))}"
+
+        lines.append(" | ".join((
+            r["row"], _mib(p["peak"]), _mib(m["peak"]), f"{r['error']:+.1%}",
+            pair("parameters", "buffers"), pair("gradients"), pair("optimizer"),
+            pair("activations", "temporaries"), str(r["plan_s"]), str(r["step_s"]),
+        )))
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", default=",".join(ROWS), help=f"comma-separated, from: {', '.join(ROWS)}")
+    parser.add_argument("--json", help="write the results to this file (atomically)")
+    parser.add_argument("--timeout", type=int, default=300, help="seconds per row (plan and step)")
+    args = parser.parse_args(argv)
+    rows = [r for r in args.rows.split(",") if r]
+    unknown = [r for r in rows if r not in ROWS]
+    if unknown:
+        parser.error(f"unknown rows {unknown}; expected some of {', '.join(ROWS)}")
+    results = []
+    for row in rows:
+        results.append(run_row(row, args.timeout))
+        r = results[-1]
+        print(f"{row}: {r.get('failed') or format(r['error'], '+.1%')}", file=sys.stderr, flush=True)
+    print("memory per device in MiB; p/m = predicted / measured (MemTracker, rank 0, fake process group)")
+    print(format_table(results))
+    if args.json:
+        write_atomic(args.json, json.dumps(results, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
