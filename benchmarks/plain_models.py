@@ -160,25 +160,25 @@ def build_torchtitan(name: str):
     return model
 
 
-def torchtitan_inputs(model) -> tuple:
-    """Token ids, as positional arguments; with FlexAttention or varlen, the positions and the
-    masks the trainer builds from them (``Decoder.get_attention_masks``)."""
-    tokens = torch.randint(0, model.config.vocab_size, (BATCH, SEQ))
-    first = model.config.first_attention
-    inner = getattr(first, "inner_attention", None)
+def torchtitan_inputs(model) -> dict:
+    """The trainer's call: ``model(tokens, **extra)``, the token ids and, with FlexAttention or
+    varlen, the positions and the masks the trainer builds from them
+    (``Decoder.get_attention_masks``), as keyword arguments."""
     from torchtitan.models.common.attention import ScaledDotProductAttention
 
+    tokens = torch.randint(0, model.config.vocab_size, (BATCH, SEQ))
+    inner = getattr(model.config.first_attention, "inner_attention", None)
     if inner is None or isinstance(inner, ScaledDotProductAttention.Config):
-        return (tokens,)
+        return {"tokens": tokens}
     positions = torch.arange(SEQ).repeat(BATCH, 1)
-    return (tokens, positions, model.get_attention_masks(positions))
+    return {"tokens": tokens, "positions": positions, "attention_masks": model.get_attention_masks(positions)}
 
 
 def torchtitan_loss(output, batch):
     """torchtitan's trainer loss, as ``components/loss.py`` writes it for plain tensors (the
     sum of token cross-entropies of float32 logits, ignoring -100) over the number of
     labels; labels are the tokens shifted by one."""
-    labels = batch[0][:, 1:]
+    labels = batch["tokens"][:, 1:]
     pred = output[:, :-1]
     summed = F.cross_entropy(pred.flatten(0, 1).float(), labels.flatten(0, 1), reduction="sum", ignore_index=-100)
     return summed / labels.numel()
