@@ -259,8 +259,10 @@ def hf_model_file_text(task: str, model_type: str) -> str:
 def short_cause(err: BaseException) -> str:
     """Exception type and the first line of its message, without addresses or numbers, so
     that one cause in many models reads the same."""
-    lines = str(err).strip().splitlines()
+    lines = [line for line in str(err).strip().splitlines() if line.strip()]
     text = lines[0] if lines else ""
+    if type(err).__name__ == "ProcessRaisedException" and lines:  # a rank's traceback: its last line
+        text = lines[-1].strip()
     text = re.sub(r"0x[0-9a-fA-F]+", "0x?", text)
     text = re.sub(r"\d+", "N", text)
     text = re.sub(r"'[^']{40,}'", "'…'", text)

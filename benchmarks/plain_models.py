@@ -192,7 +192,9 @@ def litgpt_config(name: str):
 
     from hf_tiny import tiny_values
 
-    return Config.from_name(name, **tiny_values(dict(name_to_config[name])))
+    # A registry entry names only what differs from the Config defaults (phi-2 has no n_head).
+    defaults = {f.name: f.default for f in dataclasses.fields(Config) if f.default is not dataclasses.MISSING}
+    return Config.from_name(name, **tiny_values({**defaults, **name_to_config[name]}))
 
 
 def build_litgpt(name: str):
