@@ -201,6 +201,10 @@ def _judge_collectives(verification, info: dict) -> None:
         {"axis": r.axis, "kind": r.kind, "predicted": list(r.predicted), "observed": list(r.observed)}
         for r in verification.mismatches
     ]
+    info["modules"] = [  # where: the module rows that differ
+        {"module": r.module, "axis": r.axis, "kind": r.kind, "predicted": list(r.predicted), "observed": list(r.observed)}
+        for r in verification.moved
+    ]
     if not verification.passed:  # one cause for every model; which kinds differ is in "mismatches"
         raise CollectivesDiffer("observed != predicted")
 
