@@ -32,9 +32,17 @@ BENCH_DIR = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH_DIR.parent))
 sys.path.insert(0, str(BENCH_DIR))
 
-from hf_coverage import (  # noqa: E402
-    Printer, _stop_live_rows, failures_of, parse_args, row_cells, run_isolated, run_keys, summarize,
-    summary_lines, write_json,
+from hf_coverage import (
+    Printer,
+    _stop_live_rows,
+    failures_of,
+    parse_args,
+    row_cells,
+    run_isolated,
+    run_keys,
+    summarize,
+    summary_lines,
+    write_json,
 )
 
 DEFAULT_JSON = BENCH_DIR / "results" / "plain_coverage.json"
@@ -55,7 +63,6 @@ def select_rows(rows, models: str | None) -> list[tuple[str, str]]:
 
 def row_main(spec: str, out: Path, dtypes: list[str], numerics: bool, numerics_max_step_s: float) -> None:
     import torch
-
     from hf_row import run_row
     from plain_models import class_name, model_file_text
 

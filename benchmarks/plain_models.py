@@ -63,7 +63,8 @@ def registry_rows() -> list[tuple[str, str]]:
 
 def torchtitan_families() -> list[str]:
     """Subpackages of ``torchtitan.models`` that are language models (their smallest flavour
-    builds a ``Decoder``); a family that cannot be imported is kept: its row says why."""
+    builds a ``Decoder``); a family whose registry cannot be imported or called is kept: its
+    row says why."""
     import torchtitan.models
 
     families = []
@@ -75,16 +76,15 @@ def torchtitan_families() -> list[str]:
 
             if isinstance(_torchtitan_config(info.name, sdpa=False), Decoder.Config):
                 families.append(info.name)
-        except ImportError:
+        except Exception:  # noqa: BLE001 - kept: its row records the failure
             families.append(info.name)
-        except Exception:
-            continue  # not a model registry of this shape (not a language model)
     return families
 
 
 def versions() -> dict[str, str]:
-    import litgpt  # noqa: F401
     from importlib.metadata import version
+
+    import litgpt  # noqa: F401
 
     return {"torch": torch.__version__, "torchtitan": version("torchtitan"), "litgpt": version("litgpt")}
 
@@ -109,7 +109,11 @@ def shrink_nested(config, sdpa: bool = False):
     with ``sdpa``, every FlexAttention / varlen inner attention replaced by torchtitan's own
     ``ScaledDotProductAttention``."""
     from hf_tiny import LAYERS, MAX_POSITIONS, _kept_layers
-    from torchtitan.models.common.attention import FlexAttention, ScaledDotProductAttention, VarlenAttention
+    from torchtitan.models.common.attention import (
+        FlexAttention,
+        ScaledDotProductAttention,
+        VarlenAttention,
+    )
 
     def walk(value):
         if isinstance(value, list):
@@ -188,9 +192,8 @@ def torchtitan_loss(output, batch):
 
 def litgpt_config(name: str):
     """``Config.from_name(name)`` with only sizes changed (``hf_tiny.tiny_values``)."""
-    from litgpt.config import Config, name_to_config
-
     from hf_tiny import tiny_values
+    from litgpt.config import Config, name_to_config
 
     # A registry entry names only what differs from the Config defaults (phi-2 has no n_head).
     defaults = {f.name: f.default for f in dataclasses.fields(Config) if f.default is not dataclasses.MISSING}
