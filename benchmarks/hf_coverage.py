@@ -81,12 +81,12 @@ def run_keys(dtypes: list[str]) -> list[str]:
 
 # ---- one row in a subprocess --------------------------------------------------------------
 
-def run_isolated(task: str, model_type: str, args, workdir: Path) -> dict:
-    """The row from ``--row`` in a fresh process (own session, so a timeout kills its gloo
-    children too); a crash or timeout is recorded on the stage that was running."""
+def run_isolated(task: str, model_type: str, args, workdir: Path, script: Path = Path(__file__)) -> dict:
+    """The row from ``script --row`` in a fresh process (own session, so a timeout kills its
+    gloo children too); a crash or timeout is recorded on the stage that was running."""
     out = workdir / f"{task}-{model_type}.json"
     log = workdir / f"{task}-{model_type}.log"
-    command = [sys.executable, str(Path(__file__).resolve()), "--row", f"{task}:{model_type}", "--row-out", str(out),
+    command = [sys.executable, str(script.resolve()), "--row", f"{task}:{model_type}", "--row-out", str(out),
                "--dtypes", ",".join(args.dtypes) or "none", "--numerics-max-step", str(args.numerics_max_step)]
     if args.no_numerics:
         command.append("--no-numerics")
@@ -139,14 +139,21 @@ def _mark_ending(row: dict, ending: str, log: Path) -> None:
 def row_main(spec: str, out: Path, dtypes: list[str], numerics: bool, numerics_max_step_s: float) -> None:
     import torch
 
-    from hf_row import run_row
+    from hf_row import class_name, hf_model_file_text, run_row
 
     torch.set_num_threads(1)  # rows run side by side on few cores
     task, model_type = spec.split(":", 1)
-    run_row(task, model_type, dtypes, numerics, numerics_max_step_s, out)
+    model_file = out.with_suffix(".model.py")  # beside the row's JSON, in the run's temporary folder
+    model_file.write_text(hf_model_file_text(task, model_type))
+    row = {"task": task, "model_type": model_type, "class": class_name(task, model_type)}
+    run_row(row, model_file, dtypes, numerics, numerics_max_step_s, out)
 
 
 # ---- table and summary ---------------------------------------------------------------------
+
+def task_tag(task: str) -> str:
+    return TASK_TAGS.get(task, task)
+
 
 def stage_ok(row: dict, name: str) -> bool | None:
     """True / False where the stage ran, None where it was not reached."""
@@ -173,7 +180,7 @@ def row_cells(row: dict, keys: list[str], dtypes: list[str]) -> list[str]:
     build = stage_ok(row, "build")
     plan_s = [row["stages"].get(f"plan {k}", {}).get("plan_seconds") for k in keys]
     return [
-        row["model_type"], TASK_TAGS[row["task"]], "✓" if build else "✗",
+        row["model_type"], task_tag(row["task"]), "✓" if build else "✗",
         *[run_marks(row, k) for k in keys], numerics_marks(row, dtypes),
         " ".join("-" if s is None else f"{s:.1f}" for s in plan_s), f"{row.get('seconds', 0):.0f}",
         _first_cause(row, keys)[:110],
@@ -236,7 +243,7 @@ def summarize(rows: list[dict], keys: list[str]) -> dict:
         for stage, cause in failures_of(row, keys):
             group = groups.setdefault(cause, {"cause": cause, "stages": set(), "models": set()})
             group["stages"].add(stage)
-            group["models"].add(f"{row['model_type']}[{TASK_TAGS[row['task']]}]")
+            group["models"].add(f"{row['model_type']}[{task_tag(row['task'])}]")
     failures = sorted(
         ({"cause": g["cause"], "stages": sorted(g["stages"]), "models": sorted(g["models"])} for g in groups.values()),
         key=lambda g: (-len(g["models"]), g["cause"]),
@@ -244,10 +251,10 @@ def summarize(rows: list[dict], keys: list[str]) -> dict:
     return {"rows": len(rows), "built": len(built), "runs": runs, "numerics": numerics, "failures": failures}
 
 
-def summary_lines(summary: dict) -> list[str]:
+def summary_lines(summary: dict, what: str = "the registries' rows") -> list[str]:
     built = summary["built"]
     pct = lambda n, d: f"{n}/{d} ({100 * n / d:.0f} %)" if d else f"{n}/0"  # noqa: E731
-    lines = [f"built tiny: {pct(built, summary['rows'])} of the registries' rows"]
+    lines = [f"built tiny: {pct(built, summary['rows'])} of {what}"]
     for key, counts in summary["runs"].items():
         parts = [f"{stage} {pct(counts[stage], built)}" for stage in ("plan", "apply", "collectives")]
         if "sharded_every_axis" in counts:
@@ -281,7 +288,7 @@ class Printer:
 
     def __init__(self, header: list[str]):
         self.header = header
-        self.widths = [22] + [max(len(h), 4) for h in header[1:-1]] + [0]
+        self.widths = [22, 10] + [max(len(h), 4) for h in header[2:-1]] + [0]
         try:
             from rich.console import Console
 
@@ -314,20 +321,25 @@ def write_json(path: Path, data: dict) -> None:
     os.replace(tmp, path)
 
 
-def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def parse_args(argv=None, description: str | None = None, default_json: Path = DEFAULT_JSON,
+               default_dtypes: str = "float32,bfloat16"):
+    """The flags of this benchmark; ``plain_coverage.py`` passes its own description, table
+    path and dtypes and gets the same flags but the HuggingFace registry's ``--quick``/``--tasks``."""
+    hf = description is None
+    parser = argparse.ArgumentParser(description=description or __doc__.splitlines()[0])
     parser.add_argument("--models", help="comma-separated model types (or task:model_type); default every row")
-    parser.add_argument("--quick", action="store_true", help="12 well-known architectures: " + ",".join(QUICK))
-    parser.add_argument("--tasks", default=",".join(TASKS), help="comma-separated, of " + ",".join(TASKS))
+    if hf:
+        parser.add_argument("--quick", action="store_true", help="12 well-known architectures: " + ",".join(QUICK))
+        parser.add_argument("--tasks", default=",".join(TASKS), help="comma-separated, of " + ",".join(TASKS))
     parser.add_argument("--jobs", type=int, default=1, help="rows run at once")
     parser.add_argument("--timeout", type=int, default=1800, help="seconds per row")
-    parser.add_argument("--dtypes", default="float32,bfloat16")
+    parser.add_argument("--dtypes", default=default_dtypes)
     parser.add_argument("--no-numerics", action="store_true", help="skip the gloo numerics")
     parser.add_argument("--build-only", action="store_true", help="only build each tiny model and step it on one device")
     parser.add_argument("--list", action="store_true", help="print the selected rows, per task, and exit")
     parser.add_argument("--numerics-max-step", type=float, default=20.0,
                         help="numerics only where the float32 fake-process-group step took at most this many seconds")
-    parser.add_argument("--json", type=Path, default=DEFAULT_JSON)
+    parser.add_argument("--json", type=Path, default=default_json)
     parser.add_argument("--row", help=argparse.SUPPRESS)
     parser.add_argument("--row-out", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)

@@ -1,9 +1,12 @@
-"""One row of ``hf_coverage.py``: one architecture, every stage, in its own process.
+"""One row of ``hf_coverage.py`` (and ``plain_coverage.py``): one model, every stage, in its own process.
+
+A row's model is a model file (``autoplan/model_file.py``: ``build_model``, ``example_inputs``,
+optional ``compute_loss``); ``hf_model_file_text`` writes the one for a HuggingFace row.
 
 Stages, each recorded as ``{"ok", "cause", "seconds", ...}`` and written to the row's JSON
 file as soon as it ends (so a row killed by its timeout still tells how far it got):
 
-- ``build``: the tiny model (``hf_tiny.py``) built on the CPU, and one forward and backward
+- ``build``: the tiny model built on the CPU, and one forward and backward
   of it on the tiny batch there (a model that cannot take that batch is "not built");
 - per dtype (float32, bfloat16) and budget (``default``: the profile's device memory;
   ``forced``: the least memory any plan needs plus a sixteenth of the replicated model
@@ -22,14 +25,13 @@ from __future__ import annotations
 import json
 import os
 import re
-import tempfile
 import time
 from contextlib import contextmanager
 from pathlib import Path
 
 import torch
 
-from hf_tiny import build_tiny_model, model_class_name, tiny_config, tiny_inputs
+from hf_tiny import model_class_name
 
 MESH, AXIS_NAMES, WORLD = (2, 4), ("dp", "tp"), 8
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
@@ -47,12 +49,14 @@ bytes is split on both mesh axes."""
 BENCH_DIR = Path(__file__).resolve().parent
 
 
-def run_row(task: str, model_type: str, dtypes: list[str], numerics: bool, numerics_max_step_s: float, out: Path) -> dict:
-    """Every stage of one row; ``dtypes`` empty stops after the build."""
-    row = {"task": task, "model_type": model_type, "class": _class_name(task, model_type), "stages": {}}
+def run_row(row: dict, model_file: Path, dtypes: list[str], numerics: bool, numerics_max_step_s: float, out: Path) -> dict:
+    """Every stage of one row, whose model and batch come from ``model_file`` (a model file,
+    ``autoplan/model_file.py``: ``build_model``, ``example_inputs``, optional ``compute_loss``);
+    ``row`` names it (``task``, ``model_type``, ``class``). ``dtypes`` empty stops after the build."""
+    row = {**row, "stages": {}}
     recorder = _Recorder(row, out)
     with recorder.stage("build") as info:
-        _build_and_step(task, model_type, info)
+        _build_and_step(model_file, info)
     if not row["stages"]["build"]["ok"] or not dtypes:
         return row
 
@@ -74,14 +78,14 @@ def run_row(task: str, model_type: str, dtypes: list[str], numerics: bool, numer
                     recorder.save()
                     continue
                 with recorder.stage(f"plan {key}") as info:
-                    plan = _plan(task, model_type, DTYPES[dtype_name], default, info)
+                    plan = _plan(model_file, DTYPES[dtype_name], default, info)
                 if not row["stages"][f"plan {key}"]["ok"]:
                     continue
                 if budget == "default":
                     default = plan
                 plans[key] = plan
                 with recorder.stage(f"apply {key}") as info:
-                    verification = _step(task, model_type, DTYPES[dtype_name], plan, device_mesh)
+                    verification = _step(model_file, DTYPES[dtype_name], plan, device_mesh)
                 if row["stages"][f"apply {key}"]["ok"]:
                     with recorder.stage(f"collectives {key}") as info:
                         _judge_collectives(verification, info)
@@ -89,72 +93,82 @@ def run_row(task: str, model_type: str, dtypes: list[str], numerics: bool, numer
         dist.destroy_process_group()
 
     if numerics:
-        _run_numerics(row, recorder, plans, numerics_max_step_s)
+        _run_numerics(row, recorder, model_file, plans, numerics_max_step_s)
     return row
 
 
-def _build_and_step(task: str, model_type: str, info: dict) -> None:
+def load_row_model(model_file: Path, dtype: torch.dtype = torch.float32):
+    """``(model, batch, loss_fn)`` from a fresh import of the model file, on the current
+    default device; for bfloat16 the model cast with ``.to`` and the batch's floating
+    tensors with it (token ids unchanged)."""
+    from autoplan.model_file import import_model_file, loss_function
+    from autoplan.verify.numerics import seeded_batch
+
+    module = import_model_file(Path(model_file))
+    model = module.build_model()
+    batch = seeded_batch(module, 0)
+    if dtype != torch.float32:
+        model = model.to(dtype)
+        cast = lambda t: t.to(dtype) if isinstance(t, torch.Tensor) and t.is_floating_point() else t  # noqa: E731
+        batch = {k: cast(v) for k, v in batch.items()} if isinstance(batch, dict) else tuple(map(cast, batch))
+    return model, batch, loss_function(module, Path(model_file))
+
+
+def _build_and_step(model_file: Path, info: dict) -> None:
     """The tiny model builds and takes a forward and backward on one device: what is left
     to fail after this is autoplan's (or the parallel model's), not the batch's."""
-    from autoplan.trace.loss import training_loss
+    from autoplan.trace.loss import model_loss
+    from autoplan.verify.numerics import call_model
 
     torch.manual_seed(0)
-    model = build_tiny_model(task, model_type)
+    model, batch, loss_fn = load_row_model(model_file)
     info["parameters"] = sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
     started = time.perf_counter()
-    training_loss(model(**tiny_inputs(task, model.config))).backward()
+    model_loss(call_model(model, batch), batch, loss_fn).backward()
     info["eager_step_seconds"] = round(time.perf_counter() - started, 3)
 
 
-def _class_name(task: str, model_type: str) -> str:
-    try:
-        return model_class_name(task, model_type)
-    except Exception:
-        return ""
-
-
-def _plan(task: str, model_type: str, dtype: torch.dtype, default, info: dict):
+def _plan(model_file: Path, dtype: torch.dtype, default, info: dict):
     """The default-budget plan, or (after it) the forced-budget one: the least memory any
     plan needs plus a sixteenth of the replicated model state (``FORCED_SLACK``)."""
     from autoplan.errors import InfeasibleError
 
     if default is None:
-        return _suggest(task, model_type, dtype, None, info)
+        return _suggest(model_file, dtype, None, info)
     started = time.perf_counter()
     try:  # a budget no plan meets: the solver says what the leanest plan needs
-        return _checked(task, model_type, _suggest(task, model_type, dtype, 1.0, info), info)
+        return _checked(model_file, _suggest(model_file, dtype, 1.0, info), info)
     except InfeasibleError as err:
         smallest = err.smallest_bytes
     info["probe_seconds"] = round(time.perf_counter() - started, 3)
     info["smallest_gib"] = smallest / GIB
-    budget = smallest + FORCED_SLACK * _replicated_state_bytes(task, model_type, dtype)
-    return _checked(task, model_type, _suggest(task, model_type, dtype, budget, info), info)
+    budget = smallest + FORCED_SLACK * _replicated_state_bytes(model_file, dtype)
+    return _checked(model_file, _suggest(model_file, dtype, budget, info), info)
 
 
-def _checked(task: str, model_type: str, plan, info: dict):
-    share = _every_axis_share(task, model_type, plan)
+def _checked(model_file: Path, plan, info: dict):
+    share = _every_axis_share(model_file, plan)
     info["every_axis_share"] = round(share, 3)
     info["sharded_every_axis"] = share >= EVERY_AXIS_SHARE
     return plan
 
 
-def _replicated_state_bytes(task: str, model_type: str, dtype: torch.dtype) -> int:
+def _replicated_state_bytes(model_file: Path, dtype: torch.dtype) -> int:
     """Parameters, gradients and two AdamW moments, whole on one device."""
     with torch.device("meta"):
-        model = build_tiny_model(task, model_type, dtype)
+        model, _, _ = load_row_model(model_file, dtype)
     unique = {id(p): p for p in model.parameters()}.values()
     return 4 * sum(p.numel() * p.element_size() for p in unique)
 
 
-def _suggest(task: str, model_type: str, dtype: torch.dtype, budget_bytes: float | None, info: dict):
+def _suggest(model_file: Path, dtype: torch.dtype, budget_bytes: float | None, info: dict):
     from autoplan.pipeline.suggest import suggest_with_report
 
     with torch.device("meta"):
-        model = build_tiny_model(task, model_type, dtype)
-        batch = tiny_inputs(task, model.config, dtype)
+        model, batch, loss_fn = load_row_model(model_file, dtype)
     started = time.perf_counter()
     memory_gb = budget_bytes / GIB if budget_bytes else None
-    plan, report = suggest_with_report(model, batch, MESH, AXIS_NAMES, memory_gb=memory_gb)
+    plan, report = suggest_with_report(model, batch, MESH, AXIS_NAMES, memory_gb=memory_gb, loss_fn=loss_fn)
     info["plan_seconds"] = round(time.perf_counter() - started, 3)
     info["budget_gib"] = memory_gb
     info["peak_gib"] = plan.predicted.peak_memory_bytes / GIB
@@ -164,29 +178,32 @@ def _suggest(task: str, model_type: str, dtype: torch.dtype, budget_bytes: float
     return plan
 
 
-def _every_axis_share(task: str, model_type: str, plan) -> float:
+def _every_axis_share(model_file: Path, plan) -> float:
     """Share of parameter bytes the plan splits on every mesh axis (tied weights once)."""
     with torch.device("meta"):
-        model = build_tiny_model(task, model_type)
+        model, _, _ = load_row_model(model_file)
     sizes = {fqn: p.numel() for fqn, p in model.named_parameters()}  # tied FQNs appear once
     total = sum(sizes.values())
     split = sum(n for fqn, n in sizes.items() if all("S(" in p for p in plan.parameters.get(fqn, ("R",))))
     return split / total if total else 0.0
 
 
-def _step(task: str, model_type: str, dtype: torch.dtype, plan, device_mesh):
+def _step(model_file: Path, dtype: torch.dtype, plan, device_mesh):
     from autoplan.verify.step_check import verify_plan
 
     torch.manual_seed(0)
-    model = build_tiny_model(task, model_type, dtype)
-    batch = tiny_inputs(task, model.config, dtype)
-    return verify_plan(model, batch, plan, device_mesh)
+    model, batch, loss_fn = load_row_model(model_file, dtype)
+    return verify_plan(model, batch, plan, device_mesh, loss_fn=loss_fn)
 
 
 def _judge_collectives(verification, info: dict) -> None:
     info["mismatches"] = [
         {"axis": r.axis, "kind": r.kind, "predicted": list(r.predicted), "observed": list(r.observed)}
         for r in verification.mismatches
+    ]
+    info["modules"] = [  # where: the module rows that differ
+        {"module": r.module, "axis": r.axis, "kind": r.kind, "predicted": list(r.predicted), "observed": list(r.observed)}
+        for r in verification.moved
     ]
     if not verification.passed:  # one cause for every model; which kinds differ is in "mismatches"
         raise CollectivesDiffer("observed != predicted")
@@ -196,7 +213,7 @@ class CollectivesDiffer(Exception):
     pass
 
 
-def _run_numerics(row: dict, recorder, plans: dict, max_step_s: float) -> None:
+def _run_numerics(row: dict, recorder, model_file: Path, plans: dict, max_step_s: float) -> None:
     """Float32 plans whose step ran and ran fast, in one launch of 8 gloo processes."""
     from autoplan.verify.numerics import NumericsJob, check_numerics
 
@@ -207,13 +224,10 @@ def _run_numerics(row: dict, recorder, plans: dict, max_step_s: float) -> None:
     ]
     if not keys:
         return
-    with tempfile.TemporaryDirectory(prefix="hf-coverage-") as tmp:
-        model_file = Path(tmp) / f"{row['model_type']}.py"
-        model_file.write_text(_model_file_text(row["task"], row["model_type"]))
-        jobs = [NumericsJob(str(model_file), "build_model", plans[key].to_json()) for key in keys]
-        with recorder.stage("numerics launch") as info:
-            info["jobs"] = keys
-            results = check_numerics(jobs, world=WORLD)
+    jobs = [NumericsJob(str(model_file), "build_model", plans[key].to_json()) for key in keys]
+    with recorder.stage("numerics launch") as info:
+        info["jobs"] = keys
+        results = check_numerics(jobs, world=WORLD)
     launch = stages["numerics launch"]
     for index, key in enumerate(keys):
         entry = {"ok": False, "cause": launch["cause"], "seconds": launch["seconds"]}
@@ -227,7 +241,14 @@ def _run_numerics(row: dict, recorder, plans: dict, max_step_s: float) -> None:
     recorder.save()
 
 
-def _model_file_text(task: str, model_type: str) -> str:
+def class_name(task: str, model_type: str) -> str:
+    try:
+        return model_class_name(task, model_type)
+    except Exception:
+        return ""
+
+
+def hf_model_file_text(task: str, model_type: str) -> str:
     """A model file (``autoplan/model_file.py``'s convention) that builds this row's model."""
     return (
         f'"""hf_coverage row: the tiny {model_type} for {task}."""\n'
@@ -242,8 +263,10 @@ def _model_file_text(task: str, model_type: str) -> str:
 def short_cause(err: BaseException) -> str:
     """Exception type and the first line of its message, without addresses or numbers, so
     that one cause in many models reads the same."""
-    lines = str(err).strip().splitlines()
+    lines = [line for line in str(err).strip().splitlines() if line.strip()]
     text = lines[0] if lines else ""
+    if type(err).__name__ == "ProcessRaisedException" and lines:  # a rank's traceback: its last line
+        text = lines[-1].strip()
     text = re.sub(r"0x[0-9a-fA-F]+", "0x?", text)
     text = re.sub(r"\d+", "N", text)
     text = re.sub(r"'[^']{40,}'", "'…'", text)

@@ -29,22 +29,25 @@ num_attention_heads, num_heads,        4 (a list of per-stage heads: 1, 2, 4, ..
 n_head(s), encoder/decoder_attention_
 heads
 num_key_value_heads, num_kv_heads,     2 where the shipped config groups queries (kv < heads),
-n_kv_heads, multi_query_group_num      1 where it has one kv head, 4 where kv == heads
-head_dim, d_kv, *_head_dim,            16 (= 64 / 4 heads; None stays None)
+n_kv_heads, multi_query_group_num,     1 where it has one kv head, 4 where kv == heads
+n_query_groups (litgpt)
+head_dim, head_size, d_kv, *_head_dim, 16 (= 64 / 4 heads; None stays None)
 kv_lora_rank, q_lora_rank,
 hidden_size_per_layer_input
 rotary_dim                             at most 8 (GPT-J, CodeGen: part of a 16-wide head)
 vocab_size, *vocab_size                512 or just above the largest special token id,
                                        never more than shipped (type_vocab_size stays 2)
 max_position_embeddings, n_positions,  at most 128 (the batch is 16 tokens long)
-n_ctx, max_seq_len
+n_ctx, max_seq_len, block_size
 num_local_experts, num_experts,        at most 4
-n_routed_experts, moe_num_experts
+n_routed_experts, moe_num_experts,
+n_expert
 num_experts_per_tok(en), moe_topk,     at most 2
-moe_top_k, moe_k
+moe_top_k, moe_k, n_expert_per_token
 n_group, topk_group, num_expert_group, at most 1 (4 experts make one group; one of the 2
 first_k_dense_replace, num_dense_      layers stays MoE)
-layers, (n|num|moe_num)_shared_experts
+layers, (n|num|moe_num)_shared_experts,
+n_shared_expert, n_(expert|topk)_groups
 image_size                             32;  patch_size 2;  window_size 2 (Swin's last stage
                                        then spans one window, as it ships at 224 / 4 / 7)
 hidden_sizes (per stage)               16, 32, 64, ... (one per stage, stages kept)
@@ -53,6 +56,9 @@ decoder_start_token_id                 pad_token_id where an encoder-decoder con
                                        (a token id, not a size: T5's config ships without it,
                                        its checkpoints carry it; without it no step runs)
 =====================================  ==================================================
+
+The litgpt names (``n_query_groups``, ``head_size``, ``block_size``, ``n_expert``, ...) serve
+``plain_models.py``, which shrinks litgpt's flat configs with ``tiny_values``.
 
 Sizes a config derives from others (llama's ``head_dim``) are recomputed by the config
 class itself: only the knobs above are passed to it.
@@ -87,12 +93,13 @@ LAYER_KNOBS = ("num_hidden_layers", "num_layers", "n_layer", "n_layers", "encode
                "num_decoder_layers")
 HEAD_KNOBS = ("num_attention_heads", "num_heads", "n_head", "n_heads", "encoder_attention_heads",
               "decoder_attention_heads")
-KV_HEAD_KNOBS = ("num_key_value_heads", "num_kv_heads", "n_kv_heads", "multi_query_group_num")
-POSITION_KNOBS = ("max_position_embeddings", "n_positions", "n_ctx", "max_seq_len")
-EXPERT_KNOBS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts")
-TOP_K_KNOBS = ("num_experts_per_tok", "num_experts_per_token", "moe_topk", "moe_top_k", "moe_k")
+KV_HEAD_KNOBS = ("num_key_value_heads", "num_kv_heads", "n_kv_heads", "multi_query_group_num", "n_query_groups")
+POSITION_KNOBS = ("max_position_embeddings", "n_positions", "n_ctx", "max_seq_len", "block_size")
+EXPERT_KNOBS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts", "n_expert")
+TOP_K_KNOBS = ("num_experts_per_tok", "num_experts_per_token", "moe_topk", "moe_top_k", "moe_k", "n_expert_per_token")
 AT_MOST_ONE = ("n_group", "topk_group", "num_expert_group", "first_k_dense_replace", "num_dense_layers",
-               "n_shared_experts", "num_shared_experts", "moe_num_shared_experts")
+               "n_shared_experts", "num_shared_experts", "moe_num_shared_experts", "n_shared_expert",
+               "n_expert_groups", "n_topk_groups")
 """Expert groups (4 experts make one), dense layers before the first MoE layer (one of the
 2 layers stays MoE), shared experts."""
 
@@ -108,17 +115,24 @@ def tiny_config(model_type: str):
 def tiny_overrides(config) -> dict:
     """Keyword arguments that rebuild ``config`` with tiny sizes; nested configs as dicts."""
     values = config.to_dict()
+    out = tiny_values(values)
+    if values.get("is_encoder_decoder") and values.get("decoder_start_token_id") is None and _is_int(values.get("pad_token_id")):
+        out["decoder_start_token_id"] = values["pad_token_id"]
+    for name in _sub_config_names(config):
+        sub = getattr(config, name)
+        out[name] = {**sub.to_dict(), **tiny_overrides(sub)}
+    return out
+
+
+def tiny_values(values: dict) -> dict:
+    """The changed entries of a flat ``{attribute: value}`` config (the table above), per-layer
+    lists cut to the layers kept: any library's config, not only transformers'."""
     out: dict = {}
     for name, value in values.items():
         tiny = _tiny_value(name, value, values)
         if tiny is not _KEEP:
             out[name] = tiny
     _cut_per_layer_lists(values, out)
-    if values.get("is_encoder_decoder") and values.get("decoder_start_token_id") is None and _is_int(values.get("pad_token_id")):
-        out["decoder_start_token_id"] = values["pad_token_id"]
-    for name in _sub_config_names(config):
-        sub = getattr(config, name)
-        out[name] = {**sub.to_dict(), **tiny_overrides(sub)}
     return out
 
 
@@ -148,7 +162,7 @@ def _tiny_value(name: str, value, values: dict):
     if name in KV_HEAD_KNOBS:
         heads = next((values[h] for h in HEAD_KNOBS if _is_int(values.get(h))), value)
         return 1 if value == 1 else HEADS if value >= heads else HEADS // 2
-    if name in ("head_dim", "d_kv", "kv_lora_rank", "q_lora_rank") or name.endswith("_head_dim"):
+    if name in ("head_dim", "head_size", "d_kv", "kv_lora_rank", "q_lora_rank") or name.endswith("_head_dim"):
         return HEAD_DIM
     if name == "rotary_dim":  # GPT-J and CodeGen rotate part of each head
         return min(value, HEAD_DIM // 2)

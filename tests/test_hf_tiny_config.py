@@ -53,3 +53,18 @@ def test_tiny_model_runs_a_training_step(task, model_type):
     loss = model(**tiny_inputs(task, model.config)).loss
     loss.backward()
     assert torch.isfinite(loss)
+
+
+def test_flat_config_of_another_library_shrinks_by_the_same_table():
+    """litgpt's names (plain_coverage.py): widths, grouped kv heads, experts, positions and
+    per-layer lists shrink; behaviour (norm, activation, bias) stays; derived sizes stay None."""
+    from hf_tiny import tiny_values
+
+    mixtral = dict(name="Mixtral-8x7B-v0.1", block_size=32768, n_layer=32, n_embd=4096, n_head=32, n_query_groups=8,
+                   head_size=128, vocab_size=32000, padded_vocab_size=32000, intermediate_size=14336, n_expert=8,
+                   n_expert_per_token=2, norm_class_name="RMSNorm", bias=False, mlp_class_name="LLaMAMoE",
+                   rope_n_elem=None, sliding_window_indices=[1, 0] * 16)
+    tiny = tiny_values(mixtral)
+    assert tiny == dict(block_size=128, n_layer=2, n_embd=64, n_head=4, n_query_groups=2, head_size=16, vocab_size=512,
+                        padded_vocab_size=512, intermediate_size=128, n_expert=4, n_expert_per_token=2,
+                        sliding_window_indices=[1, 0])
