@@ -191,6 +191,8 @@ _DROPOUTS = {F.dropout, F.dropout1d, F.dropout2d, F.dropout3d, F.alpha_dropout, 
 
 
 def _relative(value: torch.Tensor, reference: torch.Tensor, floor: float = 0.0) -> float:
+    if reference.numel() == 0:
+        return 0.0  # an empty buffer (a zero-width rotary table) holds nothing to differ
     scale = max(reference.abs().max().item(), floor)
     diff = (value.detach().float() - reference.detach().float()).abs().max().item()
     return diff / scale if scale > 0 else diff
