@@ -121,7 +121,7 @@ def step_collectives(costed: CostedGraph, choice: dict[str, int], modules: dict 
                 continue
             planned = decision.strategies[choice[name]]
             arrived = [planned.inputs[k] if u in weights else arrival(u, i, name)[1] for u, i, k in inputs]
-            if arrived == list(planned.inputs):
+            if arrived == list(planned.inputs) and decision.fx_node.target not in _LIKE_OPS:
                 continue  # nothing to move: DTensor runs what the plan does
             run = runtime_strategy(decision, arrived, mesh)
             if run is not None and run != planned:
@@ -207,6 +207,15 @@ def step_collectives(costed: CostedGraph, choice: dict[str, int], modules: dict 
         for at_root, axis, index in loss_reductions(loss, decision.fx_node, strategy, mesh_shape):
             found[(ROOT if at_root else module_of(node), "all_reduce", axis, round(tensor_bytes(values[index])))] += 1
     return found
+
+
+_LIKE_OPS = frozenset(
+    getattr(torch.ops.aten, name).default
+    for name in ("new_zeros", "new_ones", "new_empty", "new_full", "zeros_like", "ones_like", "empty_like", "full_like")
+)
+"""Ops that read their input for its shape and dtype only: any layout of theirs reads the
+input as it is, and DTensor makes the output as the input is laid out, which the plan may
+not have (BART's and T5's shifted decoder ids: ``input_ids.new_zeros(...)``)."""
 
 
 def _views_follow(graph, name: str) -> bool:
