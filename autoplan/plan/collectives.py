@@ -247,6 +247,8 @@ def _passes_gradient(graph, name: str) -> bool:
 
 _aten = torch.ops.aten
 _REDUCTIONS = (_aten.sum.dim_IntList, _aten.mean.dim, _aten.sum.default, _aten.mean.default)
+_INDEXING = (_aten.index.Tensor, _aten.index_select.default, _aten.gather.default)
+"""Rows picked by integer indices: the backward adds the gradient back into those rows."""
 _WITH_A_SCALAR = (  # DTensor registers these apart from its pointwise list
     _aten.add.Tensor, _aten.sub.Tensor, _aten.mul.Tensor, _aten.div.Tensor,
     _aten.add.Scalar, _aten.sub.Scalar, _aten.mul.Scalar, _aten.div.Scalar,
@@ -256,14 +258,18 @@ _WITH_A_SCALAR = (  # DTensor registers these apart from its pointwise list
 def _carries_partial(graph, name: str) -> bool:
     """Whether ``name``'s backward is linear in its output's gradient and reads at most
     what it was given as it was made: a pointwise op or a sum or mean of one tensor (an
-    RMSNorm's rsqrt, its eps add, its mean of squares). Its input's gradient is partial
+    RMSNorm's rsqrt, its eps add, its mean of squares), or rows picked by index (a mixture
+    of experts' routed tokens). Its input's gradient is partial
     where the output's is, on every axis where its output was not made split: DTensor
     multiplies or expands the partial gradient there and reduces nothing."""
     decision = graph.decision(name)
-    if decision.kind != OP or len(graph.inputs_of(name)) != 1:
+    if decision.kind != OP:
+        return False
+    inputs = graph.inputs_of(name)
+    if sum(graph.decision(u).requires_grad for u, _, _ in inputs) != 1 or (len(inputs) > 1 and decision.fx_node.target not in _INDEXING):
         return False
     target = decision.fx_node.target
-    return target in _REDUCTIONS or target in _WITH_A_SCALAR or target in _pointwise_ops()
+    return target in _REDUCTIONS or target in _WITH_A_SCALAR or target in _INDEXING or target in _pointwise_ops()
 
 
 def _pointwise_ops() -> frozenset:
