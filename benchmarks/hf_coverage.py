@@ -371,11 +371,19 @@ def main(argv=None) -> dict | None:
     printer.line(f"transformers {transformers.__version__}, torch {torch.__version__}; {len(rows_to_run)} rows, "
                  f"mesh 2x4, {args.jobs} at a time, {args.timeout} s each", "bold")
     printer.cells(printer.header, "bold")
-    result = {"versions": {"transformers": transformers.__version__, "torch": torch.__version__},
-              "args": {k: v for k, v in vars(args).items() if not k.startswith("row")}, "rows": []}
+    versions = {"transformers": transformers.__version__, "torch": torch.__version__}
+    result = run_rows(rows_to_run, args, keys, printer, versions, Path(__file__))
+    printer.summary(summary_lines(result["summary"]) + [f"total {result['seconds']:.0f} s; table in {args.json}"])
+    return result
+
+
+def run_rows(rows_to_run, args, keys: list[str], printer, versions: dict, script: Path) -> dict:
+    """Each row in its own process (``script --row``), ``args.jobs`` at a time; rows printed
+    and the JSON table rewritten as they complete, then in the given order with a summary."""
+    result = {"versions": versions, "args": {k: v for k, v in vars(args).items() if not k.startswith("row")}, "rows": []}
     started = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="hf-coverage-") as tmp, ThreadPoolExecutor(args.jobs) as pool:
-        futures = [pool.submit(run_isolated, task, model_type, args, Path(tmp)) for task, model_type in rows_to_run]
+    with tempfile.TemporaryDirectory(prefix=f"{script.stem}-") as tmp, ThreadPoolExecutor(args.jobs) as pool:
+        futures = [pool.submit(run_isolated, task, name, args, Path(tmp), script) for task, name in rows_to_run]
         try:
             for future in as_completed(futures):
                 row = future.result()
@@ -392,7 +400,6 @@ def main(argv=None) -> dict | None:
     result["summary"] = summarize(result["rows"], keys)
     result["seconds"] = round(time.perf_counter() - started, 1)
     write_json(args.json, result)
-    printer.summary(summary_lines(result["summary"]) + [f"total {result['seconds']:.0f} s; table in {args.json}"])
     return result
 
 

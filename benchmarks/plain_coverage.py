@@ -23,9 +23,6 @@ pull another torch); the README says what else to add by hand.
 from __future__ import annotations
 
 import sys
-import tempfile
-import time
-from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
 BENCH_DIR = Path(__file__).resolve().parent
@@ -34,15 +31,11 @@ sys.path.insert(0, str(BENCH_DIR))
 
 from hf_coverage import (
     Printer,
-    _stop_live_rows,
-    failures_of,
     parse_args,
-    row_cells,
-    run_isolated,
     run_keys,
-    summarize,
+    run_rows,
     summary_lines,
-    write_json,
+    table_header,
 )
 
 DEFAULT_JSON = BENCH_DIR / "results" / "plain_coverage.json"
@@ -89,38 +82,16 @@ def main(argv=None) -> dict | None:
     keys = run_keys(args.dtypes)
     printer = Printer(run_header(keys))
     found = versions()
-    printer.line(", ".join(f"{k} {v}" for k, v in found.items()) + f"; {len(rows_to_run)} rows, mesh 2x4, "
+    versions_line = ", ".join(f"{k} {v}" for k, v in found.items())
+    printer.line(f"{versions_line}; {len(rows_to_run)} rows, mesh 2x4, "
                  f"{args.jobs} at a time, {args.timeout} s each", "bold")
     printer.cells(printer.header, "bold")
-    result = {"versions": found, "args": {k: v for k, v in vars(args).items() if not k.startswith("row")}, "rows": []}
-    started = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="plain-coverage-") as tmp, ThreadPoolExecutor(args.jobs) as pool:
-        futures = [pool.submit(run_isolated, source, name, args, Path(tmp), Path(__file__))
-                   for source, name in rows_to_run]
-        try:
-            for future in as_completed(futures):
-                row = future.result()
-                result["rows"].append(row)
-                printer.row(row_cells(row, keys, args.dtypes), failed=bool(failures_of(row, keys)))
-                write_json(args.json, result)
-        except KeyboardInterrupt:
-            for future in futures:
-                future.cancel()
-            _stop_live_rows()
-            raise
-    order = {key: i for i, key in enumerate(rows_to_run)}
-    result["rows"].sort(key=lambda r: order[(r["task"], r["model_type"])])
-    result["summary"] = summarize(result["rows"], keys)
-    result["seconds"] = round(time.perf_counter() - started, 1)
-    write_json(args.json, result)
-    versions_line = ", ".join(f"{k} {v}" for k, v in found.items())
+    result = run_rows(rows_to_run, args, keys, printer, found, Path(__file__))
     printer.summary(summary_lines(result["summary"], what="rows") + [f"{versions_line}; total {result['seconds']:.0f} s; table in {args.json}"])
     return result
 
 
 def run_header(keys: list[str]) -> list[str]:
-    from hf_coverage import table_header
-
     return ["source" if h == "task" else h for h in table_header(keys)]
 
 
