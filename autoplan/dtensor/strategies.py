@@ -17,6 +17,7 @@ read with autoplan's rules installed (``overrides.py``; ``build_choices`` instal
 
 from __future__ import annotations
 
+import functools
 import itertools
 from dataclasses import dataclass
 
@@ -110,6 +111,18 @@ def _passes_partial_through(strategy: Strategy, inputs: list, outputs: list) -> 
             ):
                 return True
     return False
+
+
+def is_pointwise(op) -> bool:
+    """Whether DTensor lists ``op`` among its pointwise ops (one rule for all of them)."""
+    return op in _pointwise_ops()
+
+
+@functools.cache
+def _pointwise_ops() -> frozenset:
+    from torch.distributed.tensor._ops._pointwise_ops import pointwise_ops
+
+    return frozenset(pointwise_ops)
 
 
 def runtime_schema_info(op):

@@ -28,9 +28,9 @@ a 3-D mesh) replicates everything in every baseline.
                     its first dim that tp leaves whole and that divides evenly.
     torchtitan      torchtitan's Llama recipe: megatron_fsdp plus sequence parallel on tp.
                     The output head is split by vocabulary on tp (the token embedding is
-                    not: ``_vocabulary_dims``); norms run on sequence slices; attention and MLP blocks hand back
-                    sequence slices (``evaluate/sequence_parallel.py``; its loss parallel
-                    is not expressible). Fused ``wqkv`` is column-parallel.
+                    not: ``_vocabulary_dims``); norms run on sequence slices; attention and
+                    MLP blocks hand back sequence slices (``evaluate/sequence_parallel.py``;
+                    its loss parallel is not expressible). Fused ``wqkv`` is column-parallel.
                     torchtitan's FSDP splits dim 0 again under tp (DTensor's _StridedShard),
                     which plans cannot express: FSDP takes the next dim here, as in
                     megatron_fsdp.
@@ -72,8 +72,9 @@ ROW_PARALLEL = (
     "c_proj",
     "output.dense",  # BERT: attention.output.dense and the layer's output.dense
 )
-# Weight dims per module type: (dim sharded when column-parallel, when row-parallel).
-_WEIGHT_DIMS = {"Linear": (0, 1), "Conv1D": (1, 0)}
+# Weight dims per module type: (dim sharded when column-parallel, when row-parallel);
+# GPT-2's Conv1D stores its weight input x output.
+WEIGHT_DIMS = {"Linear": (0, 1), "Conv1D": (1, 0)}
 
 
 @dataclass(frozen=True)
@@ -227,9 +228,9 @@ def _megatron_dims(problem: Problem, tp_size: int, notes: list[str]) -> dict[str
     dims: dict[str, int] = {}
     for module, kind in problem.traced.module_types.items():
         role = _role(module)
-        if role is None or kind not in _WEIGHT_DIMS:
+        if role is None or kind not in WEIGHT_DIMS:
             continue
-        column_dim, row_dim = _WEIGHT_DIMS[kind]
+        column_dim, row_dim = WEIGHT_DIMS[kind]
         weight = by_fqn.get(f"{module}.weight")
         bias = by_fqn.get(f"{module}.bias")
         wanted = {weight: column_dim if role == "column" else row_dim}
@@ -272,7 +273,7 @@ def _vocabulary_dims(problem: Problem, tp_size: int, notes: list[str]) -> dict[s
 
 
 def _row_parallel_modules(problem: Problem) -> set[str]:
-    return {module for module, kind in problem.traced.module_types.items() if kind in _WEIGHT_DIMS and _role(module) == "row"}
+    return {module for module, kind in problem.traced.module_types.items() if kind in WEIGHT_DIMS and _role(module) == "row"}
 
 
 def _role(module: str) -> str | None:

@@ -10,22 +10,19 @@ for a loss that runs on them split. The batch stays split on dp throughout.
 
 ``pin_sequence_parallel`` pins those boundaries on a problem: norms (modules whose type
 name ends in ``Norm``) in and out, as a plan's own module layouts are pinned
-(``Pins.module_boundaries``), and the token embeddings' and the blocks' outputs where they
-are read. The logits are left to the solver:
-torchtitan's loss parallel swaps in a cross-entropy that runs on class-split logits
-(``torch.distributed.tensor.parallel.loss_parallel``), which DTensor's strategies, and so
-autoplan's plans, do not have; pinned split by class, the plain loss would gather every
-logit, which torchtitan never does. A block's output is
-the row-parallel projection's partial sum, and a vocabulary-split embedding's a masked
-partial one, which no op strategy makes a sequence slice: the readers after them read it
-as one (the reduce-scatter torchtitan's ``RowwiseParallel(output_layouts=Shard(1))`` runs). Only activations shaped
-``[batch, sequence, features]`` whose batch and sequence divide the axes are laid out (a
-norm over attention heads, Qwen3's q/k norm, is not); everything else is left to the solver.
+(``Pins.module_boundaries``), and the outputs of the token embeddings and the blocks
+where they are read. A block's output is the row-parallel projection's partial sum, which
+no op strategy makes a sequence slice: the readers after it read it as one (the
+reduce-scatter torchtitan's ``RowwiseParallel(output_layouts=Shard(1))`` runs). The
+logits are left to the solver: loss parallel swaps in a cross-entropy that runs on
+class-split logits (``torch.distributed.tensor.parallel.loss_parallel``), which DTensor's
+strategies, and so autoplan's plans, do not have; pinned split by class, the plain loss
+would gather every logit, which torchtitan never does. Only activations shaped ``[batch,
+sequence, features]`` whose batch and sequence divide the axes are laid out (a norm over
+attention heads, Qwen3's q/k norm, is not); everything else is left to the solver.
 """
 
 from __future__ import annotations
-
-import operator
 
 from autoplan.pipeline.pinning import Pins
 from autoplan.pipeline.problem import Problem
@@ -44,44 +41,44 @@ def pin_sequence_parallel(pins: Pins, problem: Problem, dp: int | None, tp: int,
     traced = problem.traced
     mesh = problem.choices.mesh_shape
     nodes = {node.name: node for node in traced.graph_module.graph.nodes}
-    items = {
-        name: (node.args[0].name, node.args[1])
-        for name, node in nodes.items()
-        if node.op == "call_function" and node.target is operator.getitem
-    }
     batch = _batch_size(problem)
     blocks = {fqn.rpartition(".")[0] for fqn in row_parallel}
 
-    def spec_for(node_name: str, dim: int) -> Spec | None:
-        source, index = items.get(node_name, (node_name, 0))
+    def sequence_split(node_name: str) -> Spec | None:
+        """The sequence-parallel layout of a hidden-states tensor; None for anything else."""
+        source, index = traced.value_of(node_name)
         value = nodes[source].meta.get("val") if source in nodes else None
         if isinstance(value, (tuple, list)):
             value = value[index]
         shape = tuple(getattr(value, "shape", ()))
-        if len(shape) != 3 or shape[0] != batch:  # hidden states and logits, not heads (a q/k norm's)
-            return None
-        dim %= len(shape)
-        if shape[dim] % mesh[tp]:
+        if len(shape) != 3 or shape[0] != batch or shape[SEQUENCE_DIM] % mesh[tp]:
             return None
         if dp is not None and shape[0] % mesh[dp]:
             return None
         spec = list(replicated(len(mesh)))
-        spec[tp] = shard(dim)
+        spec[tp] = shard(SEQUENCE_DIM)
         if dp is not None:
             spec[dp] = shard(0)
         return tuple(spec)
+
+    def first_activation(tensors) -> dict[str, Spec]:
+        """The first tensor (by key path) shaped as hidden states, laid out: a norm's or a
+        block's hidden states, not its mask or rotary tables."""
+        for key, node in tensors:
+            spec = sequence_split(node)
+            if spec is not None:
+                return {key: spec}
+        return {}
 
     layouts: dict[str, ModuleLayout] = {}
     pinned = skipped = 0
     for call in traced.module_calls:
         kind = traced.module_types.get(call.fqn, "")
         if kind.endswith("Norm"):
-            inputs = _laid_out(call.inputs, spec_for, SEQUENCE_DIM)
-            layouts[call.fqn] = ModuleLayout(inputs=inputs, outputs=_laid_out(call.outputs, spec_for, SEQUENCE_DIM))
+            layouts[call.fqn] = ModuleLayout(inputs=first_activation(call.inputs), outputs=first_activation(call.outputs))
         elif call.fqn in blocks or kind == "Embedding":
-            for key, spec in _laid_out(call.outputs, spec_for, SEQUENCE_DIM).items():
-                node = dict(call.outputs)[key]
-                ok = _read_after(pins, problem, items.get(node, (node, 0)), call.fqn, spec)
+            for key, spec in first_activation(call.outputs).items():
+                ok = _read_after(pins, problem, traced.value_of(dict(call.outputs)[key]), call.fqn, spec)
                 pinned, skipped = pinned + ok, skipped + (not ok)
     done, failed = pins.module_boundaries(layouts)
     return pinned + done, skipped + failed
@@ -100,16 +97,6 @@ def _read_after(pins: Pins, problem: Problem, value: tuple[str, int], block: str
         if read == out_index and owner != block and not owner.startswith(block + "."):
             ok &= pins.consumed(reader, k, spec, f"module {block} output read by {reader}")
     return ok
-
-
-def _laid_out(tensors, spec_for, dim: int) -> dict[str, Spec]:
-    """The first tensor (by key path) shaped as an activation, laid out split on ``dim``:
-    a norm's or a block's hidden states, not its mask or rotary tables."""
-    for key, node in tensors:
-        spec = spec_for(node, dim)
-        if spec is not None:
-            return {key: spec}
-    return {}
 
 
 def _batch_size(problem: Problem) -> int | None:

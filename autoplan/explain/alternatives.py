@@ -27,7 +27,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from autoplan.evaluate.baselines import _WEIGHT_DIMS, _role
+from autoplan.evaluate.baselines import WEIGHT_DIMS, _role
 from autoplan.placements import replicated, shard
 
 PLAN_OWN = "the plan's own"
@@ -191,12 +191,12 @@ def _megatron(unit: Unit, plan, axis: int) -> tuple[dict, tuple[str, ...]]:
         spec = list(replicated(len(mesh)))
         owner, _, leaf = fqn.rpartition(".")
         kind = plan.module_types.get(owner, "")
-        role = _role(owner) or ("column" if alone and kind in _WEIGHT_DIMS else None)
+        role = _role(owner) or ("column" if alone and kind in WEIGHT_DIMS else None)
         dim = None
         if kind == "Embedding" and leaf == "weight":
             dim = 0
-        elif role and kind in _WEIGHT_DIMS:
-            column, row = _WEIGHT_DIMS[kind]
+        elif role and kind in WEIGHT_DIMS:
+            column, row = WEIGHT_DIMS[kind]
             dim = (column if role == "column" else row) if leaf == "weight" else (0 if role == "column" else None)
         shape = _shape(plan, fqn)
         if dim is not None and dim < len(shape):

@@ -25,9 +25,12 @@ read the same is folded into one row, "model.layers.0-31".
 
 from __future__ import annotations
 
+import math
+
 import re
 from dataclasses import dataclass, replace
 
+from autoplan.evaluate.baselines import WEIGHT_DIMS
 from autoplan.placements import format_spec, is_partial, shard_dim
 
 DATA_PARALLEL = "data parallel"
@@ -41,9 +44,6 @@ REPLICATED = "replicated"
 TWO_D = "2-D sharded"
 FEATURES = "feature-split"
 
-# (dim sharded when column-parallel, when row-parallel) per module class; GPT-2's Conv1D
-# stores its weight input x output (as evaluate/baselines.py).
-_WEIGHT_DIMS = {"Linear": (0, 1), "Conv1D": (1, 0)}
 _NUMBER = re.compile(r"\.(\d+)(?=\.|$)")
 
 
@@ -89,7 +89,7 @@ def unfolded_rows(plan) -> list[ModuleRow]:
 
 def _row(plan, module: str, names: list[str]) -> ModuleRow:
     kind = plan.module_types.get(module, "")
-    main = max(names, key=lambda f: (_numel(plan, f), f.endswith("weight")))
+    main = max(names, key=lambda f: (parameter_numel(plan, f), f.endswith("weight")))
     stored = tuple(plan.parameters[main])
     used = tuple(plan.parameter_uses.get(main, stored))
     shape = tuple(plan.parameter_shapes.get(main, ()))
@@ -122,10 +122,10 @@ def axis_word(kind: str, fqn: str, shape: tuple[int, ...], stored: str, used: st
         return {0: EXPERT, 1: f"{COLUMN} (each expert)", 2: f"{ROW} (each expert)"}[dim]
     if kind == "Embedding":
         return VOCAB if dim == 0 else COLUMN
-    if kind in _WEIGHT_DIMS and leaf == "weight":
-        column, row = _WEIGHT_DIMS[kind]
+    if kind in WEIGHT_DIMS and leaf == "weight":
+        column, row = WEIGHT_DIMS[kind]
         return COLUMN if dim == column else ROW if dim == row else f"sharded on dim {dim}"
-    if kind in _WEIGHT_DIMS and leaf == "bias":
+    if kind in WEIGHT_DIMS and leaf == "bias":
         return COLUMN
     if len(shape) == 2 and leaf == "weight":  # a router or other (out, in) weight used as nn.Linear's
         return COLUMN if dim == 0 else ROW
@@ -172,11 +172,9 @@ def _activation_spec(plan, module: str):
     return None
 
 
-def _numel(plan, fqn: str) -> int:
-    n = 1
-    for size in plan.parameter_shapes.get(fqn, ()):
-        n *= size
-    return n
+def parameter_numel(plan, fqn: str) -> int:
+    """Elements of parameter ``fqn``, from the global shape the plan records."""
+    return math.prod(plan.parameter_shapes.get(fqn, ()))
 
 
 def natural_key(name: str) -> tuple:

@@ -24,15 +24,14 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-from autoplan.explain.patterns import ModuleRow, module_rows
+from autoplan.cost.estimate import STATE_COPIES
+from autoplan.explain.patterns import ModuleRow, module_rows, parameter_numel
 from autoplan.placements import format_spec, is_shard, shard_factor
 
 GIB = 2**30
 _DTYPES = {2: "bfloat16", 4: "float32", 8: "float64"}
 """Element size -> the dtype assumed, for plan files that record no dtypes."""
 _ELEMENT_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "float64": 8}
-STATE_COPIES = 4
-"""Weights, gradients, exp_avg, exp_avg_sq: as the cost stage counts a trainable parameter."""
 
 
 @dataclass(frozen=True)
@@ -160,10 +159,7 @@ def local_elements(plan) -> int:
     for fqn, spec in plan.parameters.items():
         if fqn in plan.tied_parameters:
             continue
-        numel = 1
-        for size in plan.parameter_shapes.get(fqn, ()):
-            numel *= size
-        total += numel // shard_factor(tuple(spec), tuple(plan.mesh_shape))
+        total += parameter_numel(plan, fqn) // shard_factor(tuple(spec), tuple(plan.mesh_shape))
     return total
 
 
@@ -172,10 +168,7 @@ def parameter_dtype(plan) -> str | None:
     before it did: None)."""
     counts: dict[str, int] = {}
     for fqn, dtype in plan.parameter_dtypes.items():
-        numel = 1
-        for size in plan.parameter_shapes.get(fqn, ()):
-            numel *= size
-        counts[dtype] = counts.get(dtype, 0) + numel
+        counts[dtype] = counts.get(dtype, 0) + parameter_numel(plan, fqn)
     return max(counts, key=counts.get) if counts else None
 
 
@@ -231,13 +224,10 @@ def model_flops(plan) -> tuple[float | None, str]:
     if tokens is None:
         return None, "MFU needs tokens: no batch x sequence (ids) or rows x features input"
     params = 0
-    for fqn, shape in plan.parameter_shapes.items():
+    for fqn in plan.parameter_shapes:
         if plan.module_types.get(fqn.rpartition(".")[0]) == "Embedding":
             continue  # a lookup, no matmul
-        numel = 1
-        for size in shape:
-            numel *= size
-        params += numel
+        params += parameter_numel(plan, fqn)
     experts = any(len(shape) == 3 and "expert" in fqn.lower() for fqn, shape in plan.parameter_shapes.items())
     note = "; counts every expert, though each token uses only its top-k: an upper bound" if experts else ""
     return 6.0 * params * tokens, note

@@ -23,7 +23,6 @@ layout untied (``prepare_problem(..., tie=False)``; ``trace/repeats.laid_out_ali
 
 from __future__ import annotations
 
-import operator
 from typing import Callable
 
 from autoplan.choices.graph import OP
@@ -161,11 +160,6 @@ class Pins:
         graph = self.problem.choices.graph
         owners = traced.node_modules
         order = {name: i for i, name in enumerate(graph.nodes)}
-        items = {
-            node.name: (node.args[0].name, node.args[1])
-            for node in traced.graph_module.graph.nodes
-            if node.op == "call_function" and node.target is operator.getitem
-        }
         pinned = skipped = 0
         for call in traced.module_calls:
             layout = modules.get(call.fqn)
@@ -178,7 +172,7 @@ class Pins:
 
             for key, node in call.inputs:
                 spec = layout.inputs.get(key)
-                source, out_index = items.get(node, (node, 0))
+                source, out_index = traced.value_of(node)
                 if spec is None or source not in graph:
                     continue
                 # The same consumer plan/builder.py read the layout from: the first one inside.
@@ -200,7 +194,7 @@ class Pins:
                 pinned, skipped = pinned + ok, skipped + (not ok)
             for key, node in call.outputs:
                 spec = layout.outputs.get(key)
-                source, out_index = items.get(node, (node, 0))
+                source, out_index = traced.value_of(node)
                 if spec is None or source not in graph:
                     continue
                 ok = self.value(source, out_index, spec, f"module {call.fqn} output {key or '<out>'}")

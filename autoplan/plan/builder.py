@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import operator
 
 import torch
 
@@ -44,17 +43,12 @@ def build_plan(costed: CostedGraph, choice: dict[str, int], solution: Solution, 
 
     warnings = list(choices.warnings) + list(extra_warnings) + _moved_inplace_selves(graph, choice)
     order = {name: i for i, name in enumerate(graph.nodes)}
-    items = {
-        node.name: (node.args[0].name, node.args[1])
-        for node in traced.graph_module.graph.nodes
-        if node.op == "call_function" and node.target is operator.getitem
-    }
     modules: dict[str, ModuleLayout] = {}
     conflicting: set[str] = set()
     for call in traced.module_calls:
         if call.fqn == "":
             continue  # the root's inputs are the batch layout; its outputs go back to the user
-        layout = _call_layout(costed, choice, call, output_spec, order, items)
+        layout = _call_layout(costed, choice, call, output_spec, order)
         if call.fqn in modules and modules[call.fqn] != layout:
             conflicting.add(call.fqn)
         modules.setdefault(call.fqn, layout)
@@ -179,7 +173,7 @@ def predict(costed: CostedGraph, choice: dict[str, int], axis_names: tuple[str, 
     )
 
 
-def _call_layout(costed: CostedGraph, choice, call: ModuleCall, output_spec, order, items) -> ModuleLayout:
+def _call_layout(costed: CostedGraph, choice, call: ModuleCall, output_spec, order) -> ModuleLayout:
     """Inputs: the spec the first op inside the module asks for; outputs: the spec produced."""
     graph = costed.choices.graph
     owners = costed.choices.traced.node_modules
@@ -190,7 +184,7 @@ def _call_layout(costed: CostedGraph, choice, call: ModuleCall, output_spec, ord
 
     inputs = {}
     for key, node in call.inputs:
-        source, out_index = items.get(node, (node, 0))
+        source, out_index = costed.choices.traced.value_of(node)
         if source not in graph:
             continue
         consumers = sorted(
@@ -204,7 +198,7 @@ def _call_layout(costed: CostedGraph, choice, call: ModuleCall, output_spec, ord
             inputs[key] = found[1] if found is not None else graph.decision(v).strategies[choice[v]].inputs[k]
     outputs = {}
     for key, node in call.outputs:
-        source, out_index = items.get(node, (node, 0))
+        source, out_index = costed.choices.traced.value_of(node)
         if source in graph:
             outputs[key] = output_spec(source, out_index)
     return ModuleLayout(inputs, outputs)

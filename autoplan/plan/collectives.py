@@ -52,7 +52,6 @@ copies the last one's entries to every later layer.
 
 from __future__ import annotations
 
-import operator
 from collections import Counter
 from dataclasses import dataclass
 
@@ -62,7 +61,7 @@ from autoplan.choices.graph import OP, PARAMETER, planning_mesh
 from autoplan.cost.comm import _moves, gradient_collectives, moves_locally, redistribute_collectives, without_partial
 from autoplan.cost.estimate import CostedGraph, is_view, output_values, splits_work, tensor_bytes
 from autoplan.dtensor import overrides
-from autoplan.dtensor.strategies import Strategy
+from autoplan.dtensor.strategies import Strategy, is_pointwise
 from autoplan.placements import PARTIAL, REPLICATE, is_partial, is_shard, shard_dim, shard_factor
 from autoplan.plan.loss_reductions import loss_output, loss_reductions
 from autoplan.plan.module_plan import ROOT_MODULE as ROOT, collective_table
@@ -259,23 +258,19 @@ def _carries_partial(graph, name: str) -> bool:
     """Whether ``name``'s backward is linear in its output's gradient and reads at most
     what it was given as it was made: a pointwise op or a sum or mean of one tensor (an
     RMSNorm's rsqrt, its eps add, its mean of squares), or rows picked by index (a mixture
-    of experts' routed tokens). Its input's gradient is partial
-    where the output's is, on every axis where its output was not made split: DTensor
-    multiplies or expands the partial gradient there and reduces nothing."""
+    of experts' routed tokens). Its input's gradient is partial where the output's is, on
+    every axis where its output was not made split: DTensor multiplies or expands the
+    partial gradient there and reduces nothing."""
     decision = graph.decision(name)
     if decision.kind != OP:
         return False
-    inputs = graph.inputs_of(name)
-    if sum(graph.decision(u).requires_grad for u, _, _ in inputs) != 1 or (len(inputs) > 1 and decision.fx_node.target not in _INDEXING):
-        return False
     target = decision.fx_node.target
-    return target in _REDUCTIONS or target in _WITH_A_SCALAR or target in _INDEXING or target in _pointwise_ops()
-
-
-def _pointwise_ops() -> frozenset:
-    from torch.distributed.tensor._ops._pointwise_ops import pointwise_ops
-
-    return frozenset(pointwise_ops)
+    inputs = graph.inputs_of(name)
+    if sum(graph.decision(u).requires_grad for u, _, _ in inputs) != 1:
+        return False
+    if target in _INDEXING:  # the indices are the other inputs
+        return True
+    return len(inputs) == 1 and (target in _REDUCTIONS or target in _WITH_A_SCALAR or is_pointwise(target))
 
 
 def _value_gradient(value, readers, chain, graph, order, grads, mesh_shape, parent_spec, found, module_of, made, exits):
@@ -416,17 +411,12 @@ def _inside(owner: str, fqn: str) -> bool:
 
 
 def _planned_calls(choices, modules: dict):
-    """``(call, layout, getitem node -> (producer, index))`` for each call of a module the
-    plan lays out (the root's layout is the batch's, not a hook's)."""
-    items = {
-        node.name: (node.args[0].name, node.args[1])
-        for node in choices.traced.graph_module.graph.nodes
-        if node.op == "call_function" and node.target is operator.getitem
-    }
+    """``(call, layout)`` for each call of a module the plan lays out (the root's layout is
+    the batch's, not a hook's)."""
     for call in choices.traced.module_calls:
         layout = modules.get(call.fqn)
         if layout is not None and call.fqn != "":
-            yield call, layout, items
+            yield call, layout
 
 
 def _boundaries(choices, modules: dict) -> dict[tuple[str, int], list[_Boundary]]:
@@ -435,10 +425,10 @@ def _boundaries(choices, modules: dict) -> dict[tuple[str, int], list[_Boundary]
     graph = choices.graph
     found: dict[tuple[str, int], list[_Boundary]] = {}
     seen = set()
-    for call, layout, items in _planned_calls(choices, modules):
+    for call, layout in _planned_calls(choices, modules):
         for key, node in call.inputs:
             spec = layout.inputs.get(key)
-            value = items.get(node, (node, 0))
+            value = choices.traced.value_of(node)
             if spec is None or value[0] not in graph or (value, call.fqn) in seen:
                 continue
             seen.add((value, call.fqn))
@@ -461,8 +451,8 @@ def _attach(chain, reader_module: str, producer_module: str):
 def _output_nodes(choices, modules: dict) -> set[str]:
     """Nodes a planned module returns (its output hook puts them in the plan's layout)."""
     return {
-        items.get(node, (node, 0))[0]
-        for call, layout, items in _planned_calls(choices, modules)
+        choices.traced.value_of(node)[0]
+        for call, layout in _planned_calls(choices, modules)
         for key, node in call.outputs
         if key in layout.outputs
     }

@@ -15,7 +15,9 @@ no-op (``trace/meta_autocast.py``), and the loss is the model file's or the mode
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import operator
 from dataclasses import dataclass, field
 
 import torch
@@ -75,6 +77,19 @@ class TracedGraph:
     warnings: tuple[str, ...] = ()
     """Where the traced step is not exactly the step the user trains (a loss taken as the
     sum of the output, autocast regions traced in the model's own dtypes): for the plan."""
+
+    def value_of(self, node: str) -> tuple[str, int]:
+        """(producer, output index) of the value graph node ``node`` stands for: a getitem
+        of a multi-output op names that op and the index; any other node is its output 0."""
+        return self._getitems.get(node, (node, 0))
+
+    @functools.cached_property
+    def _getitems(self) -> dict[str, tuple[str, int]]:
+        return {
+            node.name: (node.args[0].name, node.args[1])
+            for node in self.graph_module.graph.nodes
+            if node.op == "call_function" and node.target is operator.getitem
+        }
 
 
 def split_batch(batch) -> tuple[tuple, dict]:
