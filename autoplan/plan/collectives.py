@@ -302,7 +302,7 @@ def _value_gradient(value, readers, chain, graph, order, grads, mesh_shape, pare
             for axis, (p, n) in enumerate(zip(dst, mesh_shape))
         )
         after = grads.get((v, 0))
-        if after is not None and _carries_partial(graph, v):
+        if after is not None and _carries_partial(graph, v) and v not in exits:  # an output hook settles it first
             # a partial output gradient goes through this op's backward unreduced where it
             # reads nothing split: DTensor reduces it at the first backward op that does
             carried = [is_partial(a) and not is_shard(c) for a, c in zip(after, made(v, 0))]
