@@ -10,8 +10,7 @@ what rank 0 holds: local shards, the buffers of the collectives, the temporaries
 kernel. Its categories are printed beside the plan's prediction split the same way.
 
 Budgets: "default" is the profile's device memory; "lean" is the least any plan needs
-(the solver's own lower bound, ``InfeasibleError.smallest_bytes``) plus 10 %, which
-forces sharding.
+(``InfeasibleError.smallest_bytes``) plus 10 %, which forces sharding.
 
     python benchmarks/memory.py [--rows gpt2-8,llama-2x4-lean,...] [--json OUT] [--timeout 300]
 """
@@ -120,8 +119,8 @@ def plan_row(model: Model, mesh, lean: bool):
         raise AssertionError("a plan fitting 1 byte per device")
     except InfeasibleError as err:
         budget = err.smallest_bytes * LEAN_MARGIN
-    # The solver's bound sums each decision's least memory; the copies a layout keeps where
-    # two decisions meet can put the least real plan above it: raise the budget until one fits.
+    # smallest_bytes is the least peak the solver finds; where it stopped early it is only a
+    # bound below the leanest plan: raise the budget until one fits.
     for _ in range(LEAN_TRIES):
         try:
             return suggest(budget / GIB), budget, time.perf_counter() - started

@@ -13,10 +13,11 @@ Per decision and strategy (arrays indexed like the decision's strategies):
 - ``comm_s``: gradient reductions the strategy causes: an input that is replicated on
   an axis over which the op splits its work gets a partial gradient there, reduced by
   one all_reduce per producer (shared between the consumers that cause it).
-- ``memory_bytes``: parameters x4 (weights, gradients, AdamW's two moments) and
-  activations kept for backward (outputs of non-view ops that carry a gradient).
+- ``memory_bytes``: what the strategy holds where the backward starts, the step's usual
+  peak; ``end_bytes``: what it holds where the backward ends (``cost/memory.py``).
 
-Per edge: ``seconds[row][col]`` for every (distinct producer output spec, distinct
+Per edge: ``kept_bytes[row][col]``, the moved copy of a saved value the step keeps until
+the backward (``cost/memory.py``); ``seconds[row][col]`` for every (distinct producer output spec, distinct
 consumer input spec) pair, from ``comm.redistribute_seconds``; backward included when
 the value carries a gradient. A pair DTensor never runs costs ``NOT_RUN_S`` on top
 (``_not_run``): on an edge DTensor moves itself (inside a module, ``_moved_by_dtensor``),
@@ -36,10 +37,12 @@ from torch.utils.flop_counter import flop_registry, sdpa_flop_count
 from autoplan.choices.decision import Decision
 from autoplan.choices.graph import BUFFER, CONSTANT, INPUT, OP, PARAMETER, ChoiceGraph
 from autoplan.cost.comm import collective_seconds, moves_locally, redistribute_seconds
+from autoplan.cost.memory import STATE_COPIES_END, STATE_COPIES_START, kept_copy, saved_outputs, saved_values, transient_node
 from autoplan.cost.op_classes import op_class
 from autoplan.cost.profile import ClusterProfile
 from autoplan.dtensor.fused_attention import FUSED_FORWARD
-from autoplan.placements import Spec, shard_factor
+from autoplan.dtensor.view_rules import RESHAPING_VIEWS, splits_back
+from autoplan.placements import Spec, is_shard, shard_dim, shard_factor
 
 aten = torch.ops.aten
 VIEW_OPS = {
@@ -52,7 +55,6 @@ MATMUL_OPS = {
     aten.mm.default, aten.addmm.default, aten.bmm.default, aten.baddbmm.default,
     aten.convolution.default, aten.linear.default,
 }
-STATE_COPIES = 4  # param, grad, exp_avg, exp_avg_sq
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,8 +62,11 @@ class NodeCost:
     compute_s: tuple[float, ...]
     comm_s: tuple[float, ...]
     memory_bytes: tuple[float, ...]
+    """Held where the backward starts (``cost/memory.py``): the budget's main row."""
     memory_kind: str
-    """What the memory is: "model_state" (params+grads+optimizer) or "activations"."""
+    """What the memory is: "model_state" (parameters and optimizer state) or "activations"."""
+    end_bytes: tuple[float, ...] = ()
+    """Held where the backward ends and in ``AdamW.step()`` (gradients included); () is zeros."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +80,8 @@ class EdgeCost:
     col_of: tuple[int, ...]
     """Consumer strategy index -> column."""
     seconds: tuple[tuple[float, ...], ...]
+    kept_bytes: tuple[tuple[float, ...], ...] | None = None
+    """Per (row, column): the moved copy of a saved value kept until the backward; None: none."""
 
 
 @dataclass(frozen=True)
@@ -95,14 +102,17 @@ def estimate_costs(choices: ChoiceGraph, profile: ClusterProfile, reads=None) ->
     graph = choices.graph
     mesh_shape = choices.mesh_shape
     reducers = _gradient_reducers(choices, reads or (lambda producer, consumer: 1))
+    saved = saved_outputs(choices)
+    transient = transient_node(choices)
     nodes = {}
     for decision in graph.decisions():
-        nodes[decision.name] = _node_cost(choices, profile, decision, reducers)
+        nodes[decision.name] = _node_cost(choices, profile, decision, reducers, saved.get(decision.name, ()), decision.name == transient)
     edges = {}
     moves: dict[tuple, float] = {}  # (src, dst, bytes, backward) -> seconds: layers repeat the same moves
     free_inputs: dict[tuple, list] = {}  # (consumer's strategy list, input) -> _free_inputs
+    kept = saved_values(choices)
     for u, v, k, out_index in graph.reads():
-        edges[(u, v, k)] = _edge_cost(choices, profile, u, v, k, out_index, mesh_shape, moves, free_inputs)
+        edges[(u, v, k)] = _edge_cost(choices, profile, u, v, k, out_index, mesh_shape, moves, free_inputs, (u, out_index) in kept)
     return CostedGraph(choices, profile, nodes, edges)
 
 
@@ -155,6 +165,26 @@ def _not_run(src: Spec, members: list[int], frees: list[set]) -> bool:
     move the value here (it prices each read of a value on its own), but the run would
     not do so, and the prediction would not hold."""
     return bool(members) and all(any(moves_locally(src, spec) for spec in frees[j] if spec is not None) for j in members)
+
+
+def _unsplittable_back(view: Decision, value, rows, cols, seconds, mesh_shape):
+    """``seconds`` with ``NOT_RUN_S`` added where a reader slices the reshaping ``view``'s
+    output on a dim whose gradient the view's backward cannot split back evenly
+    (``view_rules.splits_back``): DTensor fails there in the backward."""
+    source = tuple(view.fx_node.args[0].meta["val"].shape)
+    shape = tuple(value.shape)
+
+    def fails(src: Spec, dst: Spec) -> bool:
+        ways: dict[int, int] = {}
+        for axis, (a, b) in enumerate(zip(src, dst)):
+            if is_shard(b) and a != b:
+                ways[shard_dim(b)] = ways.get(shard_dim(b), 1) * mesh_shape[axis]
+        return any(not splits_back(shape, source, dim, n) for dim, n in ways.items())
+
+    return tuple(
+        tuple(t + NOT_RUN_S if fails(src, dst) else t for dst, t in zip(cols, row))
+        for src, row in zip(rows, seconds)
+    )
 
 
 def output_values(decision: Decision) -> list:
@@ -237,7 +267,22 @@ def _flops(node) -> float:
         return 0.0
 
 
-def _node_cost(choices, profile, decision: Decision, reducers) -> NodeCost:
+def transient_bytes(choices, decision: Decision, strategy) -> float:
+    """The gradients the backward of ``decision`` holds at once under ``strategy``: its
+    outputs' and those of its inputs that need one, each in the layout the op uses."""
+    mesh_shape = choices.mesh_shape
+    graph = choices.graph
+    held = sum(tensor_bytes(v) / shard_factor(s, mesh_shape) for v, s in zip(output_values(decision), strategy.outputs) if s)
+    for (u, index, _), spec in zip(graph.inputs_of(decision.name), strategy.inputs):
+        if graph.decision(u).requires_grad:
+            values = output_values(graph.decision(u))
+            held += tensor_bytes(values[index]) / shard_factor(spec, mesh_shape) if index < len(values) else 0.0
+    return held
+
+
+def _node_cost(choices, profile, decision: Decision, reducers, saved=(), transient: bool = False) -> NodeCost:
+    """``saved``: the output indices autograd keeps; ``transient``: the op whose backward
+    gradients are counted at the backward's start (``cost/memory.py``)."""
     mesh_shape = choices.mesh_shape
     strategies = decision.strategies
     kind = decision.kind
@@ -248,9 +293,10 @@ def _node_cost(choices, profile, decision: Decision, reducers) -> NodeCost:
         local = [full / shard_factor(s.outputs[0], mesh_shape) for s in strategies]
         if kind == PARAMETER and decision.requires_grad:
             opt = [optimizer_seconds(profile, b) for b in local]
-            return NodeCost(tuple(opt), (0.0,) * len(local), tuple(STATE_COPIES * b for b in local), "model_state")
+            return NodeCost(tuple(opt), (0.0,) * len(local), tuple(STATE_COPIES_START * b for b in local), "model_state",
+                            tuple(STATE_COPIES_END * b for b in local))
         return NodeCost((0.0,) * len(local), (0.0,) * len(local), tuple(local),
-                        "model_state" if kind == PARAMETER else "activations")
+                        "model_state" if kind == PARAMETER else "activations", tuple(local))
 
     node = decision.fx_node
     graph = choices.graph
@@ -296,12 +342,15 @@ def _node_cost(choices, profile, decision: Decision, reducers) -> NodeCost:
                     local = nbytes / shard_factor(spec, mesh_shape)
                     reduce += collective_seconds(profile, "all_reduce", local, mesh_shape, axis) / reducers[u]
         comm.append(reduce)
-        saved = local_out if decision.requires_grad and not view else 0.0
-        memory.append(saved)
+        held = sum(out_bytes[i] / shard_factor(strategy.outputs[i], mesh_shape) for i in saved if i < len(out_bytes) and strategy.outputs[i])
+        if transient:
+            held += transient_bytes(choices, decision, strategy)
+        memory.append(held)
     return NodeCost(tuple(compute), tuple(comm), tuple(memory), "activations")
 
 
-def _edge_cost(choices, profile, u, v, k, out_index, mesh_shape, moves: dict, free_inputs: dict) -> EdgeCost:
+def _edge_cost(choices, profile, u, v, k, out_index, mesh_shape, moves: dict, free_inputs: dict, saved: bool = False) -> EdgeCost:
+    """``saved``: autograd keeps the value read, so a moved copy of it is kept too."""
     graph = choices.graph
     producer, consumer = graph.decision(u), graph.decision(v)
     value = output_values(producer)[out_index]
@@ -336,4 +385,10 @@ def _edge_cost(choices, profile, u, v, k, out_index, mesh_shape, moves: dict, fr
             )
             for src, row in zip(rows, seconds)
         )
-    return EdgeCost(tuple(rows), tuple(cols), tuple(row_of), tuple(col_of), seconds)
+    if backward and producer.kind == OP and producer.fx_node.target in RESHAPING_VIEWS:
+        seconds = _unsplittable_back(producer, value, rows, cols, seconds, mesh_shape)
+    kept = None
+    if saved:
+        grid = tuple(tuple(nbytes / shard_factor(dst, mesh_shape) if kept_copy(src, dst) else 0.0 for dst in cols) for src in rows)
+        kept = grid if any(b for row in grid for b in row) else None
+    return EdgeCost(tuple(rows), tuple(cols), tuple(row_of), tuple(col_of), seconds, kept)

@@ -78,3 +78,20 @@ def _with_axes_replicated(rule, op_schema: OpSchema, source: OpStrategy, op_spec
         costs = [generate_redistribute_costs(source, inner.input_specs[0])]
         found.append(OpSpec(inner.output_specs, inner.input_specs, redistribute_cost=costs))
     return found
+
+
+def splits_back(view_shape: tuple, source_shape: tuple, dim: int, ways: int) -> bool:
+    """Whether a gradient split ``ways`` ways on ``dim`` of a reshaping view's output
+    (``view_shape``) can go back through the view's backward, a view to ``source_shape``.
+
+    The forward may merge dims whole and have its output sliced by the reader (a
+    grouped-query attention's key heads, repeated by an expand and merged from
+    ``(kv_heads, groups)``, then split by heads); the backward must then split the merged
+    dim again, and DTensor puts the split on its first factor, which must divide evenly
+    ("Cannot unflatten unevenly sharded tensor"). Merges of other dims are not affected."""
+    from torch.distributed.tensor._ops._view_ops import Split, view_groups
+
+    for rule in view_groups(list(view_shape), list(source_shape)):
+        if isinstance(rule, Split) and rule.input_dim.input_dim == dim and rule.split_id == 0:
+            return rule.group_shape[0] % ways == 0
+    return True

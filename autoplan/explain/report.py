@@ -72,6 +72,8 @@ def figures_for(plan, summary: Summary, explanation: Explanation, profile, fidel
     else:
         parts = {"model state": m.model_state}
     parts["activations"] = m.activations
+    if m.temporaries is not None:
+        parts["temporaries and buffers"] = m.temporaries
     largest = max({a.unit for a in explanation.alternatives},
                   key=lambda u: sum(1 for a in explanation.alternatives if a.unit == u), default=None)
     others = {

@@ -8,8 +8,9 @@
   ``predicted.comm_s``; where the two differ (it shares a gradient reduction between its
   readers, and prices moves of DTensor's own choosing), the rest is one "other" row, so the
   rows add up to the prediction;
-- the memory per device: model state split the way the cost stage counts it
-  (``cost/estimate.py``: every trainable parameter's local shard four times: weights,
+- the memory per device: the cost stage's split of the peak (``predicted.memory``); for
+  plan files written before plans split it, model state split the way the cost stage
+  counted it then (every trainable parameter's local shard four times: weights,
   gradients, AdamW's two moments), from each parameter's stored layout and global shape.
   The element size is the parameters' dtype (``Plan.parameter_dtypes``; for plan files made
   before plans recorded it, the size that makes the split add up); where the split does not
@@ -57,6 +58,9 @@ class Memory:
     budget_source: str
     element_bytes: int | None
     note: str = ""
+    temporaries: int | None = None
+    """At the peak, from ``predicted.memory``: buffers and what is neither kept nor state (the
+    backward's first gradients); None for plans written before plans split their peak."""
 
 
 @dataclass(frozen=True)
@@ -182,6 +186,10 @@ def memory_split(plan, cluster=None) -> Memory:
         source = "none recorded"
     elements = local_elements(plan)
     recorded = _ELEMENT_BYTES.get(parameter_dtype(plan) or "")
+    if p.memory:  # the cost stage's own split of the peak (gradients are none yet where the backward starts)
+        at = p.memory
+        return Memory(at["parameters"], at["gradients"], at["optimizer"], at["activations"], p.model_state_bytes,
+                      p.peak_memory_bytes, budget, source, recorded, temporaries=at["temporaries"] + at["buffers"])
     for size in (recorded,) if recorded else (2, 4, 1, 8):
         if elements and STATE_COPIES * size * elements == p.model_state_bytes:
             weights = size * elements
@@ -382,6 +390,8 @@ def memory_section(s: Summary):
         ("activations kept for backward", nbytes(m.activations), share(m.activations)),
         ("peak per device", nbytes(m.peak), share(m.peak)),
     ]
+    if m.temporaries is not None:
+        rows.insert(4, ("temporaries and buffers", nbytes(m.temporaries), share(m.temporaries)))
     if m.parameters is None:
         rows.insert(0, ("model state", nbytes(m.model_state), share(m.model_state)))
     fits = "" if not m.budget else (" fits" if m.peak <= m.budget else " does NOT fit")
@@ -389,8 +399,11 @@ def memory_section(s: Summary):
     notes = [budget]
     if m.note:
         notes.append(m.note)
-    title = (f"peak memory per device {nbytes(m.peak)} (model state {nbytes(m.model_state)}, "
-             f"activations {nbytes(m.activations)})")
+    if m.temporaries is not None:
+        title = f"peak memory per device {nbytes(m.peak)}, split at the peak"
+    else:
+        title = (f"peak memory per device {nbytes(m.peak)} (model state {nbytes(m.model_state)}, "
+                 f"activations {nbytes(m.activations)})")
     return Section(title, ("part", "bytes", "of budget"), tuple(rows), notes=tuple(notes), right=(1, 2))
 
 
@@ -406,7 +419,7 @@ def nothing_gained(s: Summary) -> str:
     for size in s.mesh:
         devices *= size
     m = s.memory
-    grads = f" a data-parallel step would all-reduce {nbytes(m.gradients)} of gradients each step;" if m.gradients else ""
+    grads = f" a data-parallel step would all-reduce {nbytes(m.parameters)} of gradients each step;" if m.parameters else ""
     work = ""
     if s.mfu is not None:
         # model FLOPs at one device's peak: the part of the compute that splitting could shrink

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import torch
 
-from autoplan.choices.graph import INPUT
-from autoplan.cost.estimate import CostedGraph
+from autoplan.choices.graph import BUFFER, INPUT, PARAMETER
+from autoplan.cost.estimate import CostedGraph, transient_bytes
+from autoplan.cost.memory import STATE_COPIES_END, transient_node
 from autoplan.dtensor.strategies import is_inplace
 from autoplan.placements import format_spec
 from autoplan.plan.collectives import module_table, step_collectives
-from autoplan.plan.module_plan import BatchInput, ModuleLayout, Plan, Predicted, SolverReport, rounded, total_table
+from autoplan.plan.module_plan import MEMORY_CATEGORIES, BatchInput, ModuleLayout, Plan, Predicted, SolverReport, rounded, total_table
 from autoplan.plan.views import spec_before_views, view_chain
 from autoplan.solve.ilp import Solution
 from autoplan.trace.tracer import ModuleCall
@@ -149,28 +150,68 @@ def _through_views(graph, choice: dict[str, int], consumer: str, key: int, insid
 
 def predict(costed: CostedGraph, choice: dict[str, int], axis_names: tuple[str, ...], modules: dict | None = None) -> Predicted:
     """Step time, memory and collectives of one full assignment, from the unsimplified costs."""
-    compute = comm = state = activations = 0.0
+    compute = comm = 0.0
     for name, cost in costed.nodes.items():
         i = choice[name]
         compute += cost.compute_s[i]
         comm += cost.comm_s[i]
-        if cost.memory_kind == "model_state":
-            state += cost.memory_bytes[i]
-        else:
-            activations += cost.memory_bytes[i]
     for (u, v, _), edge in costed.edges.items():
         comm += edge.seconds[edge.row_of[choice[u]]][edge.col_of[choice[v]]]
+    memory = memory_split(costed, choice)
     modules = module_table(step_collectives(costed, choice, modules), axis_names)
     return Predicted(
         step_time_s=rounded(compute + comm),
         compute_s=rounded(compute),
         comm_s=rounded(comm),
-        peak_memory_bytes=int(state + activations),
-        model_state_bytes=int(state),
-        activation_bytes=int(activations),
+        peak_memory_bytes=sum(memory.values()),
+        model_state_bytes=int(memory["parameters"] + memory["optimizer"] * (1 + 1 / STATE_COPIES_OPTIMIZER)),
+        activation_bytes=int(memory["activations"] + memory["temporaries"]),
         collectives=total_table(modules),
         module_collectives=modules,
+        memory=memory,
     )
+
+
+STATE_COPIES_OPTIMIZER = 2
+"""AdamW's moments per parameter: the model state is parameters, as many gradients, and these."""
+
+
+def memory_split(costed: CostedGraph, choice: dict[str, int]) -> dict[str, int]:
+    """The peak of one assignment by category, at whichever of the two peaks of
+    ``cost/memory.py`` is higher: where the backward starts (no parameter gradients yet,
+    the saved activations, the first backward op's gradients as temporaries) or where it
+    ends (the gradients, no activation but the batch)."""
+    choices = costed.choices
+    graph = choices.graph
+    start = dict.fromkeys(MEMORY_CATEGORIES, 0.0)
+    end = dict.fromkeys(MEMORY_CATEGORIES, 0.0)
+    transient = transient_node(choices)
+    for name, cost in costed.nodes.items():
+        decision = graph.decision(name)
+        i = choice[name]
+        if decision.kind == PARAMETER and decision.requires_grad:
+            local = cost.end_bytes[i] / STATE_COPIES_END
+            for split in (start, end):
+                split["parameters"] += local
+                split["optimizer"] += STATE_COPIES_OPTIMIZER * local
+            end["gradients"] += local
+        elif decision.kind in (PARAMETER, BUFFER):
+            key = "parameters" if decision.kind == PARAMETER else "buffers"
+            start[key] += cost.memory_bytes[i]
+            end[key] += cost.memory_bytes[i]
+        elif decision.kind == INPUT:
+            start["activations"] += cost.memory_bytes[i]
+            end["activations"] += cost.memory_bytes[i]
+        else:
+            held = transient_bytes(choices, decision, decision.strategies[i]) if name == transient else 0.0
+            start["temporaries"] += held
+            start["activations"] += cost.memory_bytes[i] - held
+    start["activations"] += sum(
+        edge.kept_bytes[edge.row_of[choice[u]]][edge.col_of[choice[v]]]
+        for (u, v, _), edge in costed.edges.items() if edge.kept_bytes
+    )
+    peak = max(start, end, key=lambda split: sum(split.values()))
+    return {key: int(value) for key, value in peak.items()}
 
 
 def _call_layout(costed: CostedGraph, choice, call: ModuleCall, output_spec, order) -> ModuleLayout:

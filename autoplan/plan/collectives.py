@@ -33,6 +33,11 @@ hook gathers them (``Plan.parameter_uses``).
   scalar, a sum or mean: an RMSNorm's rsqrt, eps add and mean of squares; DTensor's
   forward move of such an op's input ran below autograd and has no backward), to the
   first op whose backward does (``_carries_partial``);
+- a gradient split where a pointwise op made its output whole runs that op's backward
+  split (DTensor slices the saved operands it multiplies by): the op's inputs get it
+  split on their own dim, or partial where they were broadcast along it (an RMSNorm's
+  ``x * rsqrt`` with the gradient split by hidden: ``rsqrt``'s gradient is partial, and
+  reduce-scattered where it is added to ``x``'s split one) (``_split_through``);
 - a partial gradient left where the value was made: one reduction per value and axis
   brings it to the value's layout (``apply_plan`` hooks module outputs and parameters to
   do so): a reduce_scatter where the value is sharded on that axis, else an all_reduce,
@@ -62,7 +67,7 @@ from autoplan.cost.comm import _moves, gradient_collectives, moves_locally, redi
 from autoplan.cost.estimate import CostedGraph, is_view, output_values, splits_work, tensor_bytes
 from autoplan.dtensor import overrides
 from autoplan.dtensor.strategies import Strategy, is_pointwise
-from autoplan.placements import PARTIAL, REPLICATE, is_partial, is_shard, shard_dim, shard_factor
+from autoplan.placements import PARTIAL, REPLICATE, is_partial, is_shard, shard, shard_dim, shard_factor
 from autoplan.plan.loss_reductions import loss_output, loss_reductions
 from autoplan.plan.module_plan import ROOT_MODULE as ROOT, collective_table
 from autoplan.plan.runtime_choice import runtime_strategy
@@ -185,9 +190,13 @@ def step_collectives(costed: CostedGraph, choice: dict[str, int], modules: dict 
             if is_partial(p) and not carried[axis]:
                 partial[(u, axis)] = nbytes / shard_factor(held, mesh_shape)
         # A gradient summed split where the value was made whole is gathered there (by the
-        # producer's backward op, or the hook on a module output or a parameter).
-        whole = tuple(REPLICATE if c else (q if is_partial(p) else p) for c, p, q in zip(carried, grad, src))
-        target = tuple(REPLICATE if c else q for c, q in zip(carried, src))
+        # producer's backward op, or the hook on a module output or a parameter), except
+        # into a pointwise op's backward, which runs split (``_split_through``).
+        kept = _split_through(graph, u, exits, grad, src)
+        whole = tuple(
+            REPLICATE if c else (g if k else (q if is_partial(g) else g)) for c, k, g, q in zip(carried, kept, grad, src)
+        )
+        target = tuple(REPLICATE if c else (g if k else q) for c, k, g, q in zip(carried, kept, grad, src))
         for kind, axis, size in gradient_collectives(whole, target, nbytes, mesh_shape):
             found[(module_of(u), kind, axis, round(size))] += 1
     for (source, axis), nbytes in partial.items():
@@ -273,11 +282,49 @@ def _carries_partial(graph, name: str) -> bool:
     return len(inputs) == 1 and (target in _REDUCTIONS or target in _WITH_A_SCALAR or is_pointwise(target))
 
 
+def _is_pointwise_op(graph, name: str) -> bool:
+    decision = graph.decision(name)
+    if decision.kind != OP:
+        return False
+    target = decision.fx_node.target
+    return target in _WITH_A_SCALAR or is_pointwise(target)
+
+
+def _split_through(graph, name: str, exits, grad: tuple, made: tuple) -> tuple[bool, ...]:
+    """Per axis: whether ``name``'s output gradient, split there while the output was made
+    whole, stays split into its backward. A pointwise op's backward is pointwise too:
+    DTensor runs it on the split gradient, slicing the saved inputs it multiplies by
+    (no gather), so the gradient reaches the inputs split (``_split_input_gradient``).
+    A module output's hook puts the gradient back in the layout DTensor made first."""
+    if name in exits or not _is_pointwise_op(graph, name):
+        return (False,) * len(grad)
+    return tuple(is_shard(g) and not is_shard(q) and not is_partial(q) for g, q in zip(grad, made))
+
+
+def _split_input_gradient(graph, name: str, in_shape: tuple, after: tuple, made: tuple, exits, grad: tuple) -> tuple:
+    """The gradient the pointwise op ``name`` hands an input of shape ``in_shape`` on the
+    axes where its output gradient ``after`` stays split (``_split_through``): split on
+    the input's own dim where the input has the output's size there, partial where the
+    input was broadcast along it (autograd sums the gradient over the broadcast dims)."""
+    through = _split_through(graph, name, exits, after, made)
+    if not any(through):
+        return grad
+    out_shape = tuple(graph.decision(name).fx_node.meta["val"].shape)
+    result = list(grad)
+    for axis, split in enumerate(through):
+        if split:
+            out_dim = shard_dim(after[axis])
+            dim = out_dim - (len(out_shape) - len(in_shape))
+            result[axis] = shard(dim) if 0 <= dim and in_shape[dim] == out_shape[out_dim] else PARTIAL
+    return tuple(result)
+
+
 def _value_gradient(value, readers, chain, graph, order, grads, mesh_shape, parent_spec, found, module_of, made, exits):
     """The layout of ``value``'s summed gradient where it was made (partial where a
     reduction is still due); the collectives on its way back go into ``found``.
     ``order``: node -> its position in the graph (when its gradient part is ready)."""
     into: dict[object, list] = {}  # attach point -> [(when the part is ready, gradient)]
+    shape = tuple(getattr(output_values(graph.decision(value[0]))[value[1]], "shape", ()))
     for v, strategy, arrived, dst, attach, nbytes in readers:
         if not graph.decision(v).requires_grad:
             continue
@@ -295,13 +342,16 @@ def _value_gradient(value, readers, chain, graph, order, grads, mesh_shape, pare
                 grad = _through_view(graph.decision(v), after, dst)
             else:
                 grad = after
-            into.setdefault(attach, []).append((order[v], grad))
+            into.setdefault(attach, []).append((order[v], grad, module_of(v)))
             continue
         grad = tuple(
             PARTIAL if p == REPLICATE and n > 1 and splits_work(strategy, axis) else p
             for axis, (p, n) in enumerate(zip(dst, mesh_shape))
         )
         after = grads.get((v, 0))
+        if after is not None:
+            # a split output gradient runs this pointwise op's backward split (``_split_through``)
+            grad = _split_input_gradient(graph, v, shape, after, made(v, 0), exits, grad)
         if after is not None and _carries_partial(graph, v) and v not in exits:  # an output hook settles it first
             # a partial output gradient goes through this op's backward unreduced where it
             # reads nothing split: DTensor reduces it at the first backward op that does
@@ -309,7 +359,7 @@ def _value_gradient(value, readers, chain, graph, order, grads, mesh_shape, pare
             if any(carried):
                 # DTensor's forward move of this input ran below autograd: nothing to undo
                 grad = tuple(PARTIAL if c else g for c, g in zip(carried, grad))
-                into.setdefault(attach, []).append((order[v], grad))
+                into.setdefault(attach, []).append((order[v], grad, module_of(v)))
                 continue
         if arrived != dst and not moves_locally(arrived, dst):
             # gathered or reduced on the way in: its backward brings the gradient back. A
@@ -318,9 +368,8 @@ def _value_gradient(value, readers, chain, graph, order, grads, mesh_shape, pare
             for kind, axis, size in gradient_collectives(grad, arrived, nbytes, mesh_shape):
                 found[(module_of(v), kind, axis, round(size))] += 1
             grad = without_partial(arrived)
-        into.setdefault(attach, []).append((order[v], grad))
+        into.setdefault(attach, []).append((order[v], grad, module_of(v)))
     nbytes = tensor_bytes(output_values(graph.decision(value[0]))[value[1]])
-    module = module_of(value[0])
     for b in sorted(chain, key=lambda b: -b.depth):  # inner boundaries first
         parts = into.pop(b, [])
         before = parent_spec(b)
@@ -329,12 +378,12 @@ def _value_gradient(value, readers, chain, graph, order, grads, mesh_shape, pare
         if before == b.spec:  # the hook moved nothing: one tensor, one sum with the outer readers
             into.setdefault(b.parent, []).extend(parts)
             continue
-        grad = _summed(parts, nbytes, mesh_shape, found, b.fqn)
+        grad = _summed(parts, nbytes, mesh_shape, found)
         for kind, axis, size in gradient_collectives(grad, before, nbytes, mesh_shape):
             found[(b.fqn, kind, axis, round(size))] += 1
-        into.setdefault(b.parent, []).append((min(when for when, _ in parts), without_partial(before)))
+        into.setdefault(b.parent, []).append((min(part[0] for part in parts), without_partial(before), b.fqn))
     parts = into.get(None, [])
-    return _summed(parts, nbytes, mesh_shape, found, module) if parts else None
+    return _summed(parts, nbytes, mesh_shape, found) if parts else None
 
 
 def _through_view(decision, after: tuple, dst: tuple) -> tuple:
@@ -366,15 +415,16 @@ def _broadcast_axes(node, split: tuple) -> tuple[int, ...]:
     return tuple(axis for axis, p in enumerate(split) if is_shard(p) and shard_dim(p) in grown)
 
 
-def _summed(parts: list, nbytes: float, mesh_shape, found: Counter, module: str) -> tuple:
-    """The layout of autograd's sum of gradients ``[(when ready, layout)]``, added in the
-    order they become ready (the last reader's first): per axis a common placement stays;
-    a replicated gradient added to a partial one makes a partial sum; one added to a
-    split one is sliced. A partial gradient added to a split one is reduce-scattered
-    first, by DTensor's add, each time (the collectives go into ``found``)."""
-    ordered = [grad for _, grad in sorted(parts, key=lambda part: -part[0])]
-    total = ordered[0]
-    for part in ordered[1:]:
+def _summed(parts: list, nbytes: float, mesh_shape, found: Counter) -> tuple:
+    """The layout of autograd's sum of gradients ``[(when ready, layout, module)]``, added
+    in the order they become ready (the last reader's first): per axis a common placement
+    stays; a replicated gradient added to a partial one makes a partial sum; one added to
+    a split one is sliced. A partial gradient added to a split one is reduce-scattered
+    first, by DTensor's add, each time (the collectives go into ``found``, charged to the
+    module whose backward hands over the part added: autograd adds it as it arrives)."""
+    ordered = sorted(parts, key=lambda part: -part[0])
+    total = ordered[0][1]
+    for _, part, module in ordered[1:]:
         target = tuple(_added(a, b) for a, b in zip(total, part))
         for side in (total, part):
             for kind, axis, size in _moves(side, target, nbytes, mesh_shape):

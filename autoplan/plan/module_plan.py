@@ -52,11 +52,18 @@ class Predicted:
     model_state_bytes: int
     """Parameters, gradients and AdamW state on one device."""
     activation_bytes: int
-    """Activations kept for backward on one device."""
+    """At the peak: the batch, activations kept for backward and the backward's temporaries."""
     collectives: dict = field(default_factory=dict)
     """Collectives of one training step: axis name -> kind -> {"count", "bytes"} (``plan/collectives.py``)."""
     module_collectives: dict = field(default_factory=dict)
     """The same per module FQN ("<root>" for ops outside any module): what ``autoplan verify`` checks."""
+    memory: dict = field(default_factory=dict)
+    """The peak by category (``MEMORY_CATEGORIES``, bytes; they sum to ``peak_memory_bytes``);
+    empty in plans written before it (``plan/builder.py memory_split``)."""
+
+
+MEMORY_CATEGORIES = ("parameters", "buffers", "gradients", "optimizer", "activations", "temporaries")
+"""The split of ``Predicted.memory``: torch's ``MemTracker`` categories."""
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,9 @@ Constraints
     sum_i s[v,i] = 1                                   one strategy each  (_add_strategy_vars)
     sum_c e[e,r,c] = sum_{i: row(i)=r} s[u,i]          edge rows match u  (_add_edge_vars)
     sum_r e[e,r,c] = sum_{j: col(j)=c} s[v,j]          edge cols match v  (_add_edge_vars)
-    sum_v sum_i s[v,i] * memory[v,i] <= budget         per-device memory  (_add_memory_limit)
+    sum_v sum_i s[v,i] * memory[v,i]                   memory where the   (_add_memory_limit)
+       + sum_e sum_{r,c} e[e,r,c] * kept[e,r,c] <= budget   backward starts
+    sum_v sum_i s[v,i] * end[v,i] <= budget            ... where it ends  (_add_memory_limit)
 
 Edges with no variables: an edge whose cost is zero, or depends on one end alone (one row,
 one column, or an end with a single strategy), is added to that end's strategy costs
@@ -92,7 +94,7 @@ def solve(
     s = _add_strategy_vars(model, costed)
     _pin(model, s, allowed or {})
     e = _add_edge_vars(model, costed, s)
-    _add_memory_limit(model, costed, s, memory_budget_bytes)
+    _add_memory_limit(model, costed, s, e, memory_budget_bytes)
     model.minimize(_objective(costed, s, e))
 
     params = mathopt.SolveParameters(
@@ -112,7 +114,7 @@ def solve(
                 f"the solver found no plan within the {time_limit_s:g} s time limit",
                 hint="raise --time-limit",
             )
-        need = minimum_memory_bytes(costed)
+        need = least_memory_bytes(costed, allowed or {}, time_limit_s)
         err = InfeasibleError(
             f"no plan fits {memory_budget_bytes / 2**30:.3g} GiB per device "
             f"(the smallest possible needs {need / 2**30:.3g} GiB)",
@@ -172,9 +174,37 @@ def _hint(costed, s, e, start: dict[str, int]):
     return mathopt.SolutionHint(variable_values=values)
 
 
+def least_memory_bytes(costed: CostedGraph, allowed: dict[str, set[int]], time_limit_s: float | None = None) -> float:
+    """The least peak any plan reaches (what an infeasible budget is told it needs):
+    min m subject to both memory rows <= m, over the same variables. The per-decision
+    bound (``minimum_memory_bytes``) can fall short of every real plan: the copies a
+    layout keeps live on edges, between two decisions' choices."""
+    model = mathopt.Model(name="autoplan-least-memory")
+    s = _add_strategy_vars(model, costed)
+    _pin(model, s, allowed)
+    e = _add_edge_vars(model, costed, s)
+    peak = model.add_variable(lb=0.0, name="peak_gib")
+    for terms, constant in _memory_rows(costed, s, e):
+        model.add_linear_constraint(mathopt.fast_sum(terms) + constant / 2**30 <= peak)
+    model.minimize(peak)
+    params = mathopt.SolveParameters(
+        random_seed=0, time_limit=datetime.timedelta(seconds=time_limit_s) if time_limit_s else None,
+    )
+    result = mathopt.solve(model, mathopt.SolverType.HIGHS, params=params)
+    if not result.has_primal_feasible_solution():
+        return minimum_memory_bytes(costed)
+    if result.termination.reason == mathopt.TerminationReason.OPTIMAL:
+        return result.objective_value() * 2**30  # a plan that needs this much exists
+    # Stopped early: the proved bound, never above what the leanest plan needs.
+    return max(minimum_memory_bytes(costed), result.best_objective_bound() * 2**30)
+
+
 def minimum_memory_bytes(costed: CostedGraph) -> float:
     """Memory of the leanest strategy everywhere: a lower bound on any plan's peak."""
-    return sum(min(cost.memory_bytes) for cost in costed.nodes.values())
+    start = sum(min(cost.memory_bytes) for cost in costed.nodes.values())
+    start += sum(min(min(row) for row in edge.kept_bytes) for edge in costed.edges.values() if edge.kept_bytes)
+    end = sum(min(cost.end_bytes) for cost in costed.nodes.values() if cost.end_bytes)
+    return max(start, end)
 
 
 def _add_strategy_vars(model, costed):
@@ -260,14 +290,55 @@ def _edge_folds(costed, s) -> dict[str, list[int]]:
     return extra
 
 
-def _add_memory_limit(model, costed, s, budget):
-    terms, constant = [], 0.0
-    for name, cost in costed.nodes.items():
-        if isinstance(s[name], int):
-            constant += cost.memory_bytes[s[name]]
-        else:
-            terms.extend(var * (b / 2**30) for var, b in zip(s[name], cost.memory_bytes) if b)
-    model.add_linear_constraint(mathopt.fast_sum(terms) <= budget / 2**30 - constant / 2**30)
+def _add_memory_limit(model, costed, s, e, budget):
+    """The two peaks of ``cost/memory.py``, each within the budget (coefficients in GiB)."""
+    for terms, constant in _memory_rows(costed, s, e):
+        model.add_linear_constraint(mathopt.fast_sum(terms) <= budget / 2**30 - constant / 2**30)
+
+
+def _memory_rows(costed, s, e) -> list[tuple[list, float]]:
+    """Per memory row: its terms (GiB) and its constant part (bytes)."""
+    folds = _kept_folds(costed, s)
+    rows = []
+    for row in ("memory_bytes", "end_bytes"):
+        terms, constant = [], 0.0
+        for name, cost in costed.nodes.items():
+            per = getattr(cost, row)
+            if not per:
+                continue
+            if row == "memory_bytes":
+                per = [b + f for b, f in zip(per, folds[name])]
+            if isinstance(s[name], int):
+                constant += per[s[name]]
+            else:
+                terms.extend(var * (b / 2**30) for var, b in zip(s[name], per) if b)
+        if row == "memory_bytes":
+            for key, grid in e.items():
+                kept = costed.edges[key].kept_bytes
+                if kept:
+                    terms.extend(grid[r][c] * (b / 2**30) for r, cells in enumerate(kept) for c, b in enumerate(cells) if b)
+        rows.append((terms, constant))
+    return rows
+
+
+def _kept_folds(costed, s) -> dict[str, list[float]]:
+    """Per decision, the kept bytes of each strategy from edges without variables, folded
+    into the end that decides them as ``_edge_folds`` folds their seconds."""
+    extra = {name: [0.0] * len(cost.compute_s) for name, cost in costed.nodes.items()}
+    for (u, v, _), edge in costed.edges.items():
+        if not edge.kept_bytes or not _folded(edge, s[u], s[v]):
+            continue
+        fixed_row = 0 if len(edge.rows) == 1 else edge.row_of[s[u]] if isinstance(s[u], int) else None
+        if fixed_row is not None:
+            for j, col in enumerate(edge.col_of):
+                extra[v][j] += edge.kept_bytes[fixed_row][col]
+            continue
+        fixed_col = 0 if len(edge.cols) == 1 else edge.col_of[s[v]] if isinstance(s[v], int) else None
+        if fixed_col is not None:
+            for i, row in enumerate(edge.row_of):
+                extra[u][i] += edge.kept_bytes[row][fixed_col]
+        # else: an edge that costs no time moves nothing, and keeps nothing
+    return extra
 
 
 def _sharded_outputs(costed, name: str, index: int) -> int:

@@ -47,7 +47,10 @@ def merge_followers(costed: CostedGraph, regions: dict | None = None, keep=froze
     regions = regions or {}
     graph = costed.choices.graph
     followers: dict[str, tuple[str, tuple[int, ...]]] = {}
-    totals = {name: [list(c.compute_s), list(c.comm_s), list(c.memory_bytes)] for name, c in costed.nodes.items()}
+    totals = {
+        name: [list(c.compute_s), list(c.comm_s), list(c.memory_bytes), list(c.end_bytes or (0.0,) * len(c.compute_s))]
+        for name, c in costed.nodes.items()
+    }
 
     def spec_seen(node: str, out_index: int, leader_strategy: int):
         """Spec ``node`` outputs at ``out_index`` when its leader uses ``leader_strategy``."""
@@ -76,11 +79,12 @@ def merge_followers(costed: CostedGraph, regions: dict | None = None, keep=froze
             pick.append(best)
             totals[leader][0][i] += cost.compute_s[best]
             totals[leader][1][i] += cost.comm_s[best] + edge.seconds[row][edge.col_of[best]]
-            totals[leader][2][i] += cost.memory_bytes[best]
+            totals[leader][2][i] += cost.memory_bytes[best] + (edge.kept_bytes[row][edge.col_of[best]] if edge.kept_bytes else 0.0)
+            totals[leader][3][i] += cost.end_bytes[best] if cost.end_bytes else 0.0
         followers[name] = (leader, tuple(pick))
 
     nodes = {
-        name: NodeCost(tuple(t[0]), tuple(t[1]), tuple(t[2]), costed.nodes[name].memory_kind)
+        name: NodeCost(tuple(t[0]), tuple(t[1]), tuple(t[2]), costed.nodes[name].memory_kind, tuple(t[3]))
         for name, t in totals.items()
         if name not in followers
     }
@@ -100,7 +104,8 @@ def merge_followers(costed: CostedGraph, regions: dict | None = None, keep=froze
         )
         specs = tuple(rows)
         seconds = tuple(edge.seconds[edge.rows.index(spec)] for spec in specs)
-        edges[(leader, v, k)] = EdgeCost(specs, edge.cols, row_of, edge.col_of, seconds)
+        kept = tuple(edge.kept_bytes[edge.rows.index(spec)] for spec in specs) if edge.kept_bytes else None
+        edges[(leader, v, k)] = EdgeCost(specs, edge.cols, row_of, edge.col_of, seconds, kept)
     reduced = CostedGraph(costed.choices, costed.profile, nodes, edges)
     return Simplified(reduced, followers)
 

@@ -143,8 +143,8 @@ def tie_costs(simplified: Simplified, twins: dict[str, str], node_weight) -> Tie
     kinds: dict[str, str] = {}
     for name, cost in costed.nodes.items():
         w = node_weight(name)
-        total = sums.setdefault(target(name), [[0.0] * len(cost.compute_s) for _ in range(3)])
-        for column, values in zip(total, (cost.compute_s, cost.comm_s, cost.memory_bytes)):
+        total = sums.setdefault(target(name), [[0.0] * len(cost.compute_s) for _ in range(4)])
+        for column, values in zip(total, (cost.compute_s, cost.comm_s, cost.memory_bytes, cost.end_bytes)):
             for i, value in enumerate(values):
                 column[i] += w * value
         kinds.setdefault(target(name), cost.memory_kind)
@@ -154,34 +154,48 @@ def tie_costs(simplified: Simplified, twins: dict[str, str], node_weight) -> Tie
         w = node_weight(v)
         tu, tv = target(u), target(v)
         scaled = tuple(tuple(w * t for t in row) for row in edge.seconds)
+        kept = tuple(tuple(w * b for b in row) for row in edge.kept_bytes) if edge.kept_bytes else None
         if tu == tv:  # a value read by its own twin: both ends take the same strategy
-            comm = sums[tu][1]
+            comm, memory = sums[tu][1], sums[tu][2]
             for i in range(len(comm)):
                 comm[i] += scaled[edge.row_of[i]][edge.col_of[i]]
+                memory[i] += kept[edge.row_of[i]][edge.col_of[i]] if kept else 0.0
             continue
         key = (tu, tv, k)
         if key in edges:
             old = edges[key]
             assert (old.rows, old.cols, old.row_of, old.col_of) == (edge.rows, edge.cols, edge.row_of, edge.col_of)
             scaled = tuple(tuple(a + b for a, b in zip(ra, rb)) for ra, rb in zip(old.seconds, scaled))
-        edges[key] = EdgeCost(edge.rows, edge.cols, edge.row_of, edge.col_of, scaled)
+            if old.kept_bytes:
+                kept = tuple(
+                    tuple(a + b for a, b in zip(ra, rb)) for ra, rb in zip(old.kept_bytes, kept or _zeros(old.kept_bytes))
+                )
+        edges[key] = EdgeCost(edge.rows, edge.cols, edge.row_of, edge.col_of, scaled, kept)
 
-    nodes = {name: NodeCost(tuple(c), tuple(m), tuple(b), kinds[name]) for name, (c, m, b) in sums.items()}
+    nodes = {name: NodeCost(tuple(c), tuple(m), tuple(b), kinds[name], tuple(e)) for name, (c, m, b, e) in sums.items()}
     tied = CostedGraph(costed.choices, costed.profile, nodes, edges)
     return Tied(tied, twin_of, simplified)
 
 
 def scale_costs(costed: CostedGraph, node_weight) -> CostedGraph:
     """The traced graph's costs weighted to the full model (what predictions are made from)."""
-    nodes = {
-        name: NodeCost(*(tuple(node_weight(name) * x for x in values) for values in (c.compute_s, c.comm_s, c.memory_bytes)), c.memory_kind)
-        for name, c in costed.nodes.items()
-    }
-    edges = {
-        key: EdgeCost(e.rows, e.cols, e.row_of, e.col_of, tuple(tuple(node_weight(key[1]) * t for t in row) for row in e.seconds))
-        for key, e in costed.edges.items()
-    }
+    nodes = {}
+    for name, c in costed.nodes.items():
+        w = node_weight(name)
+        nodes[name] = NodeCost(
+            *(tuple(w * x for x in values) for values in (c.compute_s, c.comm_s, c.memory_bytes)), c.memory_kind,
+            tuple(w * x for x in c.end_bytes),
+        )
+    edges = {}
+    for key, e in costed.edges.items():
+        w = node_weight(key[1])
+        kept = tuple(tuple(w * b for b in row) for row in e.kept_bytes) if e.kept_bytes else None
+        edges[key] = EdgeCost(e.rows, e.cols, e.row_of, e.col_of, tuple(tuple(w * t for t in row) for row in e.seconds), kept)
     return CostedGraph(costed.choices, costed.profile, nodes, edges)
+
+
+def _zeros(grid):
+    return tuple(tuple(0.0 for _ in row) for row in grid)
 
 
 def _same_value(da: Decision, db: Decision) -> bool:

@@ -35,9 +35,20 @@ def greedy_start(costed: CostedGraph, budget_bytes: float, allowed: dict[str, se
             return total
 
         choice[name] = min(options, key=lambda i: (seconds(i), i))
-    if sum(costed.nodes[n].memory_bytes[i] for n, i in choice.items()) > budget_bytes:
+    if peak_bytes(costed, choice) > budget_bytes:
         choice = leanest(costed, allowed)
     return choice
+
+
+def peak_bytes(costed: CostedGraph, choice: dict[str, int]) -> float:
+    """One assignment's peak: the larger of its two memory rows (``cost/memory.py``)."""
+    start = sum(costed.nodes[n].memory_bytes[i] for n, i in choice.items())
+    start += sum(
+        edge.kept_bytes[edge.row_of[choice[u]]][edge.col_of[choice[v]]]
+        for (u, v, _), edge in costed.edges.items() if edge.kept_bytes
+    )
+    end = sum(costed.nodes[n].end_bytes[i] for n, i in choice.items() if costed.nodes[n].end_bytes)
+    return max(start, end)
 
 
 def leanest(costed: CostedGraph, allowed: dict[str, set[int]]) -> dict[str, int]:

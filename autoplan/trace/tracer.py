@@ -31,6 +31,7 @@ from autoplan.errors import AutoplanError, LossError, TraceError
 from autoplan.trace import opaque
 from autoplan.trace.loss import batch_of, check_loss_fn, computed_loss, find_loss, summed_warning
 from autoplan.trace.meta_autocast import meta_autocast
+from autoplan.trace.saved import record_saved
 from autoplan.trace.training_call import training_kwargs
 
 
@@ -74,6 +75,9 @@ class TracedGraph:
     """FQN -> class name of each module traced as one opaque region (``trace/opaque.py``)."""
     opaque_flops: dict[str, float] = field(default_factory=dict)
     """Opaque-region node -> its forward FLOPs (an upper bound)."""
+    saved: frozenset[str] = frozenset()
+    """Nodes whose value autograd saves for the backward (``trace/saved.py``): what stays
+    alive from the forward to the backward, besides parameters and the batch."""
     warnings: tuple[str, ...] = ()
     """Where the traced step is not exactly the step the user trains (a loss taken as the
     sum of the output, autocast regions traced in the model's own dtypes): for the plan."""
@@ -128,7 +132,7 @@ def trace_model(model: nn.Module, example_inputs, loss_fn=None) -> TracedGraph:
         regions = opaque.install(model, opaque_classes)
         summed.clear()
         try:
-            with recorder, dtensor_overrides(), FusedAttention(), meta_autocast() as autocasts:
+            with recorder, dtensor_overrides(), FusedAttention(), meta_autocast() as autocasts, record_saved() as saved:
                 # Tensors the forward builds from Python data on the meta device (``torch.tensor``
                 # in a module's forward) become graph constants instead of failing the trace.
                 gm = make_fx(step, tracing_mode="fake", _allow_non_fake_inputs=True)(params, buffers, args, kwargs)
@@ -183,6 +187,7 @@ def trace_model(model: nn.Module, example_inputs, loss_fn=None) -> TracedGraph:
             node.name: opaque.region_flops(node.args[0])
             for node in gm.graph.nodes if node.target is opaque.OPAQUE_OP
         },
+        saved=frozenset(saved),
         warnings=tuple(summed_warning(where) for where in summed[:1]) + _autocast_warnings(autocasts),
     )
 
