@@ -25,6 +25,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 from autoplan.cost.estimate import STATE_COPIES
+from autoplan.explain.mesh_gain import gain_lines
 from autoplan.explain.patterns import ModuleRow, module_rows, parameter_numel
 from autoplan.placements import format_spec, is_shard, shard_factor
 
@@ -80,6 +81,9 @@ class Summary:
     all_replicated: bool
     solver: str
     warnings: tuple[str, ...] = field(default=())
+    one_device_s: float | None = None
+    """The whole step on one device, where the planning run priced it (``mesh_gain.py``);
+    a plan file alone does not say."""
 
     def to_dict(self) -> dict:
         data = asdict(self)
@@ -87,9 +91,10 @@ class Summary:
         return data
 
 
-def summarize(plan, profile=None) -> Summary:
+def summarize(plan, profile=None, one_device_s: float | None = None) -> Summary:
     """The ``Summary`` of ``plan``; ``profile`` (a ClusterProfile) defaults to the plan's own,
-    when it is a built-in one (else communication is shown without times, MFU left out)."""
+    when it is a built-in one (else communication is shown without times, MFU left out).
+    ``one_device_s``: one device's step time, where the caller priced it (``suggest``)."""
     p = plan.predicted
     cluster, note = _profile(plan, profile)
     comm = _comm_rows(plan, cluster)
@@ -114,6 +119,7 @@ def summarize(plan, profile=None) -> Summary:
         all_replicated=all_replicated(plan),
         solver=f"{plan.solver.status}, gap {plan.solver.gap:.2%}",
         warnings=tuple(plan.warnings),
+        one_device_s=one_device_s,
     )
 
 
@@ -275,8 +281,9 @@ def show_sections(summary: Summary, source: str = "") -> list:
     sections.append(time_section(s))
     sections.append(memory_section(s))
     sections.append(Section("model FLOPs utilisation", notes=(mfu_line(s),)))
-    if s.all_replicated:
-        sections.append(Section("what the mesh gains", notes=(nothing_gained(s),)))
+    gains = gain_lines(s)
+    if gains:
+        sections.append(Section("what the mesh gains", notes=gains))
     if s.warnings:
         sections.append(Section("warnings", notes=s.warnings))
     return sections
@@ -398,25 +405,3 @@ def mfu_line(s: Summary) -> str:
     if s.mfu is None:
         return f"MFU not computed: {s.mfu_note}"
     return f"predicted MFU {s.mfu:.1%} ({s.model_flops:.3g} model FLOPs per step, {s.mfu_note})"
-
-
-def nothing_gained(s: Summary) -> str:
-    """Why a plan that replicates everything is still the answer, in words."""
-    devices = 1
-    for size in s.mesh:
-        devices *= size
-    m = s.memory
-    grads = f" a data-parallel step would all-reduce {nbytes(m.gradients)} of gradients each step;" if m.gradients else ""
-    work = ""
-    if s.mfu is not None:
-        # model FLOPs at one device's peak: the part of the compute that splitting could shrink
-        ideal = s.mfu * s.step_time_s * devices
-        work = (f" of its {ms(s.compute_s)} ms of compute, the model's FLOPs at one device's peak take "
-                f"{ms(ideal)} ms: the rest is fixed per-op cost, which every device pays whatever the split;")
-    fits = "fits the budget" if m.budget and m.peak <= m.budget else "is what it is"
-    return (
-        f"every parameter and the batch are replicated: all {devices} devices compute the same whole step, "
-        f"so the predicted speed-up over one device is 1.0x. Why: the solver found no faster layout;{work}"
-        f"{grads} splitting saves less than the communication it adds, and the peak {nbytes(m.peak)} {fits}, "
-        f"so nothing forces sharding. A larger model or batch is where the mesh pays."
-    )
