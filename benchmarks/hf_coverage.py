@@ -303,8 +303,14 @@ class Printer:
     def line(self, text: str, style: str | None = None) -> None:
         if self.console is None:
             print(text, flush=True)
-        else:
+            return
+        # Rendered here, written through sys.stdout: while the progress bar is up, that is
+        # the bar's proxy, which prints the line above the bar (a rich console would write
+        # past the proxy, onto the bar's line).
+        with self.console.capture() as captured:
             self.console.print(text, style=style, markup=False, soft_wrap=True)
+        sys.stdout.write(captured.get())
+        sys.stdout.flush()
 
     def cells(self, cells: list[str], style: str | None = None) -> None:
         self.line("  ".join(c.ljust(w) for c, w in zip(cells, self.widths)).rstrip(), style)

@@ -53,7 +53,7 @@ def test_benchmark_rows_show_on_a_terminal_and_nothing_on_a_pipe():
     assert "1/3 rows" in shown and "llama-2x4-lean" in shown and "0:00:00" in shown
 
 
-def test_benchmark_output_during_the_bar_is_printed_whole_above_it(capsys):
+def test_benchmark_output_during_the_bar_is_printed_whole_above_it(capsys, monkeypatch):
     # what a benchmark writes to stderr while the bar is up goes through the bar's console:
     # whole lines, never spliced into the bar's line
     terminal = _Terminal()
@@ -63,3 +63,12 @@ def test_benchmark_output_during_the_bar_is_printed_whole_above_it(capsys):
         rows.finished("bert-8")
     assert "bert-8: +1.5%\n" in terminal.getvalue()
     assert capsys.readouterr().err == ""
+    # and so does stdout when it is the terminal too; redirected, it keeps its rows
+    for stdout, through_bar in ((_Terminal(), True), (io.StringIO(), False)):
+        monkeypatch.setattr(sys, "stdout", stdout)
+        terminal = _Terminal()
+        with rows_on_stderr(2, stream=terminal) as rows:
+            print("bert | 1.5")
+            rows.finished("bert-8")
+        assert ("bert | 1.5\n" in terminal.getvalue()) == through_bar
+        assert (stdout.getvalue() == "bert | 1.5\n") != through_bar
