@@ -70,7 +70,9 @@ def rows_on_stderr(total: int, what: str = "rows", stream=None):
 
     While the bar is up, what the benchmark prints goes through the bar's console, above the
     bar, so a row line never lands in the middle of it: stderr always; stdout only when it is
-    a terminal too (redirected to a file, stdout is left alone and keeps every row)."""
+    a terminal too (redirected to a file, stdout is left alone and keeps every row). That
+    holds for ``print`` and writes to ``sys.stdout``; a ``rich`` console of the caller's own
+    writes past the bar's proxy, so render its lines first (``hf_coverage.Printer``)."""
     stream = stream or sys.stderr
     if not _is_terminal(stream):
         yield RowProgress(total)
