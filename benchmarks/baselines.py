@@ -23,6 +23,7 @@ from pathlib import Path
 
 from autoplan.errors import NotApplicableError
 from autoplan.evaluate.baselines import BASELINES, baseline_for_problem
+from autoplan.explain.progress import rows_on_stderr
 from autoplan.model_file import load_model_file
 from autoplan.pipeline.pinning import Pins
 from autoplan.pipeline.problem import prepare_problem, solve_problem
@@ -44,16 +45,24 @@ def main(argv=None) -> int:
     names = tuple(args.axis_names.split(",")) if args.axis_names else ("cp", "dp", "tp")[-len(mesh):]
     loaded = load_model_file(args.model)
     start = time.perf_counter()
-    problem = prepare_problem(loaded.model, loaded.example_inputs, mesh, names, args.profile, args.memory_gb, loss_fn=loaded.loss_fn)
-    auto, _, fits = solve_problem(problem, Pins(problem))
-    rows = [("autoplan", auto, fits, ())]
-    for name in BASELINES:
-        try:
-            baseline = baseline_for_problem(name, problem)
-        except NotApplicableError as err:
-            rows.append((name, None, False, (str(err),)))
-            continue
-        rows.append((name, baseline.plan, baseline.fits, baseline.notes))
+    with rows_on_stderr(2 + len(BASELINES), "solves") as progress:
+        progress.started("tracing and costing")
+        problem = prepare_problem(loaded.model, loaded.example_inputs, mesh, names, args.profile, args.memory_gb, loss_fn=loaded.loss_fn)
+        progress.finished("tracing and costing")
+        progress.started("autoplan")
+        auto, _, fits = solve_problem(problem, Pins(problem))
+        progress.finished("autoplan")
+        rows = [("autoplan", auto, fits, ())]
+        for name in BASELINES:
+            progress.started(name)
+            try:
+                baseline = baseline_for_problem(name, problem)
+            except NotApplicableError as err:
+                rows.append((name, None, False, (str(err),)))
+                continue
+            finally:
+                progress.finished(name)
+            rows.append((name, baseline.plan, baseline.fits, baseline.notes))
     print(f"{args.model} on {args.mesh} ({','.join(names)}), profile {args.profile}; {time.perf_counter() - start:.1f} s")
     print(f"{'plan':<15} {'step ms':>9} {'compute':>9} {'comm':>9} {'peak GiB':>9} {'fits':>5} {'x auto':>7}  notes")
     for name, plan, fits, notes in rows:

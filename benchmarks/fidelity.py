@@ -38,13 +38,17 @@ import os
 import random
 import statistics
 import sys
+import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from autoplan.explain.progress import rows_on_stderr  # noqa: E402
 
 MODELS = ("mlp", "cnn", "transformer", "gpt2", "bert", "llama", "moe")
 MESH, AXIS_NAMES, WORLD = (2, 4), ("dp", "tp"), 8
@@ -109,17 +113,22 @@ def main(argv=None) -> int:
     started = time.perf_counter()
     candidates: list[Candidate] = []
     skipped: dict[str, str] = {}
-    for name in args.models.split(","):
-        try:
-            found, notes = plans_for_model(name, args)
-        except Exception as err:  # a model that does not plan is reported, the rest go on
-            skipped[name] = f"{type(err).__name__}: {' '.join(str(err).split())[:300]}"
-            print(f"{name}: not planned: {skipped[name]}", flush=True)
-            continue
-        candidates.extend(found)
-        print(f"{name}: {len(found)} plans ({', '.join(c.label for c in found)})", flush=True)
-        for note in notes:
-            print(f"  {note}", flush=True)
+    models = args.models.split(",")
+    with rows_on_stderr(len(models), "models planned and scored") as progress:
+        for name in models:
+            progress.started(name)
+            try:
+                found, notes = plans_for_model(name, args)
+            except Exception as err:  # a model that does not plan is reported, the rest go on
+                skipped[name] = f"{type(err).__name__}: {' '.join(str(err).split())[:300]}"
+                print(f"{name}: not planned: {skipped[name]}", flush=True)
+                continue
+            finally:
+                progress.finished(name)
+            candidates.extend(found)
+            print(f"{name}: {len(found)} plans ({', '.join(c.label for c in found)})", flush=True)
+            for note in notes:
+                print(f"  {note}", flush=True)
     plan_s = time.perf_counter() - started
 
     load_before = os.getloadavg()
@@ -140,10 +149,11 @@ def main(argv=None) -> int:
                                max_foreign_share=args.max_foreign, retries=args.retries)
         print(f"measuring {len(candidates)} plans x {args.passes} passes on {WORLD} gloo processes (mesh {'x'.join(map(str, MESH))}) ...", flush=True)
         started = time.perf_counter()
-        progress = Path(args.out) / "fidelity.progress.jsonl"  # one line per plan measured, to follow a long run
-        progress.parent.mkdir(parents=True, exist_ok=True)
-        progress.unlink(missing_ok=True)
-        probe, *results = measure_step_times(jobs, WORLD, config, progress=str(progress))
+        measured = Path(args.out) / "fidelity.progress.jsonl"  # one line per plan measured, to follow a long run
+        measured.parent.mkdir(parents=True, exist_ok=True)
+        measured.unlink(missing_ok=True)
+        with rows_on_stderr(len(jobs), "plans timed") as progress, following(measured, [j.label for j in jobs], progress):
+            probe, *results = measure_step_times(jobs, WORLD, config, progress=str(measured))
         op_overhead_s = probe.median_s
         for i, result in zip(order, results):
             candidates[i].passes.append(result)
@@ -189,6 +199,35 @@ def main(argv=None) -> int:
             (out / "fidelity.png").write_bytes(png)
             print(f"wrote {out / 'fidelity.json'} and {out / 'fidelity.png'}")
     return 0
+
+
+@contextmanager
+def following(lines: Path, labels: list[str], progress):
+    """Feed ``progress`` from the file rank 0 appends a line to per job timed (the launch
+    runs in other processes): the jobs, ``labels`` in order, done and the one being timed."""
+    if not progress.shown:
+        yield
+        return
+    stop = threading.Event()
+
+    def follow():
+        done = 0
+        progress.started(labels[0])
+        while not stop.wait(1.0):
+            now = min(len(lines.read_text().splitlines()) if lines.exists() else 0, len(labels))
+            for i in range(done, now):
+                progress.finished(labels[i])
+                if i + 1 < len(labels):
+                    progress.started(labels[i + 1])
+            done = now
+
+    watcher = threading.Thread(target=follow, daemon=True)
+    watcher.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        watcher.join()
 
 
 def plans_for_model(name: str, args) -> tuple[list[Candidate], list[str]]:

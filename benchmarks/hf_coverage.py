@@ -155,6 +155,10 @@ def task_tag(task: str) -> str:
     return TASK_TAGS.get(task, task)
 
 
+def row_label(task: str, model_type: str) -> str:
+    return f"{model_type}[{task_tag(task)}]"
+
+
 def stage_ok(row: dict, name: str) -> bool | None:
     """True / False where the stage ran, None where it was not reached."""
     info = row["stages"].get(name)
@@ -243,7 +247,7 @@ def summarize(rows: list[dict], keys: list[str]) -> dict:
         for stage, cause in failures_of(row, keys):
             group = groups.setdefault(cause, {"cause": cause, "stages": set(), "models": set()})
             group["stages"].add(stage)
-            group["models"].add(f"{row['model_type']}[{task_tag(row['task'])}]")
+            group["models"].add(row_label(row["task"], row["model_type"]))
     failures = sorted(
         ({"cause": g["cause"], "stages": sorted(g["stages"]), "models": sorted(g["models"])} for g in groups.values()),
         key=lambda g: (-len(g["models"]), g["cause"]),
@@ -299,8 +303,14 @@ class Printer:
     def line(self, text: str, style: str | None = None) -> None:
         if self.console is None:
             print(text, flush=True)
-        else:
+            return
+        # Rendered here, written through sys.stdout: while the progress bar is up, that is
+        # the bar's proxy, which prints the line above the bar (a rich console would write
+        # past the proxy, onto the bar's line).
+        with self.console.capture() as captured:
             self.console.print(text, style=style, markup=False, soft_wrap=True)
+        sys.stdout.write(captured.get())
+        sys.stdout.flush()
 
     def cells(self, cells: list[str], style: str | None = None) -> None:
         self.line("  ".join(c.ljust(w) for c, w in zip(cells, self.widths)).rstrip(), style)
@@ -380,15 +390,24 @@ def main(argv=None) -> dict | None:
 def run_rows(rows_to_run, args, keys: list[str], printer, versions: dict, script: Path) -> dict:
     """Each row in its own process (``script --row``), ``args.jobs`` at a time; rows printed
     and the JSON table rewritten as they complete, then in the given order with a summary."""
+    from autoplan.explain.progress import rows_on_stderr
+
     result = {"versions": versions, "args": {k: v for k, v in vars(args).items() if not k.startswith("row")}, "rows": []}
     started = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix=f"{script.stem}-") as tmp, ThreadPoolExecutor(args.jobs) as pool:
-        futures = [pool.submit(run_isolated, task, name, args, Path(tmp), script) for task, name in rows_to_run]
+    with (tempfile.TemporaryDirectory(prefix=f"{script.stem}-") as tmp, ThreadPoolExecutor(args.jobs) as pool,
+          rows_on_stderr(len(rows_to_run)) as progress):
+
+        def run_one(task: str, name: str) -> dict:
+            progress.started(row_label(task, name))
+            return run_isolated(task, name, args, Path(tmp), script)
+
+        futures = [pool.submit(run_one, task, name) for task, name in rows_to_run]
         try:
             for future in as_completed(futures):
                 row = future.result()
                 result["rows"].append(row)
                 printer.row(row_cells(row, keys, args.dtypes), failed=bool(failures_of(row, keys)))
+                progress.finished(row_label(row["task"], row["model_type"]))
                 write_json(args.json, result)
         except KeyboardInterrupt:
             for future in futures:

@@ -40,6 +40,7 @@ sys.path.insert(0, str(ROOT))
 import autoplan  # noqa: E402
 from autoplan._files import write_atomic  # noqa: E402
 from autoplan.errors import InfeasibleError  # noqa: E402
+from autoplan.explain.progress import rows_on_stderr  # noqa: E402
 from autoplan.model_file import default_axis_names, import_model_file, loss_function  # noqa: E402
 from autoplan.verify.numerics import call_model  # noqa: E402
 
@@ -305,10 +306,13 @@ def main(argv=None) -> int:
     if unknown:
         parser.error(f"unknown rows {unknown}; expected some of {', '.join(ROWS)}")
     results = []
-    for row in rows:
-        results.append(run_row(row, args.timeout))
-        r = results[-1]
-        print(f"{row}: {r.get('failed') or format(r['error'], '+.1%')}", file=sys.stderr, flush=True)
+    with rows_on_stderr(len(rows)) as progress:
+        for row in rows:
+            progress.started(row)
+            results.append(run_row(row, args.timeout))
+            r = results[-1]
+            print(f"{row}: {r.get('failed') or format(r['error'], '+.1%')}", file=sys.stderr, flush=True)
+            progress.finished(row)
     print("memory per device in MiB; p/m = predicted / measured (MemTracker, rank 0, fake process group)")
     print(format_table(results))
     if args.json:

@@ -50,18 +50,20 @@ def run_suggest(size: str, mesh: str, time_limit: float | None, tie: bool = True
     return stats
 
 
-def tying_difference(time_limit: float | None) -> dict:
+def tying_difference(time_limit: float | None, progress) -> dict:
     """The 8B cut to 8 layers on 2x4, planned tied and untied, in this process."""
-    sys.path.insert(0, str(ROOT))
     from autoplan.model_file import load_model_file
     from autoplan.pipeline.suggest import suggest_with_report
 
     found = {}
     for tie in (True, False):
+        label = f"8b, 8 layers, 2x4, {'tied' if tie else 'untied'}"
+        progress.started(label)
         loaded = load_model_file(f"{ROOT / MODEL_FILE}:make_8b_8layers")
         started = time.perf_counter()
         plan, report = suggest_with_report(loaded.model, loaded.example_inputs, (2, 4), ("dp", "tp"), time_limit_s=time_limit, tie=tie)
         found[tie] = (plan, report, time.perf_counter() - started)
+        progress.finished(label)
     return found
 
 
@@ -71,13 +73,29 @@ def main(argv=None) -> int:
     parser.add_argument("--cases", default=",".join(CASES), help="comma-separated SIZE:MESH, e.g. 70b:8x8")
     parser.add_argument("--skip-tying", action="store_true", help="skip the tied-vs-untied comparison")
     args = parser.parse_args(argv)
+    sys.path.insert(0, str(ROOT))
+    from autoplan.explain.progress import rows_on_stderr
 
+    cases = args.cases.split(",")
+    with rows_on_stderr(len(cases) + (0 if args.skip_tying else 2), "plans") as progress:
+        run_cases(cases, args.time_limit, progress)
+        if not args.skip_tying:
+            found = tying_difference(args.time_limit, progress)
+    if not args.skip_tying:
+        print_tying(found)
+    return 0
+
+
+def run_cases(cases: list[str], time_limit: float | None, progress) -> None:
+    """Each case's whole ``suggest`` command, one row printed per case."""
     print(f"{'model':<6} {'mesh':<7} {'command s':>9} {'trace':>6} {'choices':>7} {'cost':>6} {'simplify':>8} {'solve':>6} "
           f"{'plan':>5} {'nodes':>6} {'decisions':>9} {'merged+tied':>11} {'variables':>9} {'objective s':>11} {'gap':>7} "
           f"{'status':>8} {'peak RSS GiB':>12}")
-    for case in args.cases.split(","):
+    for case in cases:
         size, mesh = case.split(":")
-        stats = run_suggest(size, mesh, args.time_limit)
+        progress.started(case)
+        stats = run_suggest(size, mesh, time_limit)
+        progress.finished(case)
         if "error" in stats:
             print(f"{size:<6} {mesh:<7} {stats['wall_s']:>9.2f}  error: {stats['error']}")
             continue
@@ -87,18 +105,17 @@ def main(argv=None) -> int:
               f"{stats['decisions_after_merge']:>11} {stats['variables']:>9} {solver['objective_s']:>11.6g} {solver['gap']:>7.2%} "
               f"{solver['status']:>8} {stats['peak_rss_bytes'] / GIB:>12.2f}", flush=True)
 
-    if not args.skip_tying:
-        found = tying_difference(args.time_limit)
-        tied, untied = found[True][0].solver, found[False][0].solver
-        print("\nLlama-3-8B shapes cut to 8 layers, mesh 2x4: tied vs untied")
-        for tie, label in ((True, "tied"), (False, "untied")):
-            plan, report, wall = found[tie]
-            print(f"  {label:<7} objective {plan.solver.objective:.6g} s ({plan.solver.status}, gap {plan.solver.gap:.2%}), "
-                  f"{report.variables} variables, {wall:.2f} s in process")
-        difference = (tied.objective - untied.objective) / untied.objective
-        same = found[True][0].parameters == found[False][0].parameters and found[True][0].modules == found[False][0].modules
-        print(f"  tying costs {difference:+.4%} of the untied objective; plans identical: {same}")
-    return 0
+
+def print_tying(found: dict) -> None:
+    tied, untied = found[True][0].solver, found[False][0].solver
+    print("\nLlama-3-8B shapes cut to 8 layers, mesh 2x4: tied vs untied")
+    for tie, label in ((True, "tied"), (False, "untied")):
+        plan, report, wall = found[tie]
+        print(f"  {label:<7} objective {plan.solver.objective:.6g} s ({plan.solver.status}, gap {plan.solver.gap:.2%}), "
+              f"{report.variables} variables, {wall:.2f} s in process")
+    difference = (tied.objective - untied.objective) / untied.objective
+    same = found[True][0].parameters == found[False][0].parameters and found[True][0].modules == found[False][0].modules
+    print(f"  tying costs {difference:+.4%} of the untied objective; plans identical: {same}")
 
 
 if __name__ == "__main__":

@@ -34,6 +34,7 @@ sys.path.insert(0, str(ROOT))
 
 import autoplan  # noqa: E402
 from autoplan.errors import InfeasibleError  # noqa: E402
+from autoplan.explain.progress import rows_on_stderr  # noqa: E402
 from autoplan.model_file import import_model_file, load_model_file, parse_mesh  # noqa: E402
 from autoplan.pipeline.suggest import suggest_with_report  # noqa: E402
 from autoplan.verify.numerics import NumericsJob, check_numerics  # noqa: E402
@@ -110,27 +111,35 @@ def main() -> None:
 
     dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=8)
     rows, jobs = [], {}
-    for mesh in meshes:
-        for name in models:
-            path = ROOT / "examples" / f"{name}.py"
-            plan, report, budget = plan_row(str(path), mesh, force_sharding=True)
-            fake = run_on_fake_pg(path, plan, mesh, args.fake_pg_timeout)
-            rows.append([name, "tiny", mesh, report, plan, fake, budget])
-            print(f"planned {name} on {'x'.join(map(str, mesh))}: fake-PG {fake}", file=sys.stderr, flush=True)
-            if fake == "ok":  # a plan that cannot step on one process would stall 8 of them
-                jobs.setdefault(mesh, []).append((len(rows) - 1, NumericsJob(str(path), "build_model", plan.to_json())))
-            if mesh in big_meshes and hasattr(import_model_file(path), "make_big"):
-                plan, report, budget = plan_row(f"{path}:make_big", mesh, force_sharding=False)
-                rows.append([name, "big", mesh, report, plan, "-", budget])
+    with rows_on_stderr(len(meshes) * len(models), "models x meshes planned") as progress:
+        for mesh in meshes:
+            for name in models:
+                label = f"{name} on {'x'.join(map(str, mesh))}"
+                progress.started(label)
+                path = ROOT / "examples" / f"{name}.py"
+                plan, report, budget = plan_row(str(path), mesh, force_sharding=True)
+                fake = run_on_fake_pg(path, plan, mesh, args.fake_pg_timeout)
+                rows.append([name, "tiny", mesh, report, plan, fake, budget])
+                print(f"planned {label}: fake-PG {fake}", file=sys.stderr, flush=True)
+                if fake == "ok":  # a plan that cannot step on one process would stall 8 of them
+                    jobs.setdefault(mesh, []).append((len(rows) - 1, NumericsJob(str(path), "build_model", plan.to_json())))
+                if mesh in big_meshes and hasattr(import_model_file(path), "make_big"):
+                    plan, report, budget = plan_row(f"{path}:make_big", mesh, force_sharding=False)
+                    rows.append([name, "big", mesh, report, plan, "-", budget])
+                progress.finished(label)
     dist.destroy_process_group()
 
     print_table(rows, {}, pending=bool(jobs))  # the planning columns now: the gloo runs take long
     numerics = {}
-    for mesh, indexed in jobs.items():
-        results = check_numerics([job for _, job in indexed], world=8)
-        for (row, _), result in zip(indexed, results):
-            numerics[row] = result.worst
-            print(f"gloo numerics {rows[row][0]} on {'x'.join(map(str, mesh))}: {result.worst:.1e}", file=sys.stderr, flush=True)
+    with rows_on_stderr(len(jobs), "meshes checked on 8 gloo processes") as progress:
+        for mesh, indexed in jobs.items():
+            label = f"{len(indexed)} models on {'x'.join(map(str, mesh))}"
+            progress.started(label)
+            results = check_numerics([job for _, job in indexed], world=8)
+            for (row, _), result in zip(indexed, results):
+                numerics[row] = result.worst
+                print(f"gloo numerics {rows[row][0]} on {'x'.join(map(str, mesh))}: {result.worst:.1e}", file=sys.stderr, flush=True)
+            progress.finished(label)
     if jobs:
         print_table(rows, numerics, pending=False)
 

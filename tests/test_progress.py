@@ -1,9 +1,11 @@
 """Progress on long work: a live status line on a terminal's stderr, nothing otherwise."""
 
 import io
+import re
+import sys
 import time
 
-from autoplan.explain.progress import progress_on_stderr
+from autoplan.explain.progress import progress_on_stderr, rows_on_stderr
 from autoplan.model_file import load_model_file
 from autoplan.pipeline.suggest import suggest_with_report
 from conftest import EXAMPLES
@@ -34,3 +36,39 @@ def test_planning_reports_each_stage_as_it_starts():
         "tracing the model", "building the placement choices", "costing the choices",
         "merging followers", "solving the ILP", "writing the plan",
     ]
+
+
+def test_benchmark_rows_show_on_a_terminal_and_nothing_on_a_pipe():
+    pipe = io.StringIO()
+    with rows_on_stderr(3, stream=pipe) as rows:
+        rows.started("gpt2-8")
+        rows.finished("gpt2-8")
+    assert pipe.getvalue() == ""
+    terminal = _Terminal()
+    with rows_on_stderr(3, stream=terminal) as rows:
+        rows.finished("gpt2-8")
+        rows.started("llama-2x4-lean")
+        time.sleep(0.3)  # rich refreshes the bar several times a second
+    shown = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", terminal.getvalue())  # the terminal's colour codes
+    assert "1/3 rows" in shown and "llama-2x4-lean" in shown and "0:00:00" in shown
+
+
+def test_benchmark_output_during_the_bar_is_printed_whole_above_it(capsys, monkeypatch):
+    # what a benchmark writes to stderr while the bar is up goes through the bar's console:
+    # whole lines, never spliced into the bar's line
+    terminal = _Terminal()
+    with rows_on_stderr(2, stream=terminal) as rows:
+        rows.started("bert-8")
+        print("bert-8: +1.5%", file=sys.stderr)
+        rows.finished("bert-8")
+    assert "bert-8: +1.5%\n" in terminal.getvalue()
+    assert capsys.readouterr().err == ""
+    # and so does stdout when it is the terminal too; redirected, it keeps its rows
+    for stdout, through_bar in ((_Terminal(), True), (io.StringIO(), False)):
+        monkeypatch.setattr(sys, "stdout", stdout)
+        terminal = _Terminal()
+        with rows_on_stderr(2, stream=terminal) as rows:
+            print("bert | 1.5")
+            rows.finished("bert-8")
+        assert ("bert | 1.5\n" in terminal.getvalue()) == through_bar
+        assert (stdout.getvalue() == "bert | 1.5\n") != through_bar

@@ -1,6 +1,7 @@
 """``autoplan show``: a real plan (the 7B-shaped Llama on 2x4, and baselines of the tiny
 Llama) in words, with time and memory that add up to the plan's own prediction."""
 
+import dataclasses
 import io
 import json
 
@@ -11,7 +12,7 @@ from autoplan.cli import main
 from autoplan.evaluate.baselines import baseline_for_problem
 from autoplan.explain.patterns import COLUMN, DATA_PARALLEL, FSDP, REPLICATED, ROW, module_rows
 from autoplan.explain.render import render
-from autoplan.explain.show import show_sections, summarize
+from autoplan.explain.show import ms, show_sections, summarize
 from autoplan.model_file import load_model_file
 from autoplan.pipeline.problem import prepare_problem
 from autoplan.placements import shard_dim
@@ -160,3 +161,26 @@ def test_words_for_experts_routers_and_norm_scales():
     assert axis_word("MixtralTopKRouter", "model.layers.0.mlp.gate.weight", (8, 4096), "S(1)", "S(1)", None) == ROW
     assert axis_word("LlamaRMSNorm", "model.norm.weight", (4096,), "S(0)", "S(0)", "S(2)") == FEATURES
     assert axis_word("LlamaRMSNorm", "model.norm.weight", (4096,), "R", "R", "S(1)") == "sequence-parallel"
+
+
+def test_a_table_above_the_cost_stages_charge_is_shown_with_where_its_time_is(llama7b):
+    # a plan whose collective table comes to more than the communication the cost stage
+    # charged (the MoE's experts on 2x4 at its real widths: 59.7 ms against 21.3 ms): the
+    # gap is a negative "other" row, and the note gives both figures and the modules
+    # holding the table's time
+    plan = llama7b[0]
+    p = plan.predicted
+    table = summarize(plan).comm_s - summarize(plan).comm_other_s
+    charged = table / 3
+    lower = dataclasses.replace(p, comm_s=charged, step_time_s=p.compute_s + charged)
+    summary = summarize(dataclasses.replace(plan, predicted=lower))
+    assert summary.comm_other_s == pytest.approx(charged - table)
+    assert sum(seconds for _, seconds in summary.comm_by_module) == pytest.approx(table)
+    text = io.StringIO()
+    render(show_sections(summary), text)
+    note = " ".join(text.getvalue().split())
+    top, top_s = summary.comm_by_module[0]
+    assert f"comes to {ms(table)} ms, {ms(table - charged)} ms (200%) more than the {ms(charged)} ms" in note
+    assert f"the step would take {ms(lower.step_time_s + table - charged)} ms" in note
+    assert f"mostly in {top} ({ms(top_s)} ms)" in note
+    assert ".0-1." in top or top in plan.predicted.module_collectives  # repeated layers folded

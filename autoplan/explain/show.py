@@ -5,9 +5,15 @@
   The plan stores each step's collectives (count and bytes per axis and kind); each is
   priced here with the profile's alpha-beta cost (``cost/comm.py``: ``count x latency +
   bus factor x bytes / bus bandwidth``, exact for a sum of calls). The cost stage charged
-  ``predicted.comm_s``; where the two differ (it shares a gradient reduction between its
-  readers, and prices moves of DTensor's own choosing), the rest is one "other" row, so the
-  rows add up to the prediction;
+  ``predicted.comm_s``, which the step time counts; where the two differ, the rest is one
+  "other" row, so the rows add up to the prediction. Positive, it is what the cost stage
+  charges beyond the table (a move priced per reader where a module boundary moves a
+  value once, a shared gradient reduction). Negative, the table comes to more than the
+  cost stage charged: the cost stage prices each op's planned layout, the table the
+  collectives DTensor is expected to run, which can take another layout (its own choice of
+  strategy for what arrives, and the moves that follow from it); the note then says by how
+  much they disagree and which modules hold the table's time (repeated layers folded), so
+  that a large gap is seen, not absorbed;
 - the memory per device: the cost stage's split of the peak (``predicted.memory``); for
   plan files written before plans split it, model state split the way the cost stage
   counted it then (every trainable parameter's local shard four times: weights,
@@ -25,7 +31,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-from autoplan.cost.estimate import STATE_COPIES
+from autoplan.cost.memory import STATE_COPIES_END as STATE_COPIES  # plans made before the split counted 4 copies
+from autoplan.explain.mesh_gain import gain_lines
 from autoplan.explain.patterns import ModuleRow, module_rows, parameter_numel
 from autoplan.placements import format_spec, is_shard, shard_factor
 
@@ -77,6 +84,9 @@ class Summary:
     comm: tuple[CommRow, ...]
     comm_other_s: float | None
     """``comm_s`` less the priced collectives (see the module docstring)."""
+    comm_by_module: tuple[tuple[str, float], ...]
+    """The priced collectives per module (repeated layers folded), most first; empty where
+    not priced."""
     memory: Memory
     model_flops: float | None
     mfu: float | None
@@ -84,6 +94,9 @@ class Summary:
     all_replicated: bool
     solver: str
     warnings: tuple[str, ...] = field(default=())
+    one_device_s: float | None = None
+    """The whole step on one device, where the planning run priced it (``mesh_gain.py``);
+    a plan file alone does not say."""
 
     def to_dict(self) -> dict:
         data = asdict(self)
@@ -91,13 +104,15 @@ class Summary:
         return data
 
 
-def summarize(plan, profile=None) -> Summary:
+def summarize(plan, profile=None, one_device_s: float | None = None) -> Summary:
     """The ``Summary`` of ``plan``; ``profile`` (a ClusterProfile) defaults to the plan's own,
-    when it is a built-in one (else communication is shown without times, MFU left out)."""
+    when it is a built-in one (else communication is shown without times, MFU left out).
+    ``one_device_s``: one device's step time, where the caller priced it (``suggest``)."""
     p = plan.predicted
     cluster, note = _profile(plan, profile)
     comm = _comm_rows(plan, cluster)
     priced = sum(r.seconds for r in comm) if cluster is not None else None
+    by_module = _comm_by_module(plan, cluster) if cluster is not None else ()
     memory = memory_split(plan, cluster)
     flops, mfu, mfu_note = _mfu(plan, cluster, memory.element_bytes)
     return Summary(
@@ -111,6 +126,7 @@ def summarize(plan, profile=None) -> Summary:
         comm_s=p.comm_s,
         comm=tuple(comm),
         comm_other_s=None if priced is None else p.comm_s - priced,
+        comm_by_module=by_module,
         memory=memory,
         model_flops=flops,
         mfu=mfu,
@@ -118,6 +134,7 @@ def summarize(plan, profile=None) -> Summary:
         all_replicated=all_replicated(plan),
         solver=f"{plan.solver.status}, gap {plan.solver.gap:.2%}",
         warnings=tuple(plan.warnings),
+        one_device_s=one_device_s,
     )
 
 
@@ -140,20 +157,35 @@ def _profile(plan, profile):
 
 
 def _comm_rows(plan, cluster) -> list[CommRow]:
-    from autoplan.cost.comm import bus_factor, link_cost
-
     rows = []
     for axis, kinds in plan.predicted.collectives.items():
-        a = plan.axis_names.index(axis)
         for kind, entry in kinds.items():
-            seconds = None
-            if cluster is not None and plan.mesh_shape[a] > 1:
-                cost = link_cost(cluster, kind, tuple(plan.mesh_shape), a)
-                seconds = entry["count"] * cost.latency_s + bus_factor(kind, plan.mesh_shape[a]) * entry["bytes"] / cost.bus_bandwidth_bytes_per_s
-            elif cluster is not None:
-                seconds = 0.0
+            seconds = _priced(plan, cluster, axis, kind, entry) if cluster is not None else None
             rows.append(CommRow(axis, kind, int(entry["count"]), int(entry["bytes"]), seconds))
     return rows
+
+
+def _priced(plan, cluster, axis: str, kind: str, entry: dict) -> float:
+    """Seconds of ``entry["count"]`` calls moving ``entry["bytes"]`` in all (module docstring)."""
+    from autoplan.cost.comm import bus_factor, link_cost
+
+    a = plan.axis_names.index(axis)
+    if plan.mesh_shape[a] <= 1:
+        return 0.0
+    cost = link_cost(cluster, kind, tuple(plan.mesh_shape), a)
+    return entry["count"] * cost.latency_s + bus_factor(kind, plan.mesh_shape[a]) * entry["bytes"] / cost.bus_bandwidth_bytes_per_s
+
+
+def _comm_by_module(plan, cluster) -> tuple[tuple[str, float], ...]:
+    from autoplan.explain.alternatives import _folded
+
+    seconds: dict[str, float] = {}
+    for module, axes in plan.predicted.module_collectives.items():
+        name = _folded(module, plan)
+        for axis, kinds in axes.items():
+            for kind, entry in kinds.items():
+                seconds[name] = seconds.get(name, 0.0) + _priced(plan, cluster, axis, kind, entry)
+    return tuple(sorted(seconds.items(), key=lambda item: -item[1]))
 
 
 def local_elements(plan) -> int:
@@ -283,8 +315,9 @@ def show_sections(summary: Summary, source: str = "") -> list:
     sections.append(time_section(s))
     sections.append(memory_section(s))
     sections.append(Section("model FLOPs utilisation", notes=(mfu_line(s),)))
-    if s.all_replicated:
-        sections.append(Section("what the mesh gains", notes=(nothing_gained(s),)))
+    gains = gain_lines(s)
+    if gains:
+        sections.append(Section("what the mesh gains", notes=gains))
     if s.warnings:
         sections.append(Section("warnings", notes=s.warnings))
     return sections
@@ -360,11 +393,7 @@ def time_section(s: Summary):
                 "(moves priced per reader where a module boundary moves a value once, shared gradient reductions)"
             )
         else:
-            notes.append(
-                f"other is negative: the plan's collective table (what `autoplan verify` checks), priced call by "
-                f"call, comes to {ms(s.comm_s - s.comm_other_s)} ms, more than the {ms(s.comm_s)} ms the cost "
-                "stage charged for communication: the two count this plan's collectives differently"
-            )
+            notes.append(table_above_charge(s))
     rows.append(("total", "", "", "", ms(s.step_time_s), share(s.step_time_s)))
     return Section(
         f"predicted step time {ms(s.step_time_s)} ms: compute {ms(s.compute_s)} ms, communication {ms(s.comm_s)} ms",
@@ -373,6 +402,25 @@ def time_section(s: Summary):
         notes=tuple(notes),
         right=(4, 5),
     )
+
+
+def table_above_charge(s: Summary) -> str:
+    """The note on a negative "other" row: how far the two predictions of the step's
+    communication lie apart, and where the table's time is."""
+    table, gap = s.comm_s - s.comm_other_s, -s.comm_other_s
+    share = f" ({gap / s.comm_s:.0%})" if s.comm_s > 0 else ""
+    note = (
+        f"other is negative: the plan's collective table, priced call by call, comes to {ms(table)} ms, "
+        f"{ms(gap)} ms{share} more than the {ms(s.comm_s)} ms of communication the cost stage charged and the "
+        f"step time counts (with the table's figure the step would take {ms(s.step_time_s + gap)} ms). The two "
+        f"count the same step differently: the cost stage prices each op's planned layout, the table the "
+        f"collectives expected to run, where DTensor may take another layout for what arrives "
+        f"(`plan/collectives.py` lists the differences)"
+    )
+    if s.step_time_s > 0 and gap >= 0.01 * s.step_time_s and s.comm_by_module:
+        top = ", ".join(f"{name} ({ms(seconds)} ms)" for name, seconds in s.comm_by_module[:3])
+        note += f". The table's time is mostly in {top}; `autoplan verify` counts the collectives that really run"
+    return note
 
 
 def memory_section(s: Summary):
@@ -411,25 +459,3 @@ def mfu_line(s: Summary) -> str:
     if s.mfu is None:
         return f"MFU not computed: {s.mfu_note}"
     return f"predicted MFU {s.mfu:.1%} ({s.model_flops:.3g} model FLOPs per step, {s.mfu_note})"
-
-
-def nothing_gained(s: Summary) -> str:
-    """Why a plan that replicates everything is still the answer, in words."""
-    devices = 1
-    for size in s.mesh:
-        devices *= size
-    m = s.memory
-    grads = f" a data-parallel step would all-reduce {nbytes(m.parameters)} of gradients each step;" if m.parameters else ""
-    work = ""
-    if s.mfu is not None:
-        # model FLOPs at one device's peak: the part of the compute that splitting could shrink
-        ideal = s.mfu * s.step_time_s * devices
-        work = (f" of its {ms(s.compute_s)} ms of compute, the model's FLOPs at one device's peak take "
-                f"{ms(ideal)} ms: the rest is fixed per-op cost, which every device pays whatever the split;")
-    fits = "fits the budget" if m.budget and m.peak <= m.budget else "is what it is"
-    return (
-        f"every parameter and the batch are replicated: all {devices} devices compute the same whole step, "
-        f"so the predicted speed-up over one device is 1.0x. Why: the solver found no faster layout;{work}"
-        f"{grads} splitting saves less than the communication it adds, and the peak {nbytes(m.peak)} {fits}, "
-        f"so nothing forces sharding. A larger model or batch is where the mesh pays."
-    )

@@ -82,7 +82,8 @@ def suggest_cached(
             decisions_after_merge=int(sizes.get("decisions_after_merge", 0)),
             variables=int(sizes.get("variables", 0)),
             constraints=int(sizes.get("constraints", 0)),
-            extra={"cache": HIT, "cache_path": str(cached.path), "planned_stage_seconds": sizes.get("stage_seconds", {})},
+            extra={"cache": HIT, "cache_path": str(cached.path), "planned_stage_seconds": sizes.get("stage_seconds", {}),
+                   "one_device_s": _seconds(sizes.get("one_device_s"))},
         )
         return cached.plan, report
     plan, report = suggest_with_report(
@@ -99,11 +100,19 @@ def suggest_cached(
     path = store.store(key, plan, {
         "graph_nodes": report.graph_nodes, "decisions": report.decisions,
         "decisions_after_merge": report.decisions_after_merge, "variables": report.variables,
-        "constraints": report.constraints, "stage_seconds": stages,
+        "constraints": report.constraints, "stage_seconds": stages, "one_device_s": report.extra.get("one_device_s"),
     })
     outcome = NOT_STORED if path is None else REPLACED if existed else MISS
     extra = {**report.extra, "cache": outcome, "cache_path": None if path is None else str(path)}
     return plan, dataclasses.replace(report, stage_seconds=stages, extra=extra)
+
+
+def _seconds(value) -> float | None:
+    """A time the cache entry's report recorded, or None (entries made before it did, or a
+    value that is not a finite positive number)."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < float("inf"):
+        return float(value)
+    return None
 
 
 def _exists(path) -> bool:

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 from torch import nn
 
+from autoplan.explain.mesh_gain import one_device_seconds
 from autoplan.pipeline.pinning import Pins
 from autoplan.pipeline.problem import GIB, ModelTrace, prepare_problem, solve_problem
 from autoplan.placements import Spec, format_spec
@@ -56,7 +57,7 @@ class SuggestReport:
         from autoplan.explain.show import show_sections, summarize
 
         stream.write((self.summary() if verbose else "\n".join(self.run_lines())) + "\n\n")
-        sections = show_sections(summarize(self.plan))
+        sections = show_sections(summarize(self.plan, one_device_s=self.extra.get("one_device_s")))
         if verbose:  # the full listing above has the warnings already
             sections = [s for s in sections if s.title != "warnings"]
         render(sections, stream)
@@ -145,6 +146,7 @@ def suggest_with_report(
         variables=solution.variables,
         constraints=solution.constraints,
         extra={
+            "one_device_s": one_device_seconds(problem.costed),
             "search_s": solution.search_s,
             "search_cpu_s": solution.search_cpu_s,
             "stopped_by_time_limit": solution.stopped_by_time_limit,

@@ -344,8 +344,11 @@ def _value_gradient(value, readers, chain, graph, order, grads, mesh_shape, pare
                 grad = after
             into.setdefault(attach, []).append((order[v], grad, module_of(v)))
             continue
+        # read replicated by an op that splits its work: each rank's gradient is a partial
+        # sum; read partial: its gradient is the output's, replicated (a partial value's
+        # backward only copies the gradient to each rank's share)
         grad = tuple(
-            PARTIAL if p == REPLICATE and n > 1 and splits_work(strategy, axis) else p
+            PARTIAL if p == REPLICATE and n > 1 and splits_work(strategy, axis) else (REPLICATE if is_partial(p) else p)
             for axis, (p, n) in enumerate(zip(dst, mesh_shape))
         )
         after = grads.get((v, 0))
