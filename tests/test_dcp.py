@@ -36,9 +36,14 @@ SAVED_AFTER = 2  # steps under plan A; the next one runs under plan B
 # another order, and each AdamW step divides by sqrt(v), which magnifies that rounding in
 # tiny gradients: in float32 it reached 2e-5 on one machine and 1.3e-4 on another after three
 # steps. The run is in float64 so that the check is about the checkpoint, not about rounding:
-# there the error is about 1e-13. The loss stays float32 (HF's loss upcasts the logits to it).
+# there the error is about 1e-13 where the plan computes as one device does. HF's Llama
+# computes its RMSNorms and its loss in float32 whatever the model's dtype: where the plan
+# splits a norm's hidden dim (its mean of squares summed from shards), float32 rounding
+# reaches the gradients (5e-7) and, through AdamW, the parameters (4e-6 measured). Still
+# far below what a checkpoint restoring a wrong shard or moment would give, and the state
+# loaded is checked bit for bit below.
 DTYPE = torch.float64
-TOLERANCE = 1e-9
+TOLERANCE = 1e-5
 LOSS_TOLERANCE = 1e-6
 
 
