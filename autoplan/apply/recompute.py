@@ -81,15 +81,21 @@ def checkpoint_modules(modules: dict[str, nn.Module], recompute: dict[str, str],
 
 def _checkpoint_calls(module: nn.Module, mode: str, recompute_context) -> None:
     call = type(module)._call_impl.__get__(module)  # hooks and forward, as nn.Module runs them
+    selective = mode == "selective"
 
-    if mode == "full":
-        def contexts():
+    def contexts():
+        if not selective:
             return nullcontext(), recompute_context()
-    else:
-        def contexts():
-            forward, rerun = create_selective_checkpoint_contexts(_keep_matmuls_and_attention)
-            return forward, _entered(recompute_context(), rerun)
+        forward, rerun = create_selective_checkpoint_contexts(_keep_matmuls_and_attention)
+        return forward, _entered(recompute_context(), rerun)
 
+    # Under torch.compile (per block) the checkpoint itself runs as it does eagerly, outside
+    # the compiled graphs, and dynamo compiles the frames it calls (the block's forward, the
+    # hooks): traced as one checkpointed region, the block fails, for "full" in AOTAutograd
+    # (torch 2.13: "expected all tensors_saved_with_vc_check to be Tensors", a DeviceMesh
+    # among them), and a parameter gather's swap of ``module._parameters`` is a side effect
+    # dynamo refuses inside a checkpoint. Run so, the rerun is the compiled forward run again.
+    @torch.compiler.disable(recursive=False)
     def checkpointed_call(*args, **kwargs):
         if not torch.is_grad_enabled():
             return call(*args, **kwargs)  # nothing is kept for a backward: nothing to recompute
