@@ -6,14 +6,15 @@
   FQNs, state_dict keys and the class untouched, and the same gradients;
 - the collectives of a step with recompute are as predicted (``plan/recompute.py``): the tiny
   Llama planned on 2x2 with weights split on both axes and gathered for use, layer 0
-  recomputed fully and layer 1 selectively, on a fake process group, eagerly and compiled
-  per block; the stale prediction (without the repeats) fails; ``autoplan verify`` passes
-  a 2x4 plan with a recompute written in by hand;
+  recomputed fully and layer 1 selectively, on a fake process group; the stale prediction
+  (without the repeats) fails; compiled per block (the 2x4 plan); ``autoplan verify``
+  passes the 2x4 plan with a recompute written in by hand;
 - Must-show 2: the same plan on 4 gloo processes: loss and gradients equal the
   single-device model's (<= 1e-5), and the collectives that ran are the predicted ones.
 """
 
 import json
+import math
 import socket
 from dataclasses import replace
 
@@ -21,6 +22,7 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+from torch._dynamo.testing import CompileCounterWithBackend
 from torch import nn
 from torch.distributed.device_mesh import init_device_mesh
 from torch.testing._internal.distributed.fake_pg import FakeStore
@@ -129,13 +131,21 @@ def llama_plans():
     return plan, recomputed
 
 
-def _fake_step(plan, compile_mode=None):
+@pytest.fixture(scope="module")
+def llama_2x4_plan():
+    """The plan ``examples/train.py`` trains with: layer 0 computes with its weights as
+    stored, layer 1 gathers some for use."""
+    loaded = load_model_file(example_path("llama"))
+    return autoplan.suggest(loaded.model, loaded.example_inputs, mesh=(2, 4), axis_names=AXES, memory_gb=0.0015, loss_fn=loaded.loss_fn)
+
+
+def _fake_step(plan, compile_mode=None, backend="aot_eager"):
     llama = example_module("llama.py")
-    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=4)
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=math.prod(plan.mesh_shape))
     try:
-        mesh = init_device_mesh("cpu", MESH, mesh_dim_names=AXES)
+        mesh = init_device_mesh("cpu", plan.mesh_shape, mesh_dim_names=plan.axis_names)
         return verify_plan(
-            build_seeded(llama, "build_model", 0), seeded_batch(llama, 1), plan, mesh, compile_mode=compile_mode, backend="aot_eager"
+            build_seeded(llama, "build_model", 0), seeded_batch(llama, 1), plan, mesh, compile_mode=compile_mode, backend=backend
         )
     finally:
         dist.destroy_process_group()
@@ -152,23 +162,28 @@ def test_collectives_with_recompute_are_as_predicted(llama_plans):
 
 
 @pytest.mark.slow
-def test_collectives_with_recompute_compiled_per_block(llama_plans):
-    _, recomputed = llama_plans
+def test_collectives_with_recompute_compiled_per_block(llama_2x4_plan):
+    """Layer 0 ("selective", no weight gathered) compiles into a checkpointed region; layer 1
+    ("full") runs its checkpoint eagerly. Same loss and collectives as the eager step."""
+    loaded = load_model_file(example_path("llama"))
+    recompute = {"model.layers.0": "selective", "model.layers.1": "full"}
+    plan = with_recompute_prediction(loaded.model, loaded.example_inputs, replace(llama_2x4_plan, recompute=recompute), loaded.loss_fn)
     torch._dynamo.reset()
-    compiled = _fake_step(recomputed, compile_mode="block")
-    eager = _fake_step(recomputed)
+    backend = CompileCounterWithBackend("aot_eager")
+    compiled = _fake_step(plan, compile_mode="block", backend=backend)
+    eager = _fake_step(plan)
+    assert backend.frame_count > 0, "nothing was compiled"
     assert compiled.passed, compiled.summary()
+    assert eager.passed, eager.summary()
     assert abs(compiled.loss - eager.loss) <= TOLERANCE * abs(eager.loss)
 
 
 @pytest.mark.slow
-def test_verify_cli_passes_a_plan_with_recompute_written_in(tmp_path, capsys):
-    path = tmp_path / "llama.json"
-    assert main(["suggest", example_path("llama"), "--mesh", "2x4", "--memory-gb", "0.0015", "--out", str(path)]) == 0
-    data = json.loads(path.read_text())
+def test_verify_cli_passes_a_plan_with_recompute_written_in(llama_2x4_plan, tmp_path, capsys):
+    data = llama_2x4_plan.to_dict()
     data["recompute"] = {"model.layers.0": "full"}
+    path = tmp_path / "llama.json"
     path.write_text(json.dumps(data))
-    capsys.readouterr()
     assert main(["verify", example_path("llama"), str(path)]) == 0
     out = capsys.readouterr().out
     assert "recompute (model.layers.0 full): collectives predicted again" in out and "collectives: passed" in out

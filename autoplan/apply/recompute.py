@@ -89,17 +89,28 @@ def _checkpoint_calls(module: nn.Module, mode: str, recompute_context) -> None:
         forward, rerun = create_selective_checkpoint_contexts(_keep_matmuls_and_attention)
         return forward, _entered(recompute_context(), rerun)
 
-    # Under torch.compile (per block) the checkpoint itself runs as it does eagerly, outside
-    # the compiled graphs, and dynamo compiles the frames it calls (the block's forward, the
-    # hooks): traced as one checkpointed region, the block fails, for "full" in AOTAutograd
-    # (torch 2.13: "expected all tensors_saved_with_vc_check to be Tensors", a DeviceMesh
-    # among them), and a parameter gather's swap of ``module._parameters`` is a side effect
-    # dynamo refuses inside a checkpoint. Run so, the rerun is the compiled forward run again.
-    @torch.compiler.disable(recursive=False)
+    # Under torch.compile (per block), dynamo traces a "selective" call into one checkpointed
+    # region of the compiled graph, its rerun part of the compiled backward (DTensor already
+    # lowered: nothing to run under the plan's execution again; dynamo takes only the two
+    # selective-checkpoint modes as context). Where the call swaps a gathered parameter into
+    # ``module._parameters`` (a side effect dynamo refuses inside a checkpoint), dynamo breaks
+    # the graph there and the checkpoint runs as it does eagerly. A "full" call runs its
+    # checkpoint eagerly, outside the compiled graphs (torch's checkpoint does not compile
+    # what it calls): traced, such a region with DTensor ops fails in AOTAutograd (torch
+    # 2.13: "expected all tensors_saved_with_vc_check to be Tensors", a DeviceMesh among them).
+    def compiled_contexts():
+        return create_selective_checkpoint_contexts(_keep_matmuls_and_attention)
+
+    @torch.compiler.disable
+    def eager_checkpoint(*args, **kwargs):
+        return checkpoint(call, *args, use_reentrant=False, context_fn=contexts, **kwargs)
+
     def checkpointed_call(*args, **kwargs):
         if not torch.is_grad_enabled():
             return call(*args, **kwargs)  # nothing is kept for a backward: nothing to recompute
-        return checkpoint(call, *args, use_reentrant=False, context_fn=contexts, **kwargs)
+        if torch.compiler.is_compiling() and selective:
+            return checkpoint(call, *args, use_reentrant=False, context_fn=compiled_contexts, **kwargs)
+        return eager_checkpoint(*args, **kwargs)
 
     module._call_impl = checkpointed_call
 
