@@ -99,6 +99,8 @@ def _checkpoint_calls(module: nn.Module, mode: str, recompute_context) -> None:
     # what it calls): traced, such a region with DTensor ops fails in AOTAutograd (torch
     # 2.13: "expected all tensors_saved_with_vc_check to be Tensors", a DeviceMesh among them).
     def compiled_contexts():
+        if not torch.compiler.is_compiling():
+            return contexts()  # dynamo broke the graph at the checkpoint: it runs eagerly after all
         return create_selective_checkpoint_contexts(_keep_matmuls_and_attention)
 
     @torch.compiler.disable
