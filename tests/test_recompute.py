@@ -1,7 +1,8 @@
 """Activation checkpointing in a plan (``Plan.recompute``, issue 17).
 
 - the field round-trips through JSON in sorted order, a plan written before it loads (empty),
-  a bad mode is one line naming the field, an unknown module or the root is refused at apply;
+  a bad mode is one line naming the field, an unknown module, the root or a module inside
+  another named one is refused at apply;
 - ``apply_plan`` reruns each named module's call in the backward (full or selective), with
   FQNs, state_dict keys and the class untouched, and the same gradients;
 - the collectives of a step with recompute are as predicted (``plan/recompute.py``): the tiny
@@ -28,6 +29,7 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.testing._internal.distributed.fake_pg import FakeStore
 
 import autoplan
+from autoplan.apply.recompute import check_recompute
 from autoplan._process_group import process_group
 from autoplan.choices.graph import planning_mesh
 from autoplan.cli import main
@@ -83,6 +85,9 @@ def test_unknown_modules_and_the_root_are_refused_at_apply():
         autoplan.apply_plan(model, replace(plan, recompute={"3": "full"}), mesh)
     with pytest.raises(PlanError, match="recompute names the root module"):
         autoplan.apply_plan(model, replace(plan, recompute={"": "full"}), mesh)
+    nested = dict(nn.Sequential(nn.Sequential(nn.Linear(16, 64), nn.ReLU()), nn.Linear(64, 16)).named_modules())
+    with pytest.raises(PlanError, match="recompute names 0.0 inside 0, which it also names"):
+        check_recompute({"0": "full", "0.0": "selective"}, nested)
 
 
 @pytest.fixture

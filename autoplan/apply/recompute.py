@@ -69,6 +69,12 @@ def check_recompute(recompute: dict[str, str], module_names) -> None:
     if "" in recompute:
         raise PlanError("plan recompute names the root module (\"\"), whose call starts and ends the plan's execution",
                         hint="name the blocks to recompute (e.g. layers.0), not the model itself")
+    for fqn in sorted(recompute):
+        outer = next((other for other in sorted(recompute) if fqn.startswith(other + ".")), None)
+        if outer is not None:
+            # nested checkpoints rerun the inner call within the outer rerun: not what the prediction counts
+            raise PlanError(f"plan recompute names {fqn} inside {outer}, which it also names",
+                            hint="name the outer module or the inner one, not both")
 
 
 def checkpoint_modules(modules: dict[str, nn.Module], recompute: dict[str, str], recompute_context) -> None:
