@@ -3,6 +3,8 @@
 - the field round-trips through JSON in sorted order, a plan written before it loads (empty),
   a bad mode is one line naming the field, an unknown module, the root or a module inside
   another named one is refused at apply;
+- ``export --format torch`` wraps the named modules with ``checkpoint_wrapper`` (its gloo
+  run: ``tests/test_export_torch_gloo.py``);
 - ``apply_plan`` reruns each named module's call in the backward (full or selective), with
   FQNs, state_dict keys and the class untouched, and the same gradients;
 - the collectives of a step with recompute are as predicted (``plan/recompute.py``): the tiny
@@ -23,24 +25,25 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
-from torch._dynamo.testing import CompileCounterWithBackend
 from torch import nn
+from torch._dynamo.testing import CompileCounterWithBackend
 from torch.distributed.device_mesh import init_device_mesh
 from torch.testing._internal.distributed.fake_pg import FakeStore
 
 import autoplan
-from autoplan.apply.recompute import check_recompute
 from autoplan._process_group import process_group
+from autoplan.apply.recompute import check_recompute
 from autoplan.choices.graph import planning_mesh
 from autoplan.cli import main
 from autoplan.errors import PlanError
+from autoplan.interop.export_torch import export_torch
 from autoplan.evaluate.recompute import with_recompute_prediction
 from autoplan.model_file import load_model_file
 from autoplan.plan.module_plan import Plan
 from autoplan.verify.numerics import build_seeded, seeded_batch
 from autoplan.verify.observe import CollectiveCounter
 from autoplan.verify.step_check import as_on_cpu, compare, verify_plan
-from conftest import EXAMPLES, example_module
+from conftest import example_module
 from zoo import example_path
 
 RECOMPUTE = {"model.layers.0": "full", "model.layers.1": "selective"}
@@ -88,6 +91,16 @@ def test_unknown_modules_and_the_root_are_refused_at_apply():
     nested = dict(nn.Sequential(nn.Sequential(nn.Linear(16, 64), nn.ReLU()), nn.Linear(64, 16)).named_modules())
     with pytest.raises(PlanError, match="recompute names 0.0 inside 0, which it also names"):
         check_recompute({"0": "full", "0.0": "selective"}, nested)
+
+
+def test_export_wraps_the_recomputed_modules_as_torchtitan_does():
+    plan = mlp_plan()
+    assert "checkpoint_wrapper" not in export_torch(plan).source
+    source = export_torch(replace(plan, recompute={"2": "selective", "0": "full"})).source
+    compile(source, "exported.py", "exec")
+    assert "RECOMPUTE = {\n    '0': 'full',\n    '2': 'selective',\n}" in source
+    assert source.index("apply_recompute(model)") < source.index("fully_shard(_submodule(model, fqn)")  # TP, AC, FSDP
+    assert "torch.ops.aten.mm.default" in source and "checkpoint_wrapper(getattr(parent, name), **options)" in source
 
 
 @pytest.fixture

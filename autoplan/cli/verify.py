@@ -60,8 +60,8 @@ def run(args: argparse.Namespace) -> int:
     if plan.recompute:
         from autoplan.evaluate.recompute import with_recompute_prediction
 
-        # The plan's tables were made for the recompute set it was built with; a set written
-        # in by hand would leave them stale (evaluate/recompute.py): predict them again.
+        # The plan's tables count the recompute set it was built with; a set written in by
+        # hand would leave them short of its repeats (evaluate/recompute.py): add them.
         plan = with_recompute_prediction(loaded.model, loaded.example_inputs, plan, loaded.loss_fn)
         modes = ", ".join(f"{fqn} {mode}" for fqn, mode in sorted(plan.recompute.items()))
         print(f"recompute ({modes}): collectives predicted again for this recompute set")

@@ -239,8 +239,7 @@ def _recompute_source(recompute: dict[str, str]) -> list[str]:
         *(f"    {fqn!r}: {mode!r}," for fqn, mode in sorted(recompute.items())),
         "}",
         '"""Modules checkpointed (activation checkpointing): "full" keeps nothing, "selective" keeps matmul and attention',
-        "outputs. Each runs again in the backward: it must not change state its rerun reads (train with use_cache=False)."
-        '"""',
+        'outputs. Each runs again in the backward: it must not change state its rerun reads (train with use_cache=False)."""',
         "",
         f"SAVED_BY_SELECTIVE = {{{saved}}}",
         "",
