@@ -50,8 +50,8 @@ KEPT_BY_SELECTIVE = _ops(
     "_scaled_dot_product_cudnn_attention", "_scaled_dot_product_flash_attention_for_cpu",
     "_scaled_dot_product_fused_attention_overrideable", "_scaled_dot_product_attention_math",
 )
-"""The traced ops whose outputs "selective" keeps (``apply/recompute.SAVED_OPS``; the plan stage
-does not import apply, which must not import it either)."""
+"""The traced ops whose outputs "selective" keeps: ``apply/recompute.SAVED_OPS`` (a copy, tested
+equal: apply must not import this module, which imports the cost stage)."""
 
 
 def recompute_collectives(choices, forward: list, recompute: dict[str, str]) -> Counter:
