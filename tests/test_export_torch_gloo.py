@@ -6,10 +6,13 @@ The plan is solved for that mesh with the batch pinned whole (ParallelStyles on 
 split the batch) and a budget that makes the solver shard weights: it holds a Megatron
 pair (gate/up ColwiseParallel feeding down_proj RowwiseParallel on local shards), and
 parts the export writes replicated (an FSDP-style embedding, batch-split activations).
+Both recompute layer 0 fully and layer 1 selectively (``Plan.recompute``): the engine by its
+own checkpoint, the export by torchtitan's ``checkpoint_wrapper``.
 """
 
 import json
 import socket
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -29,6 +32,8 @@ WORLD = 4
 TOLERANCE = 1e-5
 BUDGET_GB = 0.0025
 WHOLE_BATCH = {"[1]['input_ids']": ("R",), "[1]['labels']": ("R",)}
+RECOMPUTE = {"model.layers.0": "full", "model.layers.1": "selective"}
+WRAPPED = "_checkpoint_wrapped_module."  # what checkpoint_wrapper adds to parameter FQNs
 
 
 def free_port() -> int:
@@ -59,18 +64,21 @@ def worker(rank: int, port: int, plan_json: str, exported: str, result_path: str
         engine_loss.backward()
 
         torch_tp = generated.parallelize(build_seeded(llama, "build_model", 0), mesh)
-        out = torch_tp(**batch)  # the export feeds every tp rank the whole batch
+        # the export feeds every tp rank the whole batch; a training call, without the KV
+        # cache HF configs default to (a checkpointed layer's rerun would write it again)
+        out = torch_tp(**batch, use_cache=False)
         out.loss.backward()
 
         errors = {"loss": abs(out.loss.item() - engine_loss.item()) / abs(engine_loss.item())}
         errors["logits"] = relative(out.logits, engine_logits.full_tensor())
-        torch_params = dict(torch_tp.named_parameters())
+        torch_params = {fqn.replace(WRAPPED, ""): p for fqn, p in torch_tp.named_parameters()}
         for fqn, param in engine.named_parameters():
             errors[fqn] = relative(torch_params[fqn].grad, param.grad.full_tensor())
         styled = sum(type(p).__name__ == "DTensor" for p in torch_params.values())
+        wrapped = sorted(fqn for fqn, m in torch_tp.named_modules() if type(m).__name__ == "CheckpointWrapper")
         if rank == 0:
             with open(result_path, "w") as f:
-                json.dump({"errors": errors, "dtensor_parameters": styled}, f)
+                json.dump({"errors": errors, "dtensor_parameters": styled, "checkpointed": wrapped}, f)
 
 
 @pytest.mark.gloo
@@ -79,6 +87,7 @@ def test_exported_parallelize_module_plan_matches_the_engine(tmp_path, capsys):
     plan, _ = suggest_with_report(
         loaded.model, loaded.example_inputs, (WORLD,), ("tp",), "cpu-gloo", BUDGET_GB, None, WHOLE_BATCH
     )
+    plan = replace(plan, recompute=RECOMPUTE)
     plan_path = plan.save(tmp_path / "llama-tp4.json")
     exported = tmp_path / "llama_tp4_torch.py"
     assert main(["export", str(plan_path), "--format", "torch", "--out", str(exported)]) == 0
@@ -93,6 +102,7 @@ def test_exported_parallelize_module_plan_matches_the_engine(tmp_path, capsys):
     mp.spawn(worker, args=(free_port(), plan.to_json(), str(exported), str(result)), nprocs=WORLD, join=True)
     outcome = json.loads(result.read_text())
     assert outcome["dtensor_parameters"] == len(styles)  # every styled module holds DTensor weights
+    assert outcome["checkpointed"] == sorted(RECOMPUTE)
     errors = outcome["errors"]
     assert len(errors) == 2 + len(plan.parameters)
     worst = max(errors.items(), key=lambda kv: kv[1])

@@ -30,6 +30,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import keystr, tree_flatten, tree_flatten_with_path, tree_unflatten
 
 from autoplan.apply.materialize import empty_shard, initialize, materialize_buffers
+from autoplan.apply.recompute import check_recompute, checkpoint_modules
 from autoplan.dtensor import overrides
 from autoplan.dtensor.fused_attention import contiguous_operands, mask_placed_like_query, sharded_dropout_attention
 from autoplan.dtensor.rules import op_by_name
@@ -75,6 +76,7 @@ def _apply(model: nn.Module, plan: Plan, device_mesh: DeviceMesh, init, loss_fn)
             module.register_forward_pre_hook(_redistribute_inputs(layout.inputs, device_mesh), with_kwargs=True)
         if layout.outputs:
             module.register_forward_hook(_redistribute_outputs(layout.outputs, device_mesh))
+    checkpoint_modules(modules, plan.recompute, lambda: _recompute_execution(device_mesh))
     _wrap_root(model, plan, device_mesh, loss_fn)
 
 
@@ -129,6 +131,7 @@ def _check_model(model: nn.Module, plan: Plan) -> None:
     stray = sorted((set(plan.modules) | set(plan.opaque_modules)) - set(modules))
     if stray:
         raise PlanError(f"plan modules not in the model: {stray[:3]}", hint="re-plan this model with `autoplan suggest`")
+    check_recompute(plan.recompute, modules)
     for fqn, param in model.named_parameters(remove_duplicate=False):
         planned = plan.parameter_shapes.get(fqn)
         if planned is not None and tuple(param.shape) != tuple(planned):
@@ -366,6 +369,15 @@ def plan_execution(mesh: DeviceMesh):
     implicit replication, ``_ReplicatePlainOperands`` and ``saved_inputs.remember_saved_moves``.
     ``autoplan calibrate`` times its DTensor ops under it too, so that they pay what a step's ops pay."""
     with overrides.installed(), implicit_replication(), _ReplicatePlainOperands(mesh), remember_saved_moves():
+        yield
+
+
+@contextmanager
+def _recompute_execution(mesh: DeviceMesh):
+    """What a checkpointed module's rerun (in the backward) runs under: ``plan_execution``
+    without ``remember_saved_moves``, whose saved-tensor hooks would take the place of the
+    checkpoint's own (those collect the rerun's tensors for the backward)."""
+    with overrides.installed(), implicit_replication(), _ReplicatePlainOperands(mesh):
         yield
 
 

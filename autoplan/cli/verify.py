@@ -57,6 +57,14 @@ def run(args: argparse.Namespace) -> int:
     from autoplan.verify.step_check import verify_plan
 
     check_plan_for_model(loaded.model, loaded.example_inputs, plan, loaded.loss_fn)
+    if plan.recompute:
+        from autoplan.evaluate.recompute import with_recompute_prediction
+
+        # The plan's tables count the recompute set it was built with; a set written in by
+        # hand would leave them short of its repeats (evaluate/recompute.py): add them.
+        plan = with_recompute_prediction(loaded.model, loaded.example_inputs, plan, loaded.loss_fn)
+        modes = ", ".join(f"{fqn} {mode}" for fqn, mode in sorted(plan.recompute.items()))
+        print(f"recompute ({modes}): collectives predicted again for this recompute set")
     module = import_model_file(loaded.path)
     model = build_seeded(module, loaded.builder, 0)
     batch = seeded_batch(module, 1)

@@ -22,6 +22,13 @@ On the data axis every parameter is sharded by ``fully_shard`` (FSDP2: dim 0, pa
 one group per module the plan shards on dp and one for the root; where the plan keeps a
 parameter replicated on dp, or shards another dim, that is listed. Axes other than tp and
 dp are not expressed.
+
+The modules the plan recomputes (``Plan.recompute``) are checkpointed as torchtitan does it:
+after tensor parallelism and before ``fully_shard``, each is replaced in its parent by
+``checkpoint_wrapper(module)`` (non-reentrant; "selective" with a ``context_fn`` that keeps
+matmul and attention outputs, the policy ``apply/recompute.py`` runs). The wrapper adds
+``_checkpoint_wrapped_module.`` to the FQNs ``named_parameters()`` gives; its state_dict hooks
+take it out of state_dict keys again.
 """
 
 from __future__ import annotations
@@ -30,6 +37,7 @@ from dataclasses import dataclass
 
 from autoplan.placements import Spec
 from autoplan.plan.module_plan import Plan
+from autoplan.plan.recompute import KEPT_BY_SELECTIVE
 
 LINEAR_TYPES = frozenset({"Linear", "NonDynamicallyQuantizableLinear"})
 EMBEDDING_TYPES = frozenset({"Embedding"})
@@ -224,6 +232,38 @@ def _data_parallel(plan: Plan, axis: int, notes: list[str]) -> tuple[str, ...]:
     return tuple(groups) + ("",)
 
 
+def _recompute_source(recompute: dict[str, str]) -> list[str]:
+    saved = ", ".join(f"torch.ops.aten.{op.__name__.split('.')[0]}.default" for op in sorted(KEPT_BY_SELECTIVE, key=str))
+    return [
+        "RECOMPUTE = {",
+        *(f"    {fqn!r}: {mode!r}," for fqn, mode in sorted(recompute.items())),
+        "}",
+        '"""Modules checkpointed (activation checkpointing): "full" keeps nothing, "selective" keeps matmul and attention',
+        'outputs. Each runs again in the backward: it must not change state its rerun reads (train with use_cache=False)."""',
+        "",
+        f"SAVED_BY_SELECTIVE = {{{saved}}}",
+        "",
+        "",
+        "def _keep_matmuls_and_attention(ctx, func, *args, **kwargs):",
+        "    return CheckpointPolicy.MUST_SAVE if func in SAVED_BY_SELECTIVE else CheckpointPolicy.PREFER_RECOMPUTE",
+        "",
+        "",
+        "def _selective_contexts():",
+        "    return create_selective_checkpoint_contexts(_keep_matmuls_and_attention)",
+        "",
+        "",
+        "def apply_recompute(model):",
+        '    """Wrap each module RECOMPUTE names in checkpoint_wrapper (non-reentrant), in place in its parent."""',
+        "    for fqn, mode in RECOMPUTE.items():",
+        '        parent, _, name = fqn.rpartition(".")',
+        "        parent = _submodule(model, parent)",
+        '        options = {"context_fn": _selective_contexts} if mode == "selective" else {}',
+        "        parent.register_module(name, checkpoint_wrapper(getattr(parent, name), **options))",
+        "",
+        "",
+    ]
+
+
 def _render(plan: Plan, source_name: str, tp, dp, styles, fsdp, notes: list[str], details: list[str]) -> str:
     mesh = "x".join(map(str, plan.mesh_shape))
     lines = [
@@ -250,6 +290,12 @@ def _render(plan: Plan, source_name: str, tp, dp, styles, fsdp, notes: list[str]
     ]
     if dp:
         lines.append("from torch.distributed.fsdp import fully_shard")
+    if plan.recompute:
+        lines += [
+            "import torch",
+            "from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper",
+            "from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts",
+        ]
     lines += [
         "",
         f"AXIS_NAMES = {tuple(plan.axis_names)!r}",
@@ -267,18 +313,35 @@ def _render(plan: Plan, source_name: str, tp, dp, styles, fsdp, notes: list[str]
         f"NOT_EXPRESSED = {tuple(notes)!r}",
         "",
         "",
+        *(_recompute_source(plan.recompute) if plan.recompute else []),
         "def parallelize(model, device_mesh):",
         '    """Apply the plan to ``model`` in place on ``device_mesh``; returns ``model``."""',
         "    if TP_AXIS is not None and TP_PLAN:",
         "        tp_mesh = device_mesh[TP_AXIS] if device_mesh.ndim > 1 else device_mesh",
         "        parallelize_module(model, tp_mesh, TP_PLAN)",
     ]
+    if plan.recompute:
+        lines.append("    apply_recompute(model)")
     if dp:
         lines += [
             "    if DP_AXIS is not None:",
             "        dp_mesh = device_mesh[DP_AXIS] if device_mesh.ndim > 1 else device_mesh",
             "        for fqn in FSDP_MODULES:",
-            "            fully_shard(model.get_submodule(fqn) if fqn else model, mesh=dp_mesh)",
+            "            fully_shard(_submodule(model, fqn), mesh=dp_mesh)"
+            if plan.recompute else "            fully_shard(model.get_submodule(fqn) if fqn else model, mesh=dp_mesh)",
         ]
     lines.append("    return model")
+    if plan.recompute:
+        lines += _RECOMPUTE_HELPERS
     return "\n".join(lines) + "\n"
+
+
+_RECOMPUTE_HELPERS = [
+    "",
+    "",
+    "def _submodule(model, fqn):",
+    '    """The module at ``fqn``; a checkpoint_wrapper in the way hands attribute lookups to its module."""',
+    "    for name in filter(None, fqn.split(\".\")):",
+    "        model = getattr(model, name)",
+    "    return model",
+]

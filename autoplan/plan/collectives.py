@@ -70,14 +70,19 @@ from autoplan.dtensor.strategies import Strategy, is_pointwise
 from autoplan.placements import PARTIAL, REPLICATE, is_partial, is_shard, shard, shard_dim, shard_factor
 from autoplan.plan.loss_reductions import loss_output, loss_reductions
 from autoplan.plan.module_plan import ROOT_MODULE as ROOT, collective_table
+from autoplan.plan.recompute import recompute_collectives
 from autoplan.plan.runtime_choice import runtime_strategy
 
 
-def step_collectives(costed: CostedGraph, choice: dict[str, int], modules: dict | None = None) -> Counter:
+def step_collectives(
+    costed: CostedGraph, choice: dict[str, int], modules: dict | None = None, recompute: dict[str, str] | None = None
+) -> Counter:
     """``(module, kind, axis index, bytes) -> count`` for one step of the assignment ``choice``.
 
     ``modules``: the plan's module layouts (``Plan.modules``), whose boundary moves the
-    apply engine runs once per call, for every reader inside."""
+    apply engine runs once per call, for every reader inside. ``recompute``: the modules
+    checkpointed (``Plan.recompute``), whose forward collectives partly run again
+    (``plan/recompute.py``)."""
     choices = costed.choices
     graph = choices.graph
     mesh_shape = choices.mesh_shape
@@ -132,6 +137,7 @@ def step_collectives(costed: CostedGraph, choice: dict[str, int], modules: dict 
                 runs[name] = run
 
     # Forward: each boundary moves its value once; each reader moves what arrives to what it reads.
+    forward: list = []  # (where it runs, collective): what a checkpointed module's rerun repeats
     readers: dict[tuple[str, int], list] = {}
     for u, v, k, out_index in graph.reads():
         value = (u, out_index)
@@ -141,18 +147,21 @@ def step_collectives(costed: CostedGraph, choice: dict[str, int], modules: dict 
         nbytes = tensor_bytes(output_values(graph.decision(u))[out_index])
         for kind, axis, size, _ in redistribute_collectives(arrived, dst, nbytes, mesh_shape, backward=False):
             found[(module_of(v), kind, axis, round(size))] += 1
+            forward.append((("gather", module_of(v)) if u in weights else ("read", v), (module_of(v), kind, axis, round(size))))
         readers.setdefault(value, []).append((v, strategy, arrived, dst, attach, nbytes))
     for value, chain in boundaries.items():
         nbytes = tensor_bytes(output_values(graph.decision(value[0]))[value[1]])
         for b in chain:
             for kind, axis, size, _ in redistribute_collectives(parent_spec(b), b.spec, nbytes, mesh_shape, backward=False):
                 found[(b.fqn, kind, axis, round(size))] += 1
+                forward.append((("boundary", b.fqn), (b.fqn, kind, axis, round(size))))
     for name in exits:  # a module output hook puts what DTensor made back in the plan's layout
         if name in runs and runs[name].output(0) != planned_out(name, 0):
             nbytes = tensor_bytes(output_values(graph.decision(name))[0])
             ran, planned = runs[name].output(0), planned_out(name, 0)
             for kind, axis, size, _ in redistribute_collectives(ran, planned, nbytes, mesh_shape, backward=False):
                 found[(module_of(name), kind, axis, round(size))] += 1
+                forward.append((("exit", name), (module_of(name), kind, axis, round(size))))
             if not graph.decision(name).requires_grad:
                 continue
             # and its backward brings the gradient back to the layout DTensor made
@@ -214,6 +223,8 @@ def step_collectives(costed: CostedGraph, choice: dict[str, int], modules: dict 
         values = output_values(decision)
         for at_root, axis, index in loss_reductions(loss, decision.fx_node, strategy, mesh_shape):
             found[(ROOT if at_root else module_of(node), "all_reduce", axis, round(tensor_bytes(values[index])))] += 1
+    if recompute:
+        found.update(recompute_collectives(choices, forward, recompute))
     return found
 
 

@@ -21,6 +21,8 @@ from autoplan.validation import check_schema, read_json
 SCHEMA_VERSION = 1
 """The plan format's version; its schema is ``autoplan/schemas/plan.schema.json``."""
 _FIX = "re-create it with `autoplan suggest`"
+RECOMPUTE_MODES = ("full", "selective")
+"""What ``Plan.recompute`` may say of a module."""
 
 
 def rounded(value: float) -> float:
@@ -102,6 +104,10 @@ class Plan:
     tied_parameters: dict[str, str] = field(default_factory=dict)
     """FQN -> the FQN of the one tensor it is (tied weights: an output head sharing the
     embedding's); stored, gathered and counted once, under that name."""
+    recompute: dict[str, str] = field(default_factory=dict)
+    """Module FQN -> "full" or "selective": activation checkpointing (``apply/recompute.py``).
+    The module's call runs again in the backward, its activations not kept ("full"), or
+    all but its matmul and attention outputs ("selective"); modules not named are not recomputed."""
 
     def to_dict(self) -> dict:
         return {
@@ -131,6 +137,7 @@ class Plan:
             "parameter_shapes": {fqn: list(shape) for fqn, shape in sorted(self.parameter_shapes.items())},
             "parameter_dtypes": dict(sorted(self.parameter_dtypes.items())),
             "tied_parameters": dict(sorted(self.tied_parameters.items())),
+            "recompute": dict(sorted(self.recompute.items())),
         }
 
     def to_json(self) -> str:
@@ -166,6 +173,10 @@ def check_plan_data(data: dict, source: str) -> None:
 
     if len(names) != len(shape):
         fail(f"mesh.axis_names has {len(names)} names for the {len(shape)}-axis mesh.shape {list(shape)}")
+    for fqn, mode in data.get("recompute", {}).items():
+        if mode not in RECOMPUTE_MODES:
+            fail(f"recompute.{fqn or '<root>'}: expected one of {list(RECOMPUTE_MODES)}, got {mode!r}",
+                 'name each module to recompute with "full" or "selective", or leave it out')
     sizes = data.get("parameter_shapes", {})
     specs = [(f"parameters.{fqn}", spec, sizes.get(fqn)) for fqn, spec in data["parameters"].items()]
     specs += [(f"parameter_uses.{fqn}", spec, sizes.get(fqn)) for fqn, spec in data.get("parameter_uses", {}).items()]
@@ -223,6 +234,7 @@ def _build(data: dict) -> Plan:
         parameter_shapes={fqn: tuple(int(n) for n in s) for fqn, s in data.get("parameter_shapes", {}).items()},
         parameter_dtypes=dict(data.get("parameter_dtypes", {})),
         tied_parameters=dict(data.get("tied_parameters", {})),
+        recompute=dict(data.get("recompute", {})),
     )
 
 

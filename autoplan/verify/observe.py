@@ -90,7 +90,9 @@ class CollectiveCounter(TorchDispatchMode):
             fqn = _without_compile_wrappers(fqn)
             # first, before apply_plan's own pre-hooks (parameter gathers, input layouts)
             self._hooks.append(module.register_forward_pre_hook(self._enter(fqn or ROOT), with_kwargs=True, prepend=True))
-            self._hooks.append(module.register_forward_hook(self._leave(fqn or ROOT)))
+            # always: a checkpointed module's rerun in the backward stops by raising once
+            # it has made the last tensor the backward needs (``apply/recompute.py``)
+            self._hooks.append(module.register_forward_hook(self._leave(fqn or ROOT), always_call=True))
 
     def table(self) -> dict:
         """The counts as the plan stores its prediction: module -> axis -> kind -> {"count", "bytes"}."""
