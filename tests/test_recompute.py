@@ -32,7 +32,7 @@ from torch.testing._internal.distributed.fake_pg import FakeStore
 
 import autoplan
 from autoplan._process_group import process_group
-from autoplan.apply.recompute import SAVED_OPS, check_recompute
+from autoplan.apply.recompute import check_recompute
 from autoplan.choices.graph import planning_mesh
 from autoplan.cli import main
 from autoplan.errors import PlanError
@@ -40,7 +40,6 @@ from autoplan.interop.export_torch import export_torch
 from autoplan.evaluate.recompute import with_recompute_prediction
 from autoplan.model_file import load_model_file
 from autoplan.plan.module_plan import Plan
-from autoplan.plan.recompute import KEPT_BY_SELECTIVE
 from autoplan.verify.numerics import build_seeded, seeded_batch
 from autoplan.verify.observe import CollectiveCounter
 from autoplan.verify.step_check import as_on_cpu, compare, verify_plan
@@ -92,10 +91,6 @@ def test_unknown_modules_and_the_root_are_refused_at_apply():
     nested = dict(nn.Sequential(nn.Sequential(nn.Linear(16, 64), nn.ReLU()), nn.Linear(64, 16)).named_modules())
     with pytest.raises(PlanError, match="recompute names 0.0 inside 0, which it also names"):
         check_recompute({"0": "full", "0.0": "selective"}, nested)
-
-
-def test_the_prediction_knows_what_selective_keeps():
-    assert KEPT_BY_SELECTIVE == SAVED_OPS
 
 
 def test_export_wraps_the_recomputed_modules_as_torchtitan_does():

@@ -44,19 +44,10 @@ from torch.utils.checkpoint import (
 )
 
 from autoplan.errors import PlanError
+from autoplan.plan.module_plan import selective_keeps
 
 
-def _ops(*names: str) -> frozenset:
-    aten = torch.ops.aten
-    return frozenset(getattr(aten, name).default for name in names if hasattr(aten, name))
-
-
-SAVED_OPS = _ops(
-    "mm", "addmm", "bmm", "baddbmm", "linear",
-    "_scaled_dot_product_flash_attention", "_scaled_dot_product_efficient_attention",
-    "_scaled_dot_product_cudnn_attention", "_scaled_dot_product_flash_attention_for_cpu",
-    "_scaled_dot_product_fused_attention_overrideable", "_scaled_dot_product_attention_math",
-)
+SAVED_OPS = selective_keeps()
 """What "selective" keeps: the outputs of matmuls and attention (the expensive ops to rerun)."""
 
 

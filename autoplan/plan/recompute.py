@@ -14,7 +14,7 @@ backward ones, which run once, as without the checkpoint. Measured (fake process
 - a move runs where apply_plan or DTensor makes it: a boundary's and a parameter gather's
   when the module whose hook makes it is called (before its first op), DTensor's move of an
   op's input with that op, an output hook's move after the op that made the value;
-- "selective" keeps the outputs of matmuls and attention (``apply/recompute.SAVED_OPS``): the
+- "selective" keeps the outputs of matmuls and attention (``module_plan.SELECTIVE_KEEPS``): the
   rerun hands back what they made without running them, and DTensor's moves of their
   inputs, made inside them, do not repeat. The moves of hooks and of other ops do.
 
@@ -29,6 +29,7 @@ import torch
 
 from autoplan.choices.graph import OP
 from autoplan.cost.estimate import is_view
+from autoplan.plan.module_plan import selective_keeps
 
 aten = torch.ops.aten
 
@@ -40,18 +41,8 @@ SAVES_NOTHING = frozenset({
 """Ops whose backward needs no tensor (a sum, a copy, a sign): autograd saves nothing for them."""
 
 
-def _ops(*names: str) -> frozenset:
-    return frozenset(getattr(aten, name).default for name in names if hasattr(aten, name))
-
-
-KEPT_BY_SELECTIVE = _ops(
-    "mm", "addmm", "bmm", "baddbmm", "linear",
-    "_scaled_dot_product_flash_attention", "_scaled_dot_product_efficient_attention",
-    "_scaled_dot_product_cudnn_attention", "_scaled_dot_product_flash_attention_for_cpu",
-    "_scaled_dot_product_fused_attention_overrideable", "_scaled_dot_product_attention_math",
-)
-"""The traced ops whose outputs "selective" keeps: ``apply/recompute.SAVED_OPS`` (a copy, tested
-equal: apply must not import this module, which imports the cost stage)."""
+KEPT_BY_SELECTIVE = selective_keeps()
+"""The traced ops whose outputs "selective" keeps (``module_plan.SELECTIVE_KEEPS``)."""
 
 
 def recompute_collectives(choices, forward: list, recompute: dict[str, str]) -> Counter:
