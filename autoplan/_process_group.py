@@ -11,6 +11,7 @@ and a barrier would only add that timeout to the failure.
 
 from __future__ import annotations
 
+import socket
 from contextlib import contextmanager
 
 import torch.distributed as dist
@@ -30,3 +31,10 @@ def process_group(backend: str, **init_kwargs):
         dist.barrier()
     finally:
         dist.destroy_process_group()
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now, for rank 0's rendezvous."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]

@@ -8,7 +8,6 @@ steps on the same batches. The error cases run in one process, without a process
 """
 
 import json
-import socket
 from pathlib import Path
 
 import pytest
@@ -20,7 +19,7 @@ from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.device_mesh import init_device_mesh
 
 import autoplan
-from autoplan._process_group import process_group
+from autoplan._process_group import free_port, process_group
 from autoplan.errors import PlanError
 from autoplan.evaluate.baselines import build_baseline
 from autoplan.model_file import import_model_file, load_model_file
@@ -52,12 +51,6 @@ def plans():
     plan_a = autoplan.suggest(loaded.model, loaded.example_inputs, mesh=(2, 4), memory_gb=BUDGET_GB, profile="cpu-gloo")
     plan_b = build_baseline("megatron", loaded.model, loaded.example_inputs, mesh=(2, 4), profile="cpu-gloo").plan
     return plan_a, plan_b
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def train_step(model, optimizer, batch) -> float:

@@ -5,7 +5,6 @@ hooks still in place), so does its loss."""
 
 import copy
 import json
-import socket
 from pathlib import Path
 
 import pytest
@@ -17,7 +16,7 @@ from torch.distributed.tensor._utils import compute_local_shape_and_global_offse
 from torch.testing._internal.distributed.fake_pg import FakeStore
 
 import autoplan
-from autoplan._process_group import process_group
+from autoplan._process_group import free_port, process_group
 from autoplan.errors import PlanError
 from autoplan.model_file import import_model_file, load_model_file
 from autoplan.verify.numerics import build_seeded, seeded_batch
@@ -81,12 +80,6 @@ def test_state_dict_mismatch_names_the_keys(fake_mesh):
     state.pop("lm_head.weight")
     with pytest.raises(PlanError, match="missing \\['lm_head.weight'\\]"):
         autoplan.load_full_state_dict(model, state)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def worker(rank: int, port: int, plan_json: str, result_path: str):

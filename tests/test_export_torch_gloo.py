@@ -11,7 +11,6 @@ own checkpoint, the export by torchtitan's ``checkpoint_wrapper``.
 """
 
 import json
-import socket
 from dataclasses import replace
 from pathlib import Path
 
@@ -20,7 +19,7 @@ import torch
 import torch.multiprocessing as mp
 
 import autoplan
-from autoplan._process_group import process_group
+from autoplan._process_group import free_port, process_group
 from autoplan.cli import main
 from autoplan.interop.export_torch import export_torch
 from autoplan.model_file import import_model_file, load_model_file
@@ -34,12 +33,6 @@ BUDGET_GB = 0.0025
 WHOLE_BATCH = {"[1]['input_ids']": ("R",), "[1]['labels']": ("R",)}
 RECOMPUTE = {"model.layers.0": "full", "model.layers.1": "selective"}
 WRAPPED = "_checkpoint_wrapped_module."  # what checkpoint_wrapper adds to parameter FQNs
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def relative(value, reference) -> float:

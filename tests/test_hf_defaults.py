@@ -10,7 +10,6 @@ collectives, and matches one device on 8 gloo processes.
 import pytest
 import torch
 
-import autoplan
 from autoplan.model_file import import_model_file
 from autoplan.trace.training_call import training_kwargs
 from autoplan.verify.numerics import NumericsJob, build_seeded, check_numerics, seeded_batch

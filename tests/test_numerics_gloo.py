@@ -8,25 +8,18 @@ and its loss and every parameter gradient must equal the single-device model's
 
 import copy
 import json
-import socket
 
 import pytest
 import torch
 import torch.multiprocessing as mp
 
 import autoplan
-from autoplan._process_group import process_group
+from autoplan._process_group import free_port, process_group
 from conftest import example_module
 
 WORLD = 8
 TOLERANCE = 1e-5
 BUDGET_GB = 0.0015  # 1.5 MiB: the replicated model state alone needs about 2 MiB
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def worker(rank: int, plan_json: str, port: int, result_path: str):

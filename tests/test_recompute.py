@@ -18,7 +18,6 @@
 
 import json
 import math
-import socket
 from dataclasses import replace
 
 import pytest
@@ -31,7 +30,7 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.testing._internal.distributed.fake_pg import FakeStore
 
 import autoplan
-from autoplan._process_group import process_group
+from autoplan._process_group import free_port, process_group
 from autoplan.apply.recompute import check_recompute
 from autoplan.choices.graph import planning_mesh
 from autoplan.cli import main
@@ -205,12 +204,6 @@ def test_verify_cli_passes_a_plan_with_recompute_written_in(llama_2x4_plan, tmp_
     assert main(["verify", example_path("llama"), str(path)]) == 0
     out = capsys.readouterr().out
     assert "recompute (model.layers.0 full): collectives predicted again" in out and "collectives: passed" in out
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def worker(rank: int, plan_json: str, port: int, result_path: str):

@@ -22,7 +22,6 @@ import json
 import math
 import os
 import signal
-import socket
 import threading
 import time
 from contextlib import contextmanager
@@ -43,6 +42,7 @@ from autoplan.calibrate.sweep import count_points, measure_all
 from autoplan.calibrate.timing import Timer
 from autoplan.cost.profile import profile_from_dict
 from autoplan.errors import AutoplanError
+from autoplan._process_group import free_port
 
 PROCESS_GROUP_TIMEOUT = timedelta(minutes=5)
 """A rank that hangs (rather than dies) fails its peers' collectives after this long.
@@ -89,7 +89,7 @@ def spawn_calibration(config: CalibrateConfig, nprocs: int, rank_main=None) -> N
     """
     import torch.multiprocessing as mp
 
-    port = _free_port()
+    port = free_port()
     context = mp.start_processes(
         _rank_entry, args=(rank_main or spawned_rank, config, nprocs, port, os.getpid()),
         nprocs=nprocs, join=False, start_method="spawn",
@@ -223,12 +223,6 @@ def _sigterm_as_exit():
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _last_line(text: str) -> str:

@@ -55,10 +55,11 @@ def gain_lines(s) -> tuple[str, ...]:
 
 def nothing_gained(s) -> str:
     """Why a plan that replicates everything is still the answer, in words."""
-    from autoplan.explain.show import ms, nbytes
+    from autoplan.explain.show import nbytes
 
     m = s.memory
-    grads = f" a data-parallel step would all-reduce {nbytes(m.gradients)} of gradients each step;" if m.gradients else ""
+    # as large as the parameters (the split at the peak may hold none yet: ``cost/memory.py``)
+    grads = f" a data-parallel step would all-reduce {nbytes(m.parameters)} of gradients each step;" if m.parameters else ""
     fits = "fits the budget" if m.budget and m.peak <= m.budget else "is what it is"
     return (
         f"every parameter and the batch are replicated: all {_devices(s)} devices compute the same whole step, "

@@ -110,7 +110,7 @@ def _parameter_uses(choices, choice: dict[str, int], storage: dict) -> dict:
     the plan (and, for some ops, ignores a sharded weight). A tied parameter used by two
     modules gets an entry under each module's own FQN.
     """
-    graph, traced = choices.graph, choices.traced
+    traced = choices.traced
     found: dict[str, set] = {}
     for node, fqns in traced.parameters.items():
         for consumer, spec in _uses(choices, choice, node):

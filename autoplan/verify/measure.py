@@ -41,7 +41,6 @@ import gc
 import json
 import logging
 import os
-import socket
 import statistics
 import tempfile
 import time
@@ -55,6 +54,7 @@ import torch.multiprocessing as mp
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from autoplan._process_group import process_group
+from autoplan._process_group import free_port
 
 COLLECTIVE_TIMEOUT_S = 120
 """A collective that waits this long means a rank is lost: the launch ends."""
@@ -128,7 +128,7 @@ def measure_step_times(jobs: list[MeasureJob], world: int, config: MeasureConfig
             rest = jobs[len(results):]
             done.unlink(missing_ok=True)
             try:
-                mp.spawn(_worker, args=(world, _free_port(), rest, config, str(done), progress), nprocs=world, join=True)
+                mp.spawn(_worker, args=(world, free_port(), rest, config, str(done), progress), nprocs=world, join=True)
                 crash = ""
             except Exception as err:  # noqa: BLE001 - whatever killed the launch is reported on its job
                 crash = " ".join(str(err).split())[-300:]
@@ -157,12 +157,6 @@ def _single_thread_env():
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _worker(rank: int, world: int, port: int, jobs: list[MeasureJob], config: MeasureConfig, out_path: str, progress) -> None:

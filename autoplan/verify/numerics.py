@@ -32,7 +32,6 @@ import datetime
 import json
 import math
 import os
-import socket
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,6 +44,7 @@ from torch.utils._pytree import tree_map
 
 from autoplan.dtensor.fused_attention import sdpa_call
 from autoplan.trace.loss import model_loss
+from autoplan._process_group import free_port
 
 
 COLLECTIVE_TIMEOUT_S = 300
@@ -79,15 +79,9 @@ def check_numerics(jobs: list[NumericsJob], world: int, seed: int = 0) -> list[N
     """Run every job on ``world`` gloo processes; one result per job, in order."""
     with tempfile.TemporaryDirectory(prefix="autoplan-numerics-") as tmp:
         out = Path(tmp) / "results.json"
-        mp.spawn(_worker, args=(world, _free_port(), jobs, seed, str(out), os.getpid()), nprocs=world, join=True)
+        mp.spawn(_worker, args=(world, free_port(), jobs, seed, str(out), os.getpid()), nprocs=world, join=True)
         raw = json.loads(out.read_text())
     return [NumericsResult(**item) for item in raw]
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _worker(rank: int, world: int, port: int, jobs: list[NumericsJob], seed: int, out_path: str, launcher_pid: int) -> None:
