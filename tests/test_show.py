@@ -184,3 +184,21 @@ def test_a_table_above_the_cost_stages_charge_is_shown_with_where_its_time_is(ll
     assert f"the step would take {ms(lower.step_time_s + table - charged)} ms" in note
     assert f"mostly in {top} ({ms(top_s)} ms)" in note
     assert ".0-1." in top or top in plan.predicted.module_collectives  # repeated layers folded
+
+
+def test_show_and_diff_name_the_recomputed_blocks_folded(llama7b, tmp_path, capsys):
+    plan = llama7b[0]
+    recompute = {"model.layers.0": "full", "model.layers.1": "full", "lm_head": "selective"}
+    assert all(any(fqn.startswith(m + ".") for fqn in plan.parameters) for m in recompute)
+    checkpointed = dataclasses.replace(plan, recompute=recompute)
+    summary = summarize(checkpointed)
+    assert summary.recompute == (("lm_head", "selective"), ("model.layers.0-1", "full"))
+    text = io.StringIO()
+    render(show_sections(summary), text)
+    assert "activation checkpointing" in text.getvalue() and "model.layers.0-1" in text.getvalue()
+    assert summarize(plan).recompute == ()
+
+    a, b = plan.save(tmp_path / "a.json"), checkpointed.save(tmp_path / "b.json")
+    assert main(["diff", str(a), str(b), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["recompute"] == [["lm_head", "-", "selective"], ["model.layers.0-1", "-", "full"]]

@@ -33,12 +33,15 @@ class PlanDiff:
     """Modules laid out alike in both."""
     batch: tuple[tuple[str, str, str], ...]
     """(input, A's placements, B's) where they differ."""
+    recompute: tuple[tuple[str, str, str], ...] = ()
+    """(module, A's recompute, B's: "full", "selective" or "-") where they differ, folded."""
 
     def to_dict(self) -> dict:
         return {
             "changes": [vars(c) for c in self.changes],
             "same_modules": self.same,
             "batch": [list(b) for b in self.batch],
+            "recompute": [list(r) for r in self.recompute],
             "totals": [list(row) for row in totals(self.a, self.b)],
         }
 
@@ -62,7 +65,13 @@ def diff_plans(plan_a, plan_b, profile=None) -> PlanDiff:
         if _spec(plan_a, key) != _spec(plan_b, key)
     )
     folded = fold(changes, key=lambda c: (c.a, c.b))
-    return PlanDiff(a, b, tuple(folded), same, batch)
+    recompute = [
+        ModuleChange(fqn, plan_a.recompute.get(fqn, "-"), plan_b.recompute.get(fqn, "-"))
+        for fqn in sorted(set(plan_a.recompute) | set(plan_b.recompute), key=natural_key)
+        if plan_a.recompute.get(fqn) != plan_b.recompute.get(fqn)
+    ]
+    recompute_rows = tuple((c.name, c.a, c.b) for c in fold(recompute, key=lambda c: (c.a, c.b)))
+    return PlanDiff(a, b, tuple(folded), same, batch, recompute_rows)
 
 
 def _describe(row, axis_names) -> str:
@@ -136,5 +145,7 @@ def diff_sections(d: PlanDiff, name_a: str = "A", name_b: str = "B") -> list:
         sections.append(Section(f"every module laid out alike ({d.same})"))
     if d.batch:
         sections.append(Section("batch laid out differently", ("input", "A", "B"), d.batch))
+    if d.recompute:
+        sections.append(Section("recomputed differently (activation checkpointing)", ("module", "A", "B"), d.recompute))
     sections.append(Section("predicted totals", ("", "A", "B", "B against A"), tuple(totals(d.a, d.b)), right=(1, 2, 3)))
     return sections

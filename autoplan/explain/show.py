@@ -33,7 +33,7 @@ from dataclasses import asdict, dataclass, field
 
 from autoplan.cost.memory import STATE_COPIES_END as STATE_COPIES  # plans made before the split counted 4 copies
 from autoplan.explain.mesh_gain import gain_lines
-from autoplan.explain.patterns import ModuleRow, module_rows, parameter_numel
+from autoplan.explain.patterns import ModuleRow, fold, module_rows, parameter_numel
 from autoplan.placements import format_spec, is_shard, shard_factor
 
 GIB = 2**30
@@ -97,6 +97,8 @@ class Summary:
     one_device_s: float | None = None
     """The whole step on one device, where the planning run priced it (``mesh_gain.py``);
     a plan file alone does not say."""
+    recompute: tuple[tuple[str, str], ...] = ()
+    """(module, "full" or "selective") per checkpointed module, repeated blocks folded."""
 
     def to_dict(self) -> dict:
         data = asdict(self)
@@ -135,7 +137,24 @@ def summarize(plan, profile=None, one_device_s: float | None = None) -> Summary:
         solver=f"{plan.solver.status}, gap {plan.solver.gap:.2%}",
         warnings=tuple(plan.warnings),
         one_device_s=one_device_s,
+        recompute=recompute_rows(plan),
     )
+
+
+@dataclass(frozen=True)
+class RecomputeRow:
+    name: str
+    mode: str
+    count: int = 1
+
+    def key(self) -> str:
+        return self.mode
+
+
+def recompute_rows(plan) -> tuple[tuple[str, str], ...]:
+    """``Plan.recompute`` as (module, mode), consecutive blocks of one mode folded: "model.layers.0-31"."""
+    rows = [RecomputeRow(fqn, mode) for fqn, mode in plan.recompute.items()]
+    return tuple((row.name, row.mode) for row in fold(rows))
 
 
 def all_replicated(plan) -> bool:
@@ -312,6 +331,11 @@ def show_sections(summary: Summary, source: str = "") -> list:
         ("input", "shape", "placements", *names),
         tuple((k, shape, spec, *(_batch_word(p) for p in spec.strip("[]").split(", "))) for k, shape, spec in s.batch),
     ))
+    if s.recompute:
+        sections.append(Section(
+            "activation checkpointing (recomputed in the backward; modules not named keep their activations)",
+            ("module", "recompute"), s.recompute,
+        ))
     sections.append(time_section(s))
     sections.append(memory_section(s))
     sections.append(Section("model FLOPs utilisation", notes=(mfu_line(s),)))
