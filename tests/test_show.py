@@ -202,3 +202,14 @@ def test_show_and_diff_name_the_recomputed_blocks_folded(llama7b, tmp_path, caps
     assert main(["diff", str(a), str(b), "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["recompute"] == [["lm_head", "-", "selective"], ["model.layers.0-1", "-", "full"]]
+
+
+def test_show_judges_the_peak_against_the_budget_the_plan_was_solved_under():
+    loaded = load_model_file(str(EXAMPLES / "mlp.py"))
+    plan = autoplan.suggest(loaded.model, loaded.example_inputs, mesh=(2, 4), memory_gb=123.0, cache=False, broadcast=False)
+    assert plan.solver.memory_budget_bytes == 123.0 * 2**30
+    assert autoplan.Plan.from_dict(json.loads(plan.to_json())).solver == plan.solver
+    memory = summarize(plan).memory
+    assert (memory.budget, memory.budget_source) == (123.0 * 2**30, "the budget it was planned under")
+    older = dataclasses.replace(plan, solver=dataclasses.replace(plan.solver, memory_budget_bytes=None))
+    assert summarize(older).memory.budget_source.startswith("the profile's device memory")

@@ -230,7 +230,9 @@ def parameter_dtype(plan) -> str | None:
 def memory_split(plan, cluster=None) -> Memory:
     """Model state as the cost stage counts it (see the module docstring), checked to add up."""
     p = plan.predicted
-    budget, source = budget_bytes(plan), "recorded in the plan"
+    budget, source = plan.solver.memory_budget_bytes, "the budget it was planned under"
+    if budget is None:
+        budget, source = budget_bytes(plan), "recorded in the plan"
     if budget is None and cluster is not None:
         budget, source = float(cluster.memory_bytes), "the profile's device memory, suggest's default budget"
     elif budget is None:

@@ -15,9 +15,10 @@ plan ``suggest`` made scores to its own prediction.
 
 from __future__ import annotations
 
+import math
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from torch import nn
 
@@ -233,6 +234,8 @@ def solve_problem(
         extra.append(f"this layout does not fit the {problem.budget_bytes / GIB:.3g} GiB per-device budget")
     with timed(seconds, "plan", progress):
         plan = build_plan(problem.costed, problem.expand(solution.choice), solution, extra_warnings=tuple(extra))
+        if math.isfinite(problem.budget_bytes):
+            plan = replace(plan, solver=replace(plan.solver, memory_budget_bytes=problem.budget_bytes))
         if problem.blocks:
             plan = expand_plan(plan, problem.blocks)
     return plan, solution, fits

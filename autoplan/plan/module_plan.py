@@ -90,6 +90,9 @@ class SolverReport:
     objective: float
     bound: float
     gap: float
+    memory_budget_bytes: float | None = None
+    """The per-device memory budget the plan was solved under (``--memory-gb``, or the
+    profile's device memory); None in plan files written before plans recorded it."""
 
 
 @dataclass(frozen=True)
