@@ -71,6 +71,7 @@ MODELS = {
     "moe": Model("moe", "build_model"),
     "llama3-8b": Model("llama3", "llama3:8b"),
     "llama3-70b": Model("llama3", "llama3:70b"),
+    "llama3-1b": Model("llama3", "make_1b"),
 }
 MESHES = {"8": (8,), "2x4": (2, 4), "8x8": (8, 8)}
 ROWS = tuple(
@@ -78,6 +79,7 @@ ROWS = tuple(
     for model, meshes in (
         ("transformer", ("8", "2x4")), ("gpt2", ("8", "2x4")), ("bert", ("8", "2x4")),
         ("llama", ("8", "2x4")), ("moe", ("8", "2x4")), ("llama3-8b", ("8x8",)), ("llama3-70b", ("8x8",)),
+        ("llama3-1b", ("2x4",)),
     )
     for mesh in meshes
     for suffix in ("", "-lean")
@@ -261,6 +263,7 @@ def run_row(row: str, timeout_s: int) -> dict:
             budget_bytes=budget, plan_s=round(plan_s, 1), step_s=round(time.perf_counter() - started, 1),
             predicted=predicted_split(plan), measured=measured,
             error=predicted_split(plan)["peak"] / measured["peak"] - 1,
+            recompute=",".join(sorted(set(plan.recompute.values()))) or "-",
         )
     except TimeoutError:
         result["failed"] = f"TIMEOUT after {timeout_s} s"
@@ -276,7 +279,8 @@ def _mib(value) -> str:
 
 
 def format_table(results: list[dict]) -> str:
-    head = ("row", "pred peak", "meas peak", "error", "param p/m", "grad p/m", "optim p/m", "act+temp p/m", "plan s", "step s")
+    head = ("row", "pred peak", "meas peak", "error", "recompute", "param p/m", "grad p/m", "optim p/m", "act+temp p/m",
+            "plan s", "step s")
     lines = [" | ".join(head), " | ".join("---" for _ in head)]
     for r in results:
         if "failed" in r:
@@ -288,7 +292,7 @@ def format_table(results: list[dict]) -> str:
             return f"{_mib(sum(p[c] for c in cats))} / {_mib(sum(m[c] for c in cats))}"
 
         lines.append(" | ".join((
-            r["row"], _mib(p["peak"]), _mib(m["peak"]), f"{r['error']:+.1%}",
+            r["row"], _mib(p["peak"]), _mib(m["peak"]), f"{r['error']:+.1%}", r.get("recompute", "-"),
             pair("parameters", "buffers"), pair("gradients"), pair("optimizer"),
             pair("activations", "temporaries"), str(r["plan_s"]), str(r["step_s"]),
         )))

@@ -33,6 +33,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     )
     parser.add_argument("--stats", help="also write the run's numbers (stage times, sizes, solver) to this JSON file")
     parser.add_argument("--no-tie", action="store_true", help="plan every layer separately (default: identical layers alike)")
+    parser.add_argument("--no-recompute", action="store_true",
+                        help="never checkpoint the repeated layers (default: the solver decides, with the layout)")
     parser.add_argument(
         "--verbose", action="store_true",
         help="also list every parameter's placements (default: the layout per module in words, layers folded)",
@@ -65,6 +67,7 @@ def run(args: argparse.Namespace) -> int:
             args.time_limit,
             **({"tie": False} if args.no_tie else {}),
             loss_fn=loaded.loss_fn,
+            recompute=not args.no_recompute,
             **({"progress": progress} if progress else {}),
         )
     texts = {out: plan.to_json()}

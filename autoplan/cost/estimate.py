@@ -43,6 +43,7 @@ from autoplan.cost.profile import ClusterProfile
 from autoplan.dtensor.fused_attention import FUSED_FORWARD
 from autoplan.dtensor.view_rules import RESHAPING_VIEWS, splits_back
 from autoplan.placements import Spec, is_shard, shard_dim, shard_factor
+from autoplan.plan.module_plan import selective_keeps
 
 aten = torch.ops.aten
 VIEW_OPS = {
@@ -67,6 +68,24 @@ class NodeCost:
     """What the memory is: "model_state" (parameters and optimizer state) or "activations"."""
     end_bytes: tuple[float, ...] = ()
     """Held where the backward ends and in ``AdamW.step()`` (gradients included); () is zeros."""
+    recompute: tuple[tuple[float, ...], ...] = ()
+    """What checkpointing the op's module would change, per strategy (``RECOMPUTE_ROWS``:
+    forward seconds rerun and saved bytes freed, under "full" and under "selective"); ()
+    is zeros (parameters, inputs)."""
+
+
+RECOMPUTE_ROWS = ("full_rerun_s", "full_freed_bytes", "selective_rerun_s", "selective_freed_bytes")
+"""The rows of ``NodeCost.recompute``: "full" reruns every op's forward and frees every
+saved output; "selective" (``module_plan.SELECTIVE_KEEPS``) reruns and frees only the ops
+whose outputs it does not keep."""
+
+
+def recompute_rows(cost: NodeCost) -> tuple[tuple[float, ...], ...]:
+    """``cost.recompute``, zeros where the node has none."""
+    if cost.recompute:
+        return cost.recompute
+    zeros = (0.0,) * len(cost.compute_s)
+    return tuple(zeros for _ in RECOMPUTE_ROWS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -315,7 +334,8 @@ def _node_cost(choices, profile, decision: Decision, reducers, saved=(), transie
     # A tensor factory (no tensor input) runs as a plain op: DTensor only sees its result later.
     if kind == CONSTANT:
         forward_fixed = profile.kernel_overhead_s
-    compute, comm, memory = [], [], []
+    compute, comm, memory, rerun, freed = [], [], [], [], []
+    kept_by_selective = node.target in selective_keeps()
     for strategy in strategies:
         split = 1
         for axis, size in enumerate(mesh_shape):
@@ -331,6 +351,7 @@ def _node_cost(choices, profile, decision: Decision, reducers, saved=(), transie
             factor = max(1, grad_matrices) if node.target in MATMUL_OPS else 2
             backward = dispatch.op_seconds(backward_fixed, factor * profile.kernel_overhead_s, factor * work)
         compute.append(forward + backward)
+        rerun.append(forward)
         reduce = 0.0
         for (u, _, _), spec, needs, nbytes in zip(ins, strategy.inputs, grad_inputs, in_bytes):
             if not needs:
@@ -343,10 +364,13 @@ def _node_cost(choices, profile, decision: Decision, reducers, saved=(), transie
                     reduce += collective_seconds(profile, "all_reduce", local, mesh_shape, axis) / reducers[u]
         comm.append(reduce)
         held = sum(out_bytes[i] / shard_factor(strategy.outputs[i], mesh_shape) for i in saved if i < len(out_bytes) and strategy.outputs[i])
+        freed.append(held)
         if transient:
             held += transient_bytes(choices, decision, strategy)
         memory.append(held)
-    return NodeCost(tuple(compute), tuple(comm), tuple(memory), "activations")
+    zeros = (0.0,) * len(strategies)
+    recompute = (tuple(rerun), tuple(freed)) + ((zeros, zeros) if kept_by_selective else (tuple(rerun), tuple(freed)))
+    return NodeCost(tuple(compute), tuple(comm), tuple(memory), "activations", (), recompute)
 
 
 def _edge_cost(choices, profile, u, v, k, out_index, mesh_shape, moves: dict, free_inputs: dict, saved: bool = False) -> EdgeCost:

@@ -54,6 +54,7 @@ def suggest_cached(
     tie: bool = True,
     loss_fn=None,
     progress=None,
+    recompute: bool = True,
 ) -> tuple[Plan, SuggestReport]:
     """``suggest_with_report`` that reuses the cached plan when the question is unchanged.
 
@@ -67,7 +68,7 @@ def suggest_cached(
         progress("tracing the model")
     trace = trace_for_planning(model, example_inputs, tie, loss_fn)
     trace_s = time.perf_counter() - start
-    key = make_cache_key(trace, mesh, axis_names, cluster, budget, time_limit_s, pinned)
+    key = make_cache_key(trace, mesh, axis_names, cluster, budget, time_limit_s, pinned, recompute)
     store = PlanCache(cache_dir)
     existed = _exists(store.path(key))
     start = time.perf_counter()
@@ -88,7 +89,7 @@ def suggest_cached(
         return cached.plan, report
     plan, report = suggest_with_report(
         model, example_inputs, mesh, axis_names, cluster, memory_gb, time_limit_s, pinned, tie=tie, trace=trace,
-        loss_fn=loss_fn, progress=progress,
+        loss_fn=loss_fn, progress=progress, recompute=recompute,
     )
     stages = {"trace": trace_s, **report.stage_seconds}
     if plan.fingerprint != trace.fingerprint:
@@ -136,6 +137,7 @@ def suggest(
     broadcast: bool = True,
     tie: bool = True,
     loss_fn=None,
+    recompute: bool = True,
 ) -> Plan:
     """Plan ``model`` (built on any device, meta included) for a device mesh; see README.
 
@@ -147,6 +149,7 @@ def suggest(
     ``loss_fn(output, batch)``: the training loss to plan for, as a model file's
     ``compute_loss`` (default: ``output.loss``, ``output["loss"]`` or the one scalar the
     model returns; else the sum of its output, which the plan's warnings say).
+    ``recompute``: the solver may checkpoint the repeated layers (``Plan.recompute``).
     """
     check_model(model, example_inputs)
     check_loss_fn(loss_fn)
@@ -154,7 +157,7 @@ def suggest(
     check_positive("time_limit_s", time_limit_s)
     if isinstance(axis_names, tuple) and len(axis_names) != len(mesh) and axis_names == ("dp", "tp"):
         axis_names = None  # the default names suit 2-D meshes only
-    options = dict(profile=profile, memory_gb=memory_gb, time_limit_s=time_limit_s, tie=tie, loss_fn=loss_fn)
+    options = dict(profile=profile, memory_gb=memory_gb, time_limit_s=time_limit_s, tie=tie, loss_fn=loss_fn, recompute=recompute)
     return suggest_on_every_rank(model, example_inputs, mesh, axis_names, options, cache, cache_dir, broadcast).plan
 
 

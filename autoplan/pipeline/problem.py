@@ -28,10 +28,11 @@ from autoplan.cost.profile import ClusterProfile, load_profile
 from autoplan.errors import InfeasibleError, TraceError
 from autoplan.model_file import default_axis_names
 from autoplan.pipeline.arguments import check_axis_names, check_mesh, check_positive, check_profile, warn_if_large
-from autoplan.plan.builder import build_plan
+from autoplan.plan.builder import Checkpointed, build_plan
 from autoplan.plan.expand import expand_plan
 from autoplan.plan.module_plan import Plan
 from autoplan.solve.ilp import Solution, solve
+from autoplan.solve.recompute import RecomputeUnit
 from autoplan.solve.simplify import Simplified, layer_regions, merge_followers
 from autoplan.solve.tie import block_regions, match_blocks, scale_costs, simplify_alike, tie_costs, weights
 from autoplan.trace.repeats import KEPT_LAYERS, RepeatedBlocks, find_repeated_blocks, tied_fingerprint, truncated
@@ -114,6 +115,8 @@ class Problem:
     """Per-device memory budget."""
     stage_seconds: dict[str, float]
     """How long preparing took, per stage (trace, choices, cost, simplify)."""
+    layers: LayerStack | None = None
+    """The repeated layers the solver may checkpoint (tied problems only)."""
 
     @property
     def traced(self) -> TracedGraph:
@@ -198,7 +201,37 @@ def prepare_problem(
         else:
             simplified = merge_followers(costed, layer_regions(choices))
             twins, reduced = {}, simplified.costed
-    return Problem(trace, choices, costed, simplified, twins, reduced, budget, seconds)
+    layers = layer_stack(choices, regions, simplified, reduced, blocks) if blocks else None
+    return Problem(trace, choices, costed, simplified, twins, reduced, budget, seconds, layers)
+
+
+@dataclass(frozen=True)
+class LayerStack:
+    """The repeated layers as the solver sees them (``unit``) and as predictions are made
+    from them (every traced decision in them, followers included)."""
+
+    unit: RecomputeUnit
+    decisions: frozenset[str]
+    freed: frozenset[str]
+
+
+def layer_stack(choices, regions, simplified: Simplified, reduced: CostedGraph, blocks: RepeatedBlocks) -> LayerStack:
+    """The traced layers' decisions, and those whose saved outputs a checkpoint frees: all
+    but the layers' outputs (a value read outside its own layer), which the next layer's
+    checkpoint keeps as its input, or the loss reads."""
+    graph = choices.graph
+    inside = {n for n, r in regions.items() if r is not None}
+    outputs = {u for u, v in graph.edges() if regions[u] is not None and regions[v] != regions[u]}
+    leader = {name: follower[0] for name, follower in simplified.followers.items()}
+    kept = {leader.get(n, n) for n in outputs}
+    freed = frozenset(inside - outputs - {n for n in inside if leader.get(n, n) in kept})
+    unit = RecomputeUnit(
+        decisions=frozenset(n for n in reduced.nodes if n in inside),
+        freed=frozenset(n for n in reduced.nodes if n in inside and n not in kept),
+        layers=blocks.count,
+        modules=tuple(blocks.layer_prefix(i) for i in range(KEPT_LAYERS)),
+    )
+    return LayerStack(unit, frozenset(inside), freed)
 
 
 def solve_problem(
@@ -210,6 +243,7 @@ def solve_problem(
     over_budget: bool = False,
     seconds: dict[str, float] | None = None,
     progress=None,
+    recompute: bool = False,
 ) -> tuple[Plan, Solution, bool]:
     """The cheapest plan under ``pins`` (a ``pinning.Pins``): (plan of the whole model,
     solution, fits the memory budget).
@@ -217,13 +251,15 @@ def solve_problem(
     With ``over_budget``, a layout that cannot fit the budget is still solved, without the
     budget, and comes back with ``fits`` False: a score must exist for plans that do not
     fit. Without it, that is an InfeasibleError. ``seconds`` gets the solve and plan stages' times.
+    ``recompute``: the solver may checkpoint the repeated layers (``solve/recompute.py``).
     """
     seconds = {} if seconds is None else seconds
     allowed = pins.allowed if pins is not None else {}
+    unit = problem.layers.unit if problem.layers is not None and recompute else None
     fits = True
     with timed(seconds, "solve", progress):
         try:
-            solution = solve(problem.reduced, problem.budget_bytes, time_limit_s, allowed)
+            solution = solve(problem.reduced, problem.budget_bytes, time_limit_s, allowed, unit)
         except InfeasibleError:
             if not over_budget:
                 raise
@@ -233,7 +269,12 @@ def solve_problem(
     if not fits:
         extra.append(f"this layout does not fit the {problem.budget_bytes / GIB:.3g} GiB per-device budget")
     with timed(seconds, "plan", progress):
-        plan = build_plan(problem.costed, problem.expand(solution.choice), solution, extra_warnings=tuple(extra))
+        checkpointed = None
+        if solution.recompute is not None:
+            checkpointed = Checkpointed(solution.recompute, problem.layers.decisions, problem.layers.freed,
+                                        problem.layers.unit.share, problem.layers.unit.modules)
+        plan = build_plan(problem.costed, problem.expand(solution.choice), solution, extra_warnings=tuple(extra),
+                          checkpointed=checkpointed)
         if math.isfinite(problem.budget_bytes):
             plan = replace(plan, solver=replace(plan.solver, memory_budget_bytes=problem.budget_bytes))
         if problem.blocks:

@@ -114,6 +114,7 @@ def suggest_with_report(
     trace: ModelTrace | None = None,
     loss_fn=None,
     progress=None,
+    recompute: bool = True,
 ) -> tuple[Plan, SuggestReport]:
     """Plan ``model`` for ``mesh``; ``pinned`` fixes parameter FQNs / batch keys to given specs.
 
@@ -123,7 +124,8 @@ def suggest_with_report(
     ``trace`` is ``trace_for_planning``'s result when the caller already has it (the plan
     cache does); it must have been made with the same ``tie`` and ``loss_fn``.
     ``loss_fn(output, batch)`` is the training loss (default: the model's own, ``trace/loss.py``).
-    ``progress(text)`` hears each stage as it starts.
+    ``progress(text)`` hears each stage as it starts. ``recompute``: the solver may
+    checkpoint the repeated layers (``solve/recompute.py``).
     """
     pinned = {name: tuple(spec) for name, spec in (pinned or {}).items()}
     if tie and pinned and not laid_out_alike(find_repeated_blocks(model), pinned):
@@ -135,7 +137,7 @@ def suggest_with_report(
     for name, spec in pinned.items():
         pins.place(name, spec)
     stage_seconds = dict(problem.stage_seconds)
-    plan, solution, _ = solve_problem(problem, pins, time_limit_s, seconds=stage_seconds, progress=progress)
+    plan, solution, _ = solve_problem(problem, pins, time_limit_s, seconds=stage_seconds, progress=progress, recompute=recompute)
     blocks = problem.blocks
     report = SuggestReport(
         plan=plan,

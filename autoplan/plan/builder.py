@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 
 import torch
 
@@ -14,11 +15,36 @@ from autoplan.plan.collectives import module_table, step_collectives
 from autoplan.plan.module_plan import MEMORY_CATEGORIES, BatchInput, ModuleLayout, Plan, Predicted, SolverReport, rounded, total_table
 from autoplan.plan.views import spec_before_views, view_chain
 from autoplan.solve.ilp import Solution
+from autoplan.solve.recompute import freed_bytes, rerun_seconds
 from autoplan.trace.tracer import ModuleCall
 
 
-def build_plan(costed: CostedGraph, choice: dict[str, int], solution: Solution, extra_warnings=()) -> Plan:
-    """``choice`` is the full assignment (followers expanded); ``solution`` reports the solve."""
+@dataclass(frozen=True)
+class Checkpointed:
+    """The solver's choice to checkpoint the repeated layers (``solve/recompute.py``), in the
+    terms of the whole traced graph the prediction is made from."""
+
+    mode: str
+    """"full" or "selective"."""
+    decisions: frozenset[str]
+    """Every traced decision inside the layers: their forward runs again."""
+    freed: frozenset[str]
+    """Those whose saved outputs the checkpoint frees."""
+    share: float
+    """Of the freed bytes, what the peak is spared (one layer reruns at a time)."""
+    modules: tuple[str, ...]
+    """FQNs of the traced layers (the plan widens them to every layer)."""
+
+    @property
+    def recompute(self) -> dict[str, str]:
+        return dict.fromkeys(self.modules, self.mode)
+
+
+def build_plan(
+    costed: CostedGraph, choice: dict[str, int], solution: Solution, extra_warnings=(), checkpointed: Checkpointed | None = None,
+) -> Plan:
+    """``choice`` is the full assignment (followers expanded); ``solution`` reports the solve;
+    ``checkpointed``: the layers it checkpoints, if any."""
     choices = costed.choices
     graph = choices.graph
     traced = choices.traced
@@ -64,7 +90,7 @@ def build_plan(costed: CostedGraph, choice: dict[str, int], solution: Solution, 
         parameters=parameters,
         modules=modules,
         inputs=inputs,
-        predicted=predict(costed, choice, choices.axis_names, modules),
+        predicted=predict(costed, choice, choices.axis_names, modules, checkpointed),
         profile=costed.profile.name,
         fingerprint=traced.fingerprint,
         solver=SolverReport(solution.status, rounded(solution.objective_s), rounded(solution.bound_s), rounded(solution.gap)),
@@ -80,6 +106,7 @@ def build_plan(costed: CostedGraph, choice: dict[str, int], solution: Solution, 
         parameter_shapes=shapes,
         parameter_dtypes=dtypes,
         tied_parameters=tied,
+        recompute=checkpointed.recompute if checkpointed is not None else {},
     )
 
 
@@ -148,7 +175,10 @@ def _through_views(graph, choice: dict[str, int], consumer: str, key: int, insid
     return None if wanted is None else (last, wanted)
 
 
-def predict(costed: CostedGraph, choice: dict[str, int], axis_names: tuple[str, ...], modules: dict | None = None) -> Predicted:
+def predict(
+    costed: CostedGraph, choice: dict[str, int], axis_names: tuple[str, ...], modules: dict | None = None,
+    checkpointed: Checkpointed | None = None,
+) -> Predicted:
     """Step time, memory and collectives of one full assignment, from the unsimplified costs."""
     compute = comm = 0.0
     for name, cost in costed.nodes.items():
@@ -157,8 +187,11 @@ def predict(costed: CostedGraph, choice: dict[str, int], axis_names: tuple[str, 
         comm += cost.comm_s[i]
     for (u, v, _), edge in costed.edges.items():
         comm += edge.seconds[edge.row_of[choice[u]]][edge.col_of[choice[v]]]
-    memory = memory_split(costed, choice)
-    modules = module_table(step_collectives(costed, choice, modules), axis_names)
+    if checkpointed is not None:
+        compute += rerun_seconds(costed, choice, checkpointed.decisions, checkpointed.mode)
+    memory = memory_split(costed, choice, checkpointed)
+    recompute = checkpointed.recompute if checkpointed is not None else None
+    modules = module_table(step_collectives(costed, choice, modules, recompute), axis_names)
     return Predicted(
         step_time_s=rounded(compute + comm),
         compute_s=rounded(compute),
@@ -176,7 +209,7 @@ STATE_COPIES_OPTIMIZER = 2
 """AdamW's moments per parameter: the model state is parameters, as many gradients, and these."""
 
 
-def memory_split(costed: CostedGraph, choice: dict[str, int]) -> dict[str, int]:
+def memory_split(costed: CostedGraph, choice: dict[str, int], checkpointed: Checkpointed | None = None) -> dict[str, int]:
     """The peak of one assignment by category, at whichever of the two peaks of
     ``cost/memory.py`` is higher: where the backward starts (no parameter gradients yet,
     the saved activations, the first backward op's gradients as temporaries) or where it
@@ -210,6 +243,8 @@ def memory_split(costed: CostedGraph, choice: dict[str, int]) -> dict[str, int]:
         edge.kept_bytes[edge.row_of[choice[u]]][edge.col_of[choice[v]]]
         for (u, v, _), edge in costed.edges.items() if edge.kept_bytes
     )
+    if checkpointed is not None:
+        start["activations"] -= freed_bytes(costed, choice, checkpointed.freed, checkpointed.share, checkpointed.mode)
     peak = max(start, end, key=lambda split: sum(split.values()))
     return {key: int(value) for key, value in peak.items()}
 

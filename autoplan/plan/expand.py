@@ -26,5 +26,6 @@ def expand_plan(plan: Plan, blocks: RepeatedBlocks) -> Plan:
         parameter_shapes=blocks.widen(plan.parameter_shapes),
         parameter_dtypes=blocks.widen(plan.parameter_dtypes),
         module_types=blocks.widen(plan.module_types),
+        recompute=blocks.widen(plan.recompute),
         fingerprint=tied_fingerprint(plan.fingerprint, blocks),
     )

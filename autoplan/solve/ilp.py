@@ -19,6 +19,10 @@ Constraints
        + sum_e sum_{r,c} e[e,r,c] * kept[e,r,c] <= budget   backward starts
     sum_v sum_i s[v,i] * end[v,i] <= budget            ... where it ends  (_add_memory_limit)
 
+With a stack of repeated layers, checkpointing them is a choice too: binaries r_full,
+r_sel, what each frees subtracted from the first memory row and the reruns' forward
+compute added to the objective (``solve/recompute.py``).
+
 Edges with no variables: an edge whose cost is zero, or depends on one end alone (one row,
 one column, or an end with a single strategy), is added to that end's strategy costs
 instead (_edge_folds): exact, and it keeps the model small.
@@ -48,6 +52,7 @@ from ortools.math_opt.python import mathopt
 from autoplan.choices.graph import INPUT, OP
 from autoplan.cost.estimate import CostedGraph
 from autoplan.errors import InfeasibleError
+from autoplan.solve.recompute import RecomputeUnit, add_recompute, chosen_mode, rerun_seconds
 from autoplan.solve.warm_start import greedy_start
 
 NS = 1e9  # objective unit: nanoseconds
@@ -80,6 +85,8 @@ class Solution:
     stopped_by_time_limit: bool = False
     """The search ended at the time limit. HiGHS looks at its clock between steps, so it
     finishes the step it is in first (a presolve pass of a 100k-variable model: about 1 s)."""
+    recompute: str | None = None
+    """How the repeated layers are checkpointed: "full", "selective" or None (``solve/recompute.py``)."""
 
 
 def solve(
@@ -87,15 +94,18 @@ def solve(
     memory_budget_bytes: float,
     time_limit_s: float | None = None,
     allowed: dict[str, set[int]] | None = None,
+    recompute: RecomputeUnit | None = None,
 ) -> Solution:
-    """Optimal strategies under the budget; ``allowed`` restricts some decisions (pinning)."""
+    """Optimal strategies under the budget; ``allowed`` restricts some decisions (pinning);
+    ``recompute``: the layers that may be checkpointed (``solve/recompute.py``)."""
     started = time.perf_counter()
     model = mathopt.Model(name="autoplan")
     s = _add_strategy_vars(model, costed)
     _pin(model, s, allowed or {})
     e = _add_edge_vars(model, costed, s)
-    _add_memory_limit(model, costed, s, e, memory_budget_bytes)
-    model.minimize(_objective(costed, s, e))
+    checkpoint = add_recompute(model, costed, s, recompute) if recompute is not None else None
+    _add_memory_limit(model, costed, s, e, memory_budget_bytes, checkpoint)
+    model.minimize(_objective(costed, s, e) + (mathopt.fast_sum(checkpoint.rerun_ns) if checkpoint else 0.0))
 
     params = mathopt.SolveParameters(
         random_seed=0,
@@ -114,7 +124,7 @@ def solve(
                 f"the solver found no plan within the {time_limit_s:g} s time limit",
                 hint="raise --time-limit",
             )
-        need = least_memory_bytes(costed, allowed or {}, time_limit_s)
+        need = least_memory_bytes(costed, allowed or {}, time_limit_s, recompute)
         err = InfeasibleError(
             f"no plan fits {memory_budget_bytes / 2**30:.3g} GiB per device "
             f"(the smallest possible needs {need / 2**30:.3g} GiB)",
@@ -129,7 +139,8 @@ def solve(
             choice[name] = variables
         else:
             choice[name] = max(range(len(variables)), key=lambda i: (values[variables[i]], -i))
-    objective = plan_seconds(costed, choice)
+    mode = chosen_mode(values, checkpoint)
+    objective = plan_seconds(costed, choice) + (rerun_seconds(costed, choice, recompute.decisions, mode) if mode else 0.0)
     optimal = reason == mathopt.TerminationReason.OPTIMAL
     # Every cost is >= 0, so 0 bounds the optimum when the solver proved nothing better.
     found, proved = result.objective_value(), max(0.0, result.best_objective_bound())
@@ -147,6 +158,7 @@ def solve(
         search_s=search_s,
         search_cpu_s=search_cpu_s,
         stopped_by_time_limit=result.termination.limit == mathopt.Limit.TIME,
+        recompute=mode,
     )
 
 
@@ -174,7 +186,10 @@ def _hint(costed, s, e, start: dict[str, int]):
     return mathopt.SolutionHint(variable_values=values)
 
 
-def least_memory_bytes(costed: CostedGraph, allowed: dict[str, set[int]], time_limit_s: float | None = None) -> float:
+def least_memory_bytes(
+    costed: CostedGraph, allowed: dict[str, set[int]], time_limit_s: float | None = None,
+    recompute: RecomputeUnit | None = None,
+) -> float:
     """The least peak any plan reaches (what an infeasible budget is told it needs):
     min m subject to both memory rows <= m, over the same variables. The per-decision
     bound (``minimum_memory_bytes``) can fall short of every real plan: the copies a
@@ -184,7 +199,8 @@ def least_memory_bytes(costed: CostedGraph, allowed: dict[str, set[int]], time_l
     _pin(model, s, allowed)
     e = _add_edge_vars(model, costed, s)
     peak = model.add_variable(lb=0.0, name="peak_gib")
-    for terms, constant in _memory_rows(costed, s, e):
+    checkpoint = add_recompute(model, costed, s, recompute) if recompute is not None else None
+    for terms, constant in _memory_rows(costed, s, e, checkpoint):
         model.add_linear_constraint(mathopt.fast_sum(terms) + constant / 2**30 <= peak)
     model.minimize(peak)
     params = mathopt.SolveParameters(
@@ -290,14 +306,15 @@ def _edge_folds(costed, s) -> dict[str, list[int]]:
     return extra
 
 
-def _add_memory_limit(model, costed, s, e, budget):
+def _add_memory_limit(model, costed, s, e, budget, checkpoint=None):
     """The two peaks of ``cost/memory.py``, each within the budget (coefficients in GiB)."""
-    for terms, constant in _memory_rows(costed, s, e):
+    for terms, constant in _memory_rows(costed, s, e, checkpoint):
         model.add_linear_constraint(mathopt.fast_sum(terms) <= budget / 2**30 - constant / 2**30)
 
 
-def _memory_rows(costed, s, e) -> list[tuple[list, float]]:
-    """Per memory row: its terms (GiB) and its constant part (bytes)."""
+def _memory_rows(costed, s, e, checkpoint=None) -> list[tuple[list, float]]:
+    """Per memory row: its terms (GiB) and its constant part (bytes); where the backward
+    starts, less what checkpointing frees (``checkpoint``)."""
     folds = _kept_folds(costed, s)
     rows = []
     for row in ("memory_bytes", "end_bytes"):
@@ -317,6 +334,8 @@ def _memory_rows(costed, s, e) -> list[tuple[list, float]]:
                 kept = costed.edges[key].kept_bytes
                 if kept:
                     terms.extend(grid[r][c] * (b / 2**30) for r, cells in enumerate(kept) for c, b in enumerate(cells) if b)
+            if checkpoint is not None:
+                terms.extend(checkpoint.freed_gib)
         rows.append((terms, constant))
     return rows
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from autoplan.cost.estimate import CostedGraph, EdgeCost, NodeCost
+from autoplan.cost.estimate import CostedGraph, EdgeCost, NodeCost, recompute_rows
 
 
 @dataclass(frozen=True)
@@ -49,6 +49,7 @@ def merge_followers(costed: CostedGraph, regions: dict | None = None, keep=froze
     followers: dict[str, tuple[str, tuple[int, ...]]] = {}
     totals = {
         name: [list(c.compute_s), list(c.comm_s), list(c.memory_bytes), list(c.end_bytes or (0.0,) * len(c.compute_s))]
+        + [list(row) for row in recompute_rows(c)]
         for name, c in costed.nodes.items()
     }
 
@@ -81,10 +82,13 @@ def merge_followers(costed: CostedGraph, regions: dict | None = None, keep=froze
             totals[leader][1][i] += cost.comm_s[best] + edge.seconds[row][edge.col_of[best]]
             totals[leader][2][i] += cost.memory_bytes[best] + (edge.kept_bytes[row][edge.col_of[best]] if edge.kept_bytes else 0.0)
             totals[leader][3][i] += cost.end_bytes[best] if cost.end_bytes else 0.0
+            for row, values in enumerate(recompute_rows(cost)):
+                totals[leader][4 + row][i] += values[best]
         followers[name] = (leader, tuple(pick))
 
     nodes = {
-        name: NodeCost(tuple(t[0]), tuple(t[1]), tuple(t[2]), costed.nodes[name].memory_kind, tuple(t[3]))
+        name: NodeCost(tuple(t[0]), tuple(t[1]), tuple(t[2]), costed.nodes[name].memory_kind, tuple(t[3]),
+                       tuple(tuple(row) for row in t[4:]))
         for name, t in totals.items()
         if name not in followers
     }

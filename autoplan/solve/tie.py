@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 from autoplan.choices.decision import Decision
 from autoplan.choices.graph import BUFFER, PARAMETER, ChoiceGraph
-from autoplan.cost.estimate import CostedGraph, EdgeCost, NodeCost
+from autoplan.cost.estimate import RECOMPUTE_ROWS, CostedGraph, EdgeCost, NodeCost, recompute_rows
 from autoplan.solve.simplify import Simplified, merge_followers
 from autoplan.trace.repeats import RepeatedBlocks
 
@@ -143,8 +143,8 @@ def tie_costs(simplified: Simplified, twins: dict[str, str], node_weight) -> Tie
     kinds: dict[str, str] = {}
     for name, cost in costed.nodes.items():
         w = node_weight(name)
-        total = sums.setdefault(target(name), [[0.0] * len(cost.compute_s) for _ in range(4)])
-        for column, values in zip(total, (cost.compute_s, cost.comm_s, cost.memory_bytes, cost.end_bytes)):
+        total = sums.setdefault(target(name), [[0.0] * len(cost.compute_s) for _ in range(4 + len(RECOMPUTE_ROWS))])
+        for column, values in zip(total, (cost.compute_s, cost.comm_s, cost.memory_bytes, cost.end_bytes, *recompute_rows(cost))):
             for i, value in enumerate(values):
                 column[i] += w * value
         kinds.setdefault(target(name), cost.memory_kind)
@@ -172,7 +172,10 @@ def tie_costs(simplified: Simplified, twins: dict[str, str], node_weight) -> Tie
                 )
         edges[key] = EdgeCost(edge.rows, edge.cols, edge.row_of, edge.col_of, scaled, kept)
 
-    nodes = {name: NodeCost(tuple(c), tuple(m), tuple(b), kinds[name], tuple(e)) for name, (c, m, b, e) in sums.items()}
+    nodes = {
+        name: NodeCost(tuple(c), tuple(m), tuple(b), kinds[name], tuple(e), tuple(tuple(row) for row in rest))
+        for name, (c, m, b, e, *rest) in sums.items()
+    }
     tied = CostedGraph(costed.choices, costed.profile, nodes, edges)
     return Tied(tied, twin_of, simplified)
 
@@ -184,7 +187,7 @@ def scale_costs(costed: CostedGraph, node_weight) -> CostedGraph:
         w = node_weight(name)
         nodes[name] = NodeCost(
             *(tuple(w * x for x in values) for values in (c.compute_s, c.comm_s, c.memory_bytes)), c.memory_kind,
-            tuple(w * x for x in c.end_bytes),
+            tuple(w * x for x in c.end_bytes), tuple(tuple(w * x for x in row) for row in c.recompute),
         )
     edges = {}
     for key, e in costed.edges.items():

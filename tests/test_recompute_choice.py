@@ -1,0 +1,76 @@
+"""The solver checkpoints the repeated layers when the budget needs it (issue 17).
+
+A four-layer Llama (``tests/models/deep_llama.py``) on 2x4: the least any plan needs with
+checkpointing is below the least without it; under a budget between the two, the plan
+checkpoints every layer alike (``Plan.recompute``), the same question without
+checkpointing (``recompute=False``, ``--no-recompute``) has no plan, and the plan runs as
+predicted: its collectives (the reruns' included) on a fake process group, and its loss
+and gradients on gloo processes against one device.
+"""
+
+import pytest
+
+import autoplan
+from autoplan.cli import main
+from autoplan.errors import InfeasibleError
+from autoplan.model_file import import_model_file, load_model_file
+from autoplan.verify.numerics import NumericsJob, build_seeded, check_numerics, seeded_batch
+from conftest import ROOT
+from zoo import verify_on_fake_world
+
+MODEL = ROOT / "tests" / "models" / "deep_llama.py"
+MESH = (2, 4)
+
+
+def _suggest(memory_gb: float, recompute: bool = True):
+    loaded = load_model_file(str(MODEL))
+    return autoplan.suggest(loaded.model, loaded.example_inputs, mesh=MESH, memory_gb=memory_gb, cache=False,
+                            broadcast=False, recompute=recompute)
+
+
+def _least(recompute: bool) -> float:
+    with pytest.raises(InfeasibleError) as err:
+        _suggest(1e-12, recompute)
+    return err.value.smallest_bytes
+
+
+@pytest.fixture(scope="module")
+def between():
+    """(the budget between the two least peaks, in GiB; the plan under it)."""
+    with_checkpoints, without = _least(True), _least(False)
+    assert with_checkpoints < 0.8 * without
+    budget_gb = (with_checkpoints + without) / 2 / 2**30
+    return budget_gb, _suggest(budget_gb)
+
+
+@pytest.mark.slow  # plans a 4-layer model five times
+def test_the_solver_checkpoints_every_layer_when_the_budget_needs_it(between, tmp_path, capsys):
+    budget_gb, plan = between
+    assert set(plan.recompute) == {f"model.layers.{i}" for i in range(4)}
+    assert len(set(plan.recompute.values())) == 1 and set(plan.recompute.values()) <= {"full", "selective"}
+    assert plan.predicted.peak_memory_bytes <= budget_gb * 2**30
+    with pytest.raises(InfeasibleError):
+        _suggest(budget_gb, recompute=False)
+    out = tmp_path / "plan.json"
+    code = main(["suggest", str(MODEL), "--mesh", "2x4", "--memory-gb", repr(budget_gb), "--no-recompute", "--no-cache",
+                 "--out", str(out)])
+    assert code != 0 and not out.exists()
+    assert "no plan fits" in capsys.readouterr().err
+    roomy = _suggest(100.0)
+    assert roomy.recompute == {} and roomy.predicted.step_time_s < plan.predicted.step_time_s
+
+
+@pytest.mark.slow
+def test_a_plan_that_checkpoints_runs_its_collectives_as_predicted(between):
+    _, plan = between
+    module = import_model_file(MODEL)
+    result = verify_on_fake_world(build_seeded(module, "build_model", 0), seeded_batch(module, 1), plan)
+    assert result.passed, "\n" + result.summary()
+
+
+@pytest.mark.gloo
+def test_a_plan_that_checkpoints_trains_as_one_device(between):
+    _, plan = between
+    [result] = check_numerics([NumericsJob(str(MODEL), "build_model", plan.to_json())], world=8)
+    assert result.loss <= 1e-5, result.loss
+    assert max(result.gradients.values()) <= 1e-5, max(result.gradients.items(), key=lambda kv: kv[1])
