@@ -13,6 +13,7 @@ import pytest
 import autoplan
 from autoplan.cli import main
 from autoplan.errors import InfeasibleError
+from autoplan.evaluate.baselines import build_baseline
 from autoplan.model_file import import_model_file, load_model_file
 from autoplan.verify.numerics import NumericsJob, build_seeded, check_numerics, seeded_batch
 from conftest import ROOT
@@ -74,3 +75,20 @@ def test_a_plan_that_checkpoints_trains_as_one_device(between):
     [result] = check_numerics([NumericsJob(str(MODEL), "build_model", plan.to_json())], world=8)
     assert result.loss <= 1e-5, result.loss
     assert max(result.gradients.values()) <= 1e-5, max(result.gradients.items(), key=lambda kv: kv[1])
+
+
+@pytest.mark.slow
+def test_score_gives_a_checkpointing_plan_its_prediction_back_and_baselines_take_a_mode(between):
+    budget_gb, plan = between
+    loaded = load_model_file(str(MODEL))
+    scored = autoplan.score(loaded.model, loaded.example_inputs, plan, memory_gb=budget_gb)
+    assert scored.step_time_s == pytest.approx(plan.predicted.step_time_s, rel=1e-6)
+    assert scored.peak_memory_bytes == plan.predicted.peak_memory_bytes
+    loaded = load_model_file(str(MODEL))
+    full = build_baseline("torchtitan", loaded.model, loaded.example_inputs, mesh=MESH, recompute="full").plan
+    loaded = load_model_file(str(MODEL))
+    none = build_baseline("torchtitan", loaded.model, loaded.example_inputs, mesh=MESH).plan
+    assert set(full.recompute.values()) == {"full"} and len(full.recompute) == 4 and none.recompute == {}
+    assert full.parameters == none.parameters
+    assert full.predicted.step_time_s > none.predicted.step_time_s
+    assert full.predicted.peak_memory_bytes < none.predicted.peak_memory_bytes

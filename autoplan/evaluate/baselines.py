@@ -99,16 +99,19 @@ def build_baseline(
     profile=None,
     memory_gb: float | None = None,
     loss_fn=None,
+    recompute: str | None = None,
 ) -> Baseline:
     """The baseline ``name`` (one of BASELINES) for ``model`` on ``mesh``, for the training
-    loss ``loss_fn(output, batch)`` (default: the model's own)."""
+    loss ``loss_fn(output, batch)`` (default: the model's own); ``recompute`` ("full" or
+    "selective") checkpoints its repeated layers, as torchtitan's recipes do ("full")."""
     _check_name(name)
     problem = prepare_problem(model, example_inputs, tuple(mesh), tuple(axis_names), profile, memory_gb, loss_fn=loss_fn)
-    return baseline_for_problem(name, problem)
+    return baseline_for_problem(name, problem, recompute=recompute)
 
 
-def baseline_for_problem(name: str, problem: Problem, time_limit_s: float | None = None) -> Baseline:
-    """The baseline ``name`` on a prepared problem (trace once, build every baseline)."""
+def baseline_for_problem(name: str, problem: Problem, time_limit_s: float | None = None, recompute: str | None = None) -> Baseline:
+    """The baseline ``name`` on a prepared problem (trace once, build every baseline);
+    ``recompute``: a checkpointing mode for its repeated layers (where the problem has them)."""
     _check_name(name)
     layout, idle, notes = baseline_layout(name, problem)
     pins = Pins(problem)
@@ -134,13 +137,18 @@ def baseline_for_problem(name: str, problem: Problem, time_limit_s: float | None
                 f"{len(free) + len(stray)} values still split on {idle_names} ({', '.join(ops[:6])}): "
                 "no strategy of theirs keeps that axis idle in the simplified problem"
             )
+    held = recompute or False
+    if recompute and problem.layers is None:
+        notes.append(f"recompute {recompute} not applied: the model has no stack of repeated layers planned as one")
+        held = False
     warnings = [f"baseline {name}", *notes]
-    plan, _, _ = solve_problem(problem, pins, time_limit_s, warnings, over_budget=True)
+    plan, _, _ = solve_problem(problem, pins, time_limit_s, warnings, over_budget=True, recompute=held)
     # What the plan JSON keeps is its parameter, batch and boundary layouts, not the pins
     # above (work split on dp inside modules): priced as ``score`` prices any plan, the same
     # layout may run cheaper inside its modules. The baseline is that priced plan, so that
     # scoring it gives its own prediction back.
-    plan, _, fits = solve_problem(problem, pins_for_plan(problem, plan)[0], time_limit_s, warnings, over_budget=True)
+    plan, _, fits = solve_problem(problem, pins_for_plan(problem, plan)[0], time_limit_s, warnings, over_budget=True,
+                                  recompute=held)
     return Baseline(name, plan, layout, tuple(notes), fits)
 
 

@@ -138,7 +138,8 @@ def score_problem(problem: Problem, plan: Plan, time_limit_s: float | None = Non
     pins, values, boundaries = pins_for_plan(problem, plan)
     skipped = tuple(pins.conflicts)
     warnings = [f"module boundary not pinned: {what}" for what in skipped]
-    scored, _, fits = solve_problem(problem, pins, time_limit_s, warnings, over_budget=True)
+    scored, _, fits = solve_problem(problem, pins, time_limit_s, warnings, over_budget=True,
+                                    recompute=problem.recompute_mode(plan))
     p = scored.predicted
     return Score(
         step_time_s=p.step_time_s,

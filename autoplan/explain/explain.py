@@ -124,7 +124,8 @@ def explain_plan(
 
 def plan_choice(problem: Problem, plan, time_limit_s=None) -> dict[str, int]:
     """The strategy of every traced decision in the plan's cheapest execution (as ``score``)."""
-    _, solution, _ = solve_problem(problem, pins_for_plan(problem, plan)[0], time_limit_s, over_budget=True)
+    _, solution, _ = solve_problem(problem, pins_for_plan(problem, plan)[0], time_limit_s, over_budget=True,
+                                   recompute=problem.recompute_mode(plan))
     return problem.expand(solution.choice)
 
 

@@ -32,7 +32,7 @@ from autoplan.plan.builder import Checkpointed, build_plan
 from autoplan.plan.expand import expand_plan
 from autoplan.plan.module_plan import Plan
 from autoplan.solve.ilp import Solution, solve
-from autoplan.solve.recompute import RecomputeUnit
+from autoplan.solve.recompute import RecomputeUnit, uniform_mode, unit_for
 from autoplan.solve.simplify import Simplified, layer_regions, merge_followers
 from autoplan.solve.tie import block_regions, match_blocks, scale_costs, simplify_alike, tie_costs, weights
 from autoplan.trace.repeats import KEPT_LAYERS, RepeatedBlocks, find_repeated_blocks, tied_fingerprint, truncated
@@ -117,6 +117,15 @@ class Problem:
     """How long preparing took, per stage (trace, choices, cost, simplify)."""
     layers: LayerStack | None = None
     """The repeated layers the solver may checkpoint (tied problems only)."""
+
+    def layer_names(self) -> tuple[str, ...] | None:
+        """Every layer of the repeated stack by FQN (what a plan's ``recompute`` names), or None."""
+        blocks = self.blocks
+        return tuple(blocks.layer_prefix(i) for i in range(blocks.count)) if blocks and self.layers else None
+
+    def recompute_mode(self, plan: Plan) -> str | bool:
+        """The mode to score ``plan`` with: its own where it checkpoints the stack alike, else none."""
+        return uniform_mode(plan.recompute, self.layer_names()) or False
 
     @property
     def traced(self) -> TracedGraph:
@@ -243,7 +252,7 @@ def solve_problem(
     over_budget: bool = False,
     seconds: dict[str, float] | None = None,
     progress=None,
-    recompute: bool = False,
+    recompute: bool | str = False,
 ) -> tuple[Plan, Solution, bool]:
     """The cheapest plan under ``pins`` (a ``pinning.Pins``): (plan of the whole model,
     solution, fits the memory budget).
@@ -251,11 +260,12 @@ def solve_problem(
     With ``over_budget``, a layout that cannot fit the budget is still solved, without the
     budget, and comes back with ``fits`` False: a score must exist for plans that do not
     fit. Without it, that is an InfeasibleError. ``seconds`` gets the solve and plan stages' times.
-    ``recompute``: the solver may checkpoint the repeated layers (``solve/recompute.py``).
+    ``recompute``: the solver may checkpoint the repeated layers (``solve/recompute.py``);
+    a mode's name holds it to that mode (scoring a plan that checkpoints).
     """
     seconds = {} if seconds is None else seconds
     allowed = pins.allowed if pins is not None else {}
-    unit = problem.layers.unit if problem.layers is not None and recompute else None
+    unit = unit_for(problem.layers.unit if problem.layers is not None else None, recompute)
     fits = True
     with timed(seconds, "solve", progress):
         try:
@@ -264,7 +274,8 @@ def solve_problem(
             if not over_budget:
                 raise
             fits = False  # over budget (or out of time, which the unbounded solve reports again)
-            solution = solve(problem.reduced, float("inf"), time_limit_s, allowed)
+            held = unit if unit is not None and unit.forced is not None else None  # a forced mode is the layout's
+            solution = solve(problem.reduced, float("inf"), time_limit_s, allowed, held)
     extra = list(warnings)
     if not fits:
         extra.append(f"this layout does not fit the {problem.budget_bytes / GIB:.3g} GiB per-device budget")

@@ -23,7 +23,7 @@ less.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ortools.math_opt.python import mathopt
 
@@ -47,6 +47,8 @@ class RecomputeUnit:
     """How many layers the model has (the decisions' costs count all of them)."""
     modules: tuple[str, ...]
     """FQNs of the traced layers, which the plan names."""
+    forced: str | None = None
+    """A mode the solution must take (scoring a plan that checkpoints): no choice left."""
 
     @property
     def share(self) -> float:
@@ -67,6 +69,8 @@ class RecomputeVars:
 def add_recompute(model, costed: CostedGraph, s: dict, unit: RecomputeUnit) -> RecomputeVars:
     chosen = {mode: model.add_binary_variable(name=f"recompute[{mode}]") for mode in MODES}
     model.add_linear_constraint(mathopt.fast_sum(chosen.values()) <= 1)
+    if unit.forced is not None:
+        model.add_linear_constraint(chosen[unit.forced] == 1)
     freed_gib, rerun_ns = [], []
     for index, mode in enumerate(MODES):
         freed = _linear(costed, s, unit.freed, 2 * index + 1, unit.share / _GIB)
@@ -125,3 +129,19 @@ def _linear(costed, s, names, row: int, scale: float, whole: bool = False) -> _L
         else:
             terms.extend(var * v for var, v in zip(s[name], values) if v)
     return _Linear(terms, constant, most)
+
+
+def unit_for(layers_unit: RecomputeUnit | None, recompute: bool | str) -> RecomputeUnit | None:
+    """The unit a solve gets: none (``recompute`` False), free to choose (True), or held to
+    one mode (a mode's name)."""
+    if layers_unit is None or recompute is False:
+        return None
+    return layers_unit if recompute is True else replace(layers_unit, forced=recompute)
+
+
+def uniform_mode(recompute: dict[str, str], modules: tuple[str, ...] | None) -> str | None:
+    """The one mode a plan's ``recompute`` gives every layer of a stack (whose layers are
+    ``modules``, every layer's FQN), or None where it names other modules or mixes modes."""
+    if not recompute or not modules or set(recompute) != set(modules) or len(set(recompute.values())) != 1:
+        return None
+    return next(iter(recompute.values()))
