@@ -99,7 +99,13 @@ def field_path(parts) -> str:
     indices as ``[1]``."""
     text = ""
     for part in parts:
-        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
+        if isinstance(part, int):
+            text += f"[{part}]"
+            continue
+        name = str(part)
+        if not name.isprintable():  # a key with a newline or a control character: the message stays one line
+            name = json.dumps(name)
+        text += f".{name}" if text else name
     return text
 
 

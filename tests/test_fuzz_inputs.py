@@ -100,6 +100,15 @@ def test_mutated_plan_loads_or_raises_plan_error(good_plan, data):
     assert Plan.from_dict(plan.to_dict()).to_json() == plan.to_json()  # what loads, round-trips
 
 
+def test_a_key_with_a_newline_is_named_on_one_line(good_plan):
+    """Found by the fuzzing above: a module named "\n" whose layout is null."""
+    doc = copy.deepcopy(good_plan[2])
+    doc["modules"]["\n"] = None
+    with pytest.raises(PlanError) as err:
+        Plan.from_dict(doc, source="mutated.json")
+    assert "\n" not in str(err.value) and 'modules."\\n"' in str(err.value)
+
+
 @given(raw=st.binary(max_size=200) | st.text(max_size=200).map(str.encode))
 @examples("plan_bytes")
 def test_any_bytes_as_a_plan_file_raise_plan_error(tmp_path, raw):
