@@ -66,8 +66,8 @@ def run(args: argparse.Namespace) -> int:
             args.memory_gb,
             args.time_limit,
             **({"tie": False} if args.no_tie else {}),
+            **({"recompute": False} if args.no_recompute else {}),
             loss_fn=loaded.loss_fn,
-            recompute=not args.no_recompute,
             **({"progress": progress} if progress else {}),
         )
     texts = {out: plan.to_json()}
