@@ -112,7 +112,7 @@ def explain_plan(
     for unit in units:
         for alt in alternatives_for(unit, plan):
             say(f"solving {unit.name}: {alt.name}")
-            results.append(_solve_alternative(problem, unit.name, alt, own, time_limit_s))
+            results.append(_solve_alternative(problem, unit.name, alt, own, time_limit_s, problem.recompute_mode(plan)))
     say("pricing the plan's collectives")
     choice = plan_choice(problem, plan, time_limit_s)
     charges = costliest_charges(problem, choice)
@@ -153,12 +153,14 @@ def block_compute(problem: Problem, choice: dict[str, int], plan) -> dict[str, f
     return out
 
 
-def _solve_alternative(problem: Problem, unit: str, alt, own: Score, time_limit_s) -> AlternativeResult:
+def _solve_alternative(problem: Problem, unit: str, alt, own: Score, time_limit_s, recompute=False) -> AlternativeResult:
+    """``alt`` laid out for ``unit``, the rest solved; checkpointed as the plan is (``recompute``)."""
     pins = Pins(problem)
     try:
         for fqn, spec in sorted(alt.layout.items()):
             pins.place(fqn, spec)
-        plan, _, fits = solve_problem(problem, pins, time_limit_s, [f"explain: {unit} laid out as {alt.name}"], over_budget=True)
+        plan, _, fits = solve_problem(problem, pins, time_limit_s, [f"explain: {unit} laid out as {alt.name}"], over_budget=True,
+                                      recompute=recompute)
     except AutoplanError as err:
         return AlternativeResult(unit, alt.name, None, None, None, None, False, None, alt.notes, err.problem)
     p = plan.predicted
