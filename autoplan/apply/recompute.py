@@ -44,8 +44,7 @@ from torch.utils.checkpoint import (
 )
 
 from autoplan.errors import PlanError
-from autoplan.plan.module_plan import selective_keeps
-
+from autoplan.recompute_policy import selective_keeps
 
 SAVED_OPS = selective_keeps()
 """What "selective" keeps: the outputs of matmuls and attention (the expensive ops to rerun)."""

@@ -37,13 +37,20 @@ from torch.utils.flop_counter import flop_registry, sdpa_flop_count
 from autoplan.choices.decision import Decision
 from autoplan.choices.graph import BUFFER, CONSTANT, INPUT, OP, PARAMETER, ChoiceGraph
 from autoplan.cost.comm import collective_seconds, moves_locally, redistribute_seconds
-from autoplan.cost.memory import STATE_COPIES_END, STATE_COPIES_START, kept_copy, saved_outputs, saved_values, transient_node
+from autoplan.cost.memory import (
+    STATE_COPIES_END,
+    STATE_COPIES_START,
+    kept_copy,
+    saved_outputs,
+    saved_values,
+    transient_node,
+)
 from autoplan.cost.op_classes import op_class
 from autoplan.cost.profile import ClusterProfile
 from autoplan.dtensor.fused_attention import FUSED_FORWARD
 from autoplan.dtensor.view_rules import RESHAPING_VIEWS, splits_back
 from autoplan.placements import Spec, is_shard, shard_dim, shard_factor
-from autoplan.plan.module_plan import selective_keeps
+from autoplan.recompute_policy import selective_keeps
 
 aten = torch.ops.aten
 VIEW_OPS = {
@@ -76,7 +83,7 @@ class NodeCost:
 
 RECOMPUTE_ROWS = ("full_rerun_s", "full_freed_bytes", "selective_rerun_s", "selective_freed_bytes")
 """The rows of ``NodeCost.recompute``: "full" reruns every op's forward and frees every
-saved output; "selective" (``module_plan.SELECTIVE_KEEPS``) reruns and frees only the ops
+saved output; "selective" (``recompute_policy.SELECTIVE_KEEPS``) reruns and frees only the ops
 whose outputs it does not keep."""
 
 

@@ -14,7 +14,7 @@ backward ones, which run once, as without the checkpoint. Measured (fake process
 - a move runs where apply_plan or DTensor makes it: a boundary's and a parameter gather's
   when the module whose hook makes it is called (before its first op), DTensor's move of an
   op's input with that op, an output hook's move after the op that made the value;
-- "selective" keeps the outputs of matmuls and attention (``module_plan.SELECTIVE_KEEPS``): the
+- "selective" keeps the outputs of matmuls and attention (``recompute_policy.SELECTIVE_KEEPS``): the
   rerun hands back what they made without running them, and DTensor's moves of their
   inputs, made inside them, do not repeat. The moves of hooks and of other ops do.
 
@@ -29,7 +29,7 @@ import torch
 
 from autoplan.choices.graph import OP
 from autoplan.cost.estimate import is_view
-from autoplan.plan.module_plan import selective_keeps
+from autoplan.recompute_policy import selective_keeps
 
 aten = torch.ops.aten
 
@@ -42,7 +42,7 @@ SAVES_NOTHING = frozenset({
 
 
 KEPT_BY_SELECTIVE = selective_keeps()
-"""The traced ops whose outputs "selective" keeps (``module_plan.SELECTIVE_KEEPS``)."""
+"""The traced ops whose outputs "selective" keeps (``recompute_policy.SELECTIVE_KEEPS``)."""
 
 
 def recompute_collectives(choices, forward: list, recompute: dict[str, str]) -> Counter:
