@@ -57,9 +57,7 @@ def worker(rank: int, port: int, plan_json: str, exported: str, result_path: str
         engine_loss.backward()
 
         torch_tp = generated.parallelize(build_seeded(llama, "build_model", 0), mesh)
-        # the export feeds every tp rank the whole batch; a training call, without the KV
-        # cache HF configs default to (a checkpointed layer's rerun would write it again)
-        out = torch_tp(**batch, use_cache=False)
+        out = torch_tp(**batch)  # the export feeds every tp rank the whole batch
         out.loss.backward()
 
         errors = {"loss": abs(out.loss.item() - engine_loss.item()) / abs(engine_loss.item())}
