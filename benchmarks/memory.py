@@ -157,8 +157,10 @@ def alltoall_as_on_gpus():
             m.shard_dim_alltoall = original
 
 
-def measure_step(model: Model, plan) -> dict:
-    """Rank 0's peak over one training step after a warm-up step, by category (bytes)."""
+def measure_step(model: Model, plan, make=None) -> dict:
+    """Rank 0's peak over one training step after a warm-up step, by category (bytes).
+    ``make()``, when given, builds (model on meta, example-inputs function, loss function)
+    instead of ``build(model)``."""
     from torch.distributed.tensor.debug import _clear_sharding_prop_cache
 
     from autoplan.dtensor import overrides
@@ -170,7 +172,7 @@ def measure_step(model: Model, plan) -> dict:
     dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=math.prod(plan.mesh_shape))
     try:
         device_mesh = init_device_mesh("cpu", tuple(plan.mesh_shape), mesh_dim_names=tuple(plan.axis_names))
-        net, inputs, loss_fn = build(model)
+        net, inputs, loss_fn = make() if make is not None else build(model)
         # allow_non_fake_inputs: to_empty reads the meta weights, and the step mixes the fake
         # weights with the small tensors the model makes itself (position ids, masks).
         with FakeTensorMode(allow_non_fake_inputs=True):

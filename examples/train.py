@@ -11,7 +11,7 @@ global-batch loss, the same number the single-device run prints. Every step trai
 same batch (the model file's random tokens), so the loss falls as the model memorises it. gloo on CPU; NCCL,
 one GPU per rank, when CUDA is available.
 
-``--memory-gb`` is the per-device budget the plan must fit; a small one (0.0015 for the
+``--memory-gb`` is the per-device budget the plan must fit; a small one (0.0009 for the
 tiny Llama) forces the weights to be sharded on both mesh axes.
 """
 

@@ -21,9 +21,10 @@ from zoo import verify_on_fake_world
 MODELS = ("qwen2", "gpt_neox", "phi")
 MODEL_FILE = ROOT / "tests" / "models" / "hf_defaults.py"
 MESH, AXIS_NAMES = (2, 4), ("dp", "tp")
-SLACK = 1 / 16
-"""Above the leanest plan's need, a sixteenth of the replicated model state (parameters,
-gradients, two AdamW moments), as ``benchmarks/hf_coverage.py`` forces sharding."""
+SLACK = 1 / 64
+"""Above the leanest plan's need, a sixty-fourth of the replicated model state (parameters,
+gradients, two AdamW moments). With the loss computed on logits split by class
+(``dtensor/loss_parallel.py``), a sixteenth left room for Phi's layers to stay whole on dp."""
 
 
 def _tight_plan(name: str):

@@ -12,7 +12,9 @@ Per decision and strategy (arrays indexed like the decision's strategies):
   parameters add ``AdamW.step()``: ``optimizer_param_s + local bytes / optimizer_bytes_per_s``.
 - ``comm_s``: gradient reductions the strategy causes: an input that is replicated on
   an axis over which the op splits its work gets a partial gradient there, reduced by
-  one all_reduce per producer (shared between the consumers that cause it).
+  one all_reduce per producer (shared between the consumers that cause it); and the
+  collectives an op runs itself (cross-entropy on logits split by class,
+  ``dtensor/loss_parallel.py``).
 - ``memory_bytes``: what the strategy holds where the backward starts, the step's usual
   peak; ``end_bytes``: what it holds where the backward ends (``cost/memory.py``).
 
@@ -48,6 +50,7 @@ from autoplan.cost.memory import (
 from autoplan.cost.op_classes import op_class
 from autoplan.cost.profile import ClusterProfile
 from autoplan.dtensor.fused_attention import FUSED_FORWARD
+from autoplan.dtensor.loss_parallel import own_collectives
 from autoplan.dtensor.view_rules import RESHAPING_VIEWS, splits_back
 from autoplan.placements import Spec, is_shard, shard_dim, shard_factor
 from autoplan.recompute_policy import selective_keeps
@@ -343,6 +346,7 @@ def _node_cost(choices, profile, decision: Decision, reducers, saved=(), transie
         forward_fixed = profile.kernel_overhead_s
     compute, comm, memory, rerun, freed = [], [], [], [], []
     kept_by_selective = node.target in selective_keeps()
+    arg_values = [a.meta.get("val") if isinstance(a, torch.fx.Node) else a for a in node.args]
     for strategy in strategies:
         split = 1
         for axis, size in enumerate(mesh_shape):
@@ -369,6 +373,8 @@ def _node_cost(choices, profile, decision: Decision, reducers, saved=(), transie
                 if splits_work(strategy, axis):
                     local = nbytes / shard_factor(spec, mesh_shape)
                     reduce += collective_seconds(profile, "all_reduce", local, mesh_shape, axis) / reducers[u]
+        for kind, axis, nbytes, _ in own_collectives(node.target, arg_values, outputs, strategy, mesh_shape, decision.requires_grad):
+            reduce += collective_seconds(profile, kind, nbytes, mesh_shape, axis)
         comm.append(reduce)
         held = sum(out_bytes[i] / shard_factor(strategy.outputs[i], mesh_shape) for i in saved if i < len(out_bytes) and strategy.outputs[i])
         freed.append(held)

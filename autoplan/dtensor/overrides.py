@@ -13,7 +13,8 @@ forward and backward can each hold them without knowing about the others:
 - DTensor's per-op strategy selection, wrapped (``strategy_choice.py``);
 - DTensor's ``redistribute_local_tensor`` as its dispatcher calls it, wrapped so that the
   backward reuses a forward move autograd saved (``saved_inputs.py``);
-- fake-tensor kernels for what the device kernels accept (``fake_kernels.py``).
+- fake-tensor kernels for what the device kernels accept (``fake_kernels.py``);
+- cross-entropy on logits split by class (``loss_parallel.py``): DTensor custom op handlers.
 
 Sharding decisions DTensor caches depend on these rules, so each side keeps its own. The
 Python-level propagation (cached and uncached entry points alike) answers from autoplan's
@@ -104,7 +105,7 @@ def _diverged() -> None:
 
 def _changes() -> list[tuple[object, object, object]]:
     """(container, key, new value) for every change, every internal looked up first."""
-    from autoplan.dtensor import fake_kernels, merged_inputs, rules, saved_inputs, strategy_choice, view_rules
+    from autoplan.dtensor import fake_kernels, loss_parallel, merged_inputs, rules, saved_inputs, strategy_choice, view_rules
 
     propagator = _internal(lambda: torch.distributed.tensor.DTensor._op_dispatcher.sharding_propagator, "DTensor._op_dispatcher.sharding_propagator")
     sharding_prop = _internal(lambda: __import__("torch.distributed.tensor._sharding_prop", fromlist=["_"]), "torch.distributed.tensor._sharding_prop")
@@ -117,7 +118,8 @@ def _changes() -> list[tuple[object, object, object]]:
         (propagator, "propagate_op_sharding_non_cached"), (sharding_prop, "_are_we_tracing"),
         (dispatch.OpDispatcher, "_propagate_op_sharding_dispatch_slow_path"),
         (dispatch.OpDispatcher, "_dispatch_get_local_results_slow_path"), (dispatch.OpDispatcher, "_dispatch_fast_path_python_tail"),
-        (dispatch.OpDispatcher, "wrap"),
+        (dispatch.OpDispatcher, "wrap"), (dispatch.OpDispatcher, "unwrap_to_op_info"),
+        (torch.distributed.tensor.DTensor._op_dispatcher, "_custom_op_handlers"),
     ):
         _internal(lambda: getattr(owner, name), f"{getattr(owner, '__name__', type(owner).__name__)}.{name}")
 
@@ -144,6 +146,10 @@ def _changes() -> list[tuple[object, object, object]]:
     for op, kernel in fake_kernels.KERNELS.items():
         if op not in fake_impls:  # never replace a kernel torch registered
             changes.append((fake_impls, op, kernel))
+    handlers = torch.distributed.tensor.DTensor._op_dispatcher._custom_op_handlers
+    for op, handler in loss_parallel.HANDLERS.items():
+        if op not in handlers:  # never replace a handler torch (or its loss_parallel()) has
+            changes.append((handlers, op, handler))
     cache = _autoplan_cache(propagator, sharding_prop._are_we_tracing)
     changes.append((propagator, "propagate_op_sharding", cache))
     changes.append((propagator, "propagate_op_sharding_non_cached", cache.uncached_entry))

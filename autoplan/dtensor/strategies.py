@@ -28,6 +28,7 @@ from torch.distributed.tensor._dtensor_spec import DTensorSpec, TensorMeta
 from torch.distributed.tensor._op_schema import OpSchema, OpSpec, OpStrategy, TupleStrategy
 from torch.utils._pytree import tree_flatten, tree_map
 
+from autoplan.dtensor import loss_parallel
 from autoplan.placements import Spec, candidate_specs, fits_evenly, is_partial, spec_from_placements, to_placements, to_string
 
 _PROPAGATOR = DTensor._op_dispatcher.sharding_propagator
@@ -73,6 +74,8 @@ def enumerate_strategies(op, args, kwargs, out_value, mesh: DeviceMesh) -> list[
         raw = [_to_strategy(op_spec, len(leaves)) for op_spec in _from_strategy_func(op, args, kwargs, out_value, mesh)]
     else:
         return None
+    raw = [s for s in raw if s is not None]
+    raw += loss_parallel.split_strategies(op, args, raw)  # cross-entropy on logits split by class
     out_leaves = [t for t in tree_flatten(out_value)[0]] if out_value is not None else []
     strategies: dict[Strategy, None] = {}
     for strategy in raw:

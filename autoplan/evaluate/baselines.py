@@ -29,8 +29,10 @@ a 3-D mesh) replicates everything in every baseline.
     torchtitan      torchtitan's Llama recipe: megatron_fsdp plus sequence parallel on tp.
                     The output head is split by vocabulary on tp (the token embedding is
                     not: ``_vocabulary_dims``); norms run on sequence slices; attention and
-                    MLP blocks hand back sequence slices (``evaluate/sequence_parallel.py``;
-                    its loss parallel is not expressible). Fused ``wqkv`` is column-parallel.
+                    MLP blocks hand back sequence slices (``evaluate/sequence_parallel.py``);
+                    the loss runs on the logits split by vocabulary where that is cheapest,
+                    as torchtitan's loss parallel does (``dtensor/loss_parallel.py``). Fused
+                    ``wqkv`` is column-parallel.
                     torchtitan's FSDP splits dim 0 again under tp (DTensor's _StridedShard),
                     which plans cannot express: FSDP takes the next dim here, as in
                     megatron_fsdp.

@@ -32,7 +32,7 @@ from autoplan.plan.builder import Checkpointed, build_plan
 from autoplan.plan.expand import expand_plan
 from autoplan.plan.module_plan import Plan
 from autoplan.solve.ilp import Solution, solve
-from autoplan.solve.recompute import RecomputeUnit, uniform_mode, unit_for
+from autoplan.solve.recompute import RecomputeUnit, stack_checkpointing, unit_for
 from autoplan.solve.simplify import Simplified, layer_regions, merge_followers
 from autoplan.solve.tie import block_regions, match_blocks, scale_costs, simplify_alike, tie_costs, weights
 from autoplan.trace.repeats import KEPT_LAYERS, RepeatedBlocks, find_repeated_blocks, tied_fingerprint, truncated
@@ -123,9 +123,10 @@ class Problem:
         blocks = self.blocks
         return tuple(blocks.layer_prefix(i) for i in range(blocks.count)) if blocks and self.layers else None
 
-    def recompute_mode(self, plan: Plan) -> str | bool:
-        """The mode to score ``plan`` with: its own where it checkpoints the stack alike, else none."""
-        return uniform_mode(plan.recompute, self.layer_names()) or False
+    def recompute_mode(self, plan: Plan) -> tuple[str, int] | bool:
+        """How to score ``plan``: its own (mode, layers) where it checkpoints the first layers
+        of the stack alike, else no checkpointing."""
+        return stack_checkpointing(plan.recompute, self.layer_names()) or False
 
     @property
     def traced(self) -> TracedGraph:
@@ -280,17 +281,27 @@ def solve_problem(
     if not fits:
         extra.append(f"this layout does not fit the {problem.budget_bytes / GIB:.3g} GiB per-device budget")
     with timed(seconds, "plan", progress):
-        checkpointed = None
-        if solution.recompute is not None:
-            checkpointed = Checkpointed(solution.recompute, problem.layers.decisions, problem.layers.freed,
-                                        problem.layers.unit.share, problem.layers.unit.modules)
-        plan = build_plan(problem.costed, problem.expand(solution.choice), solution, extra_warnings=tuple(extra),
-                          checkpointed=checkpointed)
+        choice = problem.expand(solution.choice)
+        checkpointed = _checkpointed(problem, solution)
+        plan = build_plan(problem.costed, choice, solution, extra_warnings=tuple(extra), checkpointed=checkpointed)
         if math.isfinite(problem.budget_bytes):
             plan = replace(plan, solver=replace(plan.solver, memory_budget_bytes=problem.budget_bytes))
         if problem.blocks:
-            plan = expand_plan(plan, problem.blocks)
+            unchecked = None
+            if checkpointed is not None and KEPT_LAYERS <= checkpointed.layers < problem.blocks.count:
+                # the traced layers are both checkpointed, later ones past the first k are not
+                unchecked = build_plan(problem.costed, choice, solution).predicted.module_collectives
+            plan = expand_plan(plan, problem.blocks, checkpointed.layers if checkpointed else None, unchecked)
     return plan, solution, fits
+
+
+def _checkpointed(problem: Problem, solution: Solution) -> Checkpointed | None:
+    """The solution's checkpointing in the terms of the whole traced graph, or None."""
+    if solution.recompute is None:
+        return None
+    layers, unit, k = problem.layers, problem.layers.unit, solution.recompute_layers
+    return Checkpointed(solution.recompute, layers.decisions, layers.freed, unit.freed_share(k), unit.modules[:k],
+                        rerun_share=unit.rerun_share(k), layers=k)
 
 
 _STAGE_WORDS = {

@@ -31,9 +31,13 @@ class Checkpointed:
     freed: frozenset[str]
     """Those whose saved outputs the checkpoint frees."""
     share: float
-    """Of the freed bytes, what the peak is spared (one layer reruns at a time)."""
+    """Of the freed bytes, what the peak is spared (``RecomputeUnit.freed_share``)."""
     modules: tuple[str, ...]
-    """FQNs of the traced layers (the plan widens them to every layer)."""
+    """FQNs of the traced layers checkpointed (the plan widens them to the first ``layers``)."""
+    rerun_share: float = 1.0
+    """Of the layers' forward, what the reruns repeat (``RecomputeUnit.rerun_share``)."""
+    layers: int = 0
+    """How many of the stack's first layers are checkpointed."""
 
     @property
     def recompute(self) -> dict[str, str]:
@@ -188,14 +192,15 @@ def predict(
     for (u, v, _), edge in costed.edges.items():
         comm += edge.seconds[edge.row_of[choice[u]]][edge.col_of[choice[v]]]
     if checkpointed is not None:
-        compute += rerun_seconds(costed, choice, checkpointed.decisions, checkpointed.mode)
+        compute += rerun_seconds(costed, choice, checkpointed.decisions, checkpointed.mode, checkpointed.rerun_share)
     memory = memory_split(costed, choice, checkpointed)
     recompute = checkpointed.recompute if checkpointed is not None else None
     modules = module_table(step_collectives(costed, choice, modules, recompute), axis_names)
+    step_s, compute_s = rounded(compute + comm), rounded(compute)
     return Predicted(
-        step_time_s=rounded(compute + comm),
-        compute_s=rounded(compute),
-        comm_s=rounded(comm),
+        step_time_s=step_s,
+        compute_s=compute_s,
+        comm_s=float(f"{step_s - compute_s:.12g}"),  # the rest of the step: the parts add up to it as rounded
         peak_memory_bytes=sum(memory.values()),
         model_state_bytes=int(memory["parameters"] + memory["optimizer"] * (1 + 1 / STATE_COPIES_OPTIMIZER)),
         activation_bytes=int(memory["activations"] + memory["temporaries"]),

@@ -44,7 +44,9 @@ hook gathers them (``Plan.parameter_uses``).
   of the partial sum each rank holds. Charged to the module that made the value; for a
   parameter, to its own module;
 - the loss (``plan/loss_reductions.py``): a loss left partial on an axis is all-reduced there
-  (at the root), and so is a mean ``nll_loss``'s count of targets, in its backward.
+  (at the root), and so is a mean ``nll_loss``'s count of targets, in its backward;
+- what an op runs itself: cross-entropy on logits split by class all-reduces row
+  statistics and the loss on that axis (``dtensor/loss_parallel.py``), in its own module.
 
 The cost stage prices the same collectives, except that it charges each reader a share
 of a shared gradient reduction and a move of its own (where a module boundary moves a
@@ -66,6 +68,7 @@ from autoplan.choices.graph import OP, PARAMETER, planning_mesh
 from autoplan.cost.comm import _moves, gradient_collectives, moves_locally, redistribute_collectives, without_partial
 from autoplan.cost.estimate import CostedGraph, is_view, output_values, splits_work, tensor_bytes
 from autoplan.dtensor import overrides
+from autoplan.dtensor.loss_parallel import own_collectives
 from autoplan.dtensor.strategies import Strategy, is_pointwise
 from autoplan.placements import PARTIAL, REPLICATE, is_partial, is_shard, shard, shard_dim, shard_factor
 from autoplan.plan.loss_reductions import loss_output, loss_reductions
@@ -223,6 +226,15 @@ def step_collectives(
         values = output_values(decision)
         for at_root, axis, index in loss_reductions(loss, decision.fx_node, strategy, mesh_shape):
             found[(ROOT if at_root else module_of(node), "all_reduce", axis, round(tensor_bytes(values[index])))] += 1
+    for decision in graph.decisions():  # what an op runs itself: the all_reduces of a loss split by class
+        if decision.kind != OP:
+            continue
+        name, node = decision.name, decision.fx_node
+        strategy = runs.get(name) or decision.strategies[choice[name]]
+        args = [a.meta.get("val") if isinstance(a, torch.fx.Node) else a for a in node.args]
+        for kind, axis, size, _ in own_collectives(node.target, args, output_values(decision), strategy, mesh_shape,
+                                                   decision.requires_grad):
+            found[(module_of(name), kind, axis, round(size))] += 1
     if recompute:
         found.update(recompute_collectives(choices, forward, recompute))
     return found

@@ -22,7 +22,7 @@ from torch.utils._pytree import tree_map
 
 from autoplan.choices.decision import Decision
 from autoplan.choices.graph import OP, is_tensor_input
-from autoplan.dtensor import overrides
+from autoplan.dtensor import loss_parallel, overrides
 from autoplan.dtensor.strategies import Strategy, runtime_schema_info, tensor_meta
 from autoplan.placements import Spec, spec_from_placements, to_placements
 
@@ -35,6 +35,16 @@ def runtime_strategy(decision: Decision, arrived: list[Spec], mesh: DeviceMesh) 
     op = node.target
     if decision.kind != OP or not isinstance(op, torch._ops.OpOverload):
         return None
+    values = [a.meta.get("val") if isinstance(a, fx.Node) else a for a in node.args]
+    split = loss_parallel.runtime_layout(op, values, arrived, lambda whole: _propagated(node, op, whole, mesh))
+    if split is not None:  # cross-entropy on logits split by class: autoplan's handlers run it
+        return Strategy(*split)
+    found = _propagated(node, op, arrived, mesh)
+    return Strategy(*found) if found is not None else None
+
+
+def _propagated(node: fx.Node, op, arrived: list[Spec], mesh: DeviceMesh) -> tuple[tuple, tuple] | None:
+    """DTensor's (outputs, inputs) for ``node`` with its inputs arriving in ``arrived``."""
     layouts = iter(arrived)
 
     def spec_of(arg):
@@ -55,5 +65,5 @@ def runtime_strategy(decision: Decision, arrived: list[Spec], mesh: DeviceMesh) 
         return None
     if len(inputs) != len(arrived) or not outputs:
         return None
-    return Strategy(outputs, inputs)
+    return outputs, inputs
 

@@ -19,9 +19,10 @@ Constraints
        + sum_e sum_{r,c} e[e,r,c] * kept[e,r,c] <= budget   backward starts
     sum_v sum_i s[v,i] * end[v,i] <= budget            ... where it ends  (_add_memory_limit)
 
-With a stack of repeated layers, checkpointing them is a choice too: binaries r_full,
-r_sel, what each frees subtracted from the first memory row and the reruns' forward
-compute added to the objective (``solve/recompute.py``).
+With a stack of repeated layers, checkpointing them is a choice too: one model per mode
+(none, "full", "selective") and count of layers, what that frees subtracted from the first
+memory row and the reruns' forward compute added to the objective; the fastest plan wins
+(``solve/recompute.py``). Where the fastest plan with no budget fits, it is the answer.
 
 Edges with no variables: an edge whose cost is zero, or depends on one end alone (one row,
 one column, or an end with a single strategy), is added to that end's strategy costs
@@ -44,15 +45,24 @@ best bound the solver proved.
 from __future__ import annotations
 
 import datetime
+import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ortools.math_opt.python import mathopt
 
 from autoplan.choices.graph import INPUT, OP
 from autoplan.cost.estimate import CostedGraph
 from autoplan.errors import InfeasibleError
-from autoplan.solve.recompute import RecomputeUnit, add_recompute, chosen_mode, rerun_seconds
+from autoplan.solve.recompute import (
+    RecomputeUnit,
+    fewest_layers,
+    first_counts,
+    freed_bytes,
+    leanest,
+    recompute_terms,
+    rerun_seconds,
+)
 from autoplan.solve.warm_start import greedy_start
 
 NS = 1e9  # objective unit: nanoseconds
@@ -87,6 +97,8 @@ class Solution:
     finishes the step it is in first (a presolve pass of a 100k-variable model: about 1 s)."""
     recompute: str | None = None
     """How the repeated layers are checkpointed: "full", "selective" or None (``solve/recompute.py``)."""
+    recompute_layers: int = 0
+    """How many of them, from the first."""
 
 
 def solve(
@@ -97,15 +109,87 @@ def solve(
     recompute: RecomputeUnit | None = None,
 ) -> Solution:
     """Optimal strategies under the budget; ``allowed`` restricts some decisions (pinning);
-    ``recompute``: the layers that may be checkpointed (``solve/recompute.py``)."""
+    ``recompute``: the layers that may be checkpointed (``solve/recompute.py``: one model
+    per mode and count of layers, the fastest plan kept; the time limit holds for each)."""
+    started = time.perf_counter()
+    allowed = allowed or {}
+    tried: list[Solution] = []
+
+    def attempt(budget: float, mode: str | None = None, layers: int = 0) -> Solution | None:
+        found = _solve_mode(costed, budget, time_limit_s, allowed, recompute, mode, layers)
+        tried.append(found)
+        return found if found.status in ("optimal", "feasible") else None
+
+    best = None
+    if recompute is None or recompute.forced is None:
+        if recompute is not None and math.isfinite(memory_budget_bytes):
+            # The fastest plan of all: where it fits, checkpointing has nothing to win.
+            fastest = attempt(math.inf)
+            if fastest is not None and _fits(costed, fastest.choice, memory_budget_bytes):
+                return _with_totals(fastest, tried, started)
+        best = attempt(memory_budget_bytes)
+    for mode, layers in first_counts(recompute):
+        found = attempt(memory_budget_bytes, mode, layers)
+        while found is not None and recompute.forced is None:
+            fewer = fewest_layers(recompute, mode, _start_bytes(costed, found.choice),
+                                  freed_bytes(costed, found.choice, recompute.freed, 1.0, mode), memory_budget_bytes)
+            if not 0 < fewer < found.recompute_layers:
+                break  # none: the layout fits unchecked, which the solve without checkpointing covers
+            again = attempt(memory_budget_bytes, mode, fewer)
+            if again is None or again.objective_s >= found.objective_s:
+                break
+            found = again
+        if found is not None and (best is None or found.objective_s < best.objective_s):
+            best = found  # ties keep what was tried first: checkpointing less
+    if best is None:
+        if any(t.status == "out_of_time" for t in tried):
+            raise InfeasibleError(
+                f"the solver found no plan within the {time_limit_s:g} s time limit",
+                hint="raise --time-limit",
+            )
+        need = least_memory_bytes(costed, allowed, time_limit_s, recompute)
+        err = InfeasibleError(
+            f"no plan fits {memory_budget_bytes / 2**30:.3g} GiB per device "
+            f"(the smallest possible needs {need / 2**30:.3g} GiB)",
+            hint="raise --memory-gb, use a mesh with more devices, or a smaller batch",
+        )
+        err.smallest_bytes = need
+        raise err
+    return _with_totals(best, tried, started)
+
+
+def _with_totals(best: Solution, tried: list[Solution], started: float) -> Solution:
+    """``best`` with the wall and search times of every model solved to find it."""
+    return replace(best, wall_s=time.perf_counter() - started, search_s=sum(t.search_s for t in tried),
+                   search_cpu_s=sum(t.search_cpu_s for t in tried))
+
+
+def _start_bytes(costed: CostedGraph, choice: dict[str, int]) -> float:
+    """The memory row where the backward starts, for one assignment (nothing checkpointed)."""
+    total = sum(cost.memory_bytes[choice[n]] for n, cost in costed.nodes.items())
+    for (u, v, _), edge in costed.edges.items():
+        if edge.kept_bytes:
+            total += edge.kept_bytes[edge.row_of[choice[u]]][edge.col_of[choice[v]]]
+    return total
+
+
+def _fits(costed: CostedGraph, choice: dict[str, int], budget: float) -> bool:
+    end = sum(cost.end_bytes[choice[n]] for n, cost in costed.nodes.items() if cost.end_bytes)
+    return max(_start_bytes(costed, choice), end) <= budget
+
+
+def _solve_mode(costed, memory_budget_bytes, time_limit_s, allowed, recompute, mode, layers) -> Solution:
+    """The optimum with the first ``layers`` layers checkpointed under ``mode`` (None: none
+    checkpointed); its status "infeasible" or "out_of_time" where it found no plan."""
     started = time.perf_counter()
     model = mathopt.Model(name="autoplan")
     s = _add_strategy_vars(model, costed)
-    _pin(model, s, allowed or {})
+    _pin(model, s, allowed)
     e = _add_edge_vars(model, costed, s)
-    checkpoint = add_recompute(model, costed, s, recompute) if recompute is not None else None
+    checkpoint = recompute_terms(costed, s, recompute, mode, layers) if mode is not None else None
     _add_memory_limit(model, costed, s, e, memory_budget_bytes, checkpoint)
-    model.minimize(_objective(costed, s, e) + (mathopt.fast_sum(checkpoint.rerun_ns) if checkpoint else 0.0))
+    rerun = mathopt.fast_sum(checkpoint.rerun_ns) + checkpoint.rerun_constant_ns if checkpoint else 0.0
+    model.minimize(_objective(costed, s, e) + rerun)
 
     params = mathopt.SolveParameters(
         random_seed=0,
@@ -118,20 +202,10 @@ def solve(
     result = mathopt.solve(model, mathopt.SolverType.HIGHS, params=params, model_params=hint)
     search_s, search_cpu_s = time.perf_counter() - searching, time.process_time() - searching_cpu
     reason = result.termination.reason
+    stopped = result.termination.limit == mathopt.Limit.TIME
     if reason in (mathopt.TerminationReason.INFEASIBLE, mathopt.TerminationReason.INFEASIBLE_OR_UNBOUNDED) or not result.has_primal_feasible_solution():
-        if reason == mathopt.TerminationReason.NO_SOLUTION_FOUND:
-            raise InfeasibleError(
-                f"the solver found no plan within the {time_limit_s:g} s time limit",
-                hint="raise --time-limit",
-            )
-        need = least_memory_bytes(costed, allowed or {}, time_limit_s, recompute)
-        err = InfeasibleError(
-            f"no plan fits {memory_budget_bytes / 2**30:.3g} GiB per device "
-            f"(the smallest possible needs {need / 2**30:.3g} GiB)",
-            hint="raise --memory-gb, use a mesh with more devices, or a smaller batch",
-        )
-        err.smallest_bytes = need
-        raise err
+        status = "out_of_time" if reason == mathopt.TerminationReason.NO_SOLUTION_FOUND else "infeasible"
+        return Solution({}, status, math.inf, math.inf, 0.0, 0, 0, 0.0, search_s, search_cpu_s, stopped, mode, layers)
     values = result.variable_values()
     choice = {}
     for name, variables in s.items():
@@ -139,8 +213,9 @@ def solve(
             choice[name] = variables
         else:
             choice[name] = max(range(len(variables)), key=lambda i: (values[variables[i]], -i))
-    mode = chosen_mode(values, checkpoint)
-    objective = plan_seconds(costed, choice) + (rerun_seconds(costed, choice, recompute.decisions, mode) if mode else 0.0)
+    objective = plan_seconds(costed, choice)
+    if mode is not None:
+        objective += rerun_seconds(costed, choice, recompute.decisions, mode, recompute.rerun_share(layers))
     optimal = reason == mathopt.TerminationReason.OPTIMAL
     # Every cost is >= 0, so 0 bounds the optimum when the solver proved nothing better.
     found, proved = result.objective_value(), max(0.0, result.best_objective_bound())
@@ -157,8 +232,9 @@ def solve(
         wall_s=time.perf_counter() - started,
         search_s=search_s,
         search_cpu_s=search_cpu_s,
-        stopped_by_time_limit=result.termination.limit == mathopt.Limit.TIME,
+        stopped_by_time_limit=stopped,
         recompute=mode,
+        recompute_layers=layers if mode is not None else 0,
     )
 
 
@@ -199,7 +275,8 @@ def least_memory_bytes(
     _pin(model, s, allowed)
     e = _add_edge_vars(model, costed, s)
     peak = model.add_variable(lb=0.0, name="peak_gib")
-    checkpoint = add_recompute(model, costed, s, recompute) if recompute is not None else None
+    leanest_choice = leanest(recompute)
+    checkpoint = recompute_terms(costed, s, recompute, *leanest_choice) if leanest_choice is not None else None
     for terms, constant in _memory_rows(costed, s, e, checkpoint):
         model.add_linear_constraint(mathopt.fast_sum(terms) + constant / 2**30 <= peak)
     model.minimize(peak)
@@ -336,6 +413,7 @@ def _memory_rows(costed, s, e, checkpoint=None) -> list[tuple[list, float]]:
                     terms.extend(grid[r][c] * (b / 2**30) for r, cells in enumerate(kept) for c, b in enumerate(cells) if b)
             if checkpoint is not None:
                 terms.extend(checkpoint.freed_gib)
+                constant += checkpoint.freed_constant_bytes
         rows.append((terms, constant))
     return rows
 

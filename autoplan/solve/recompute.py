@@ -1,31 +1,35 @@
 """Activation checkpointing as a choice of the ILP: none, "full" or "selective" for the
-repeated layers, decided with their layout.
+first k of the repeated layers, decided with their layout.
 
 Checkpointing a layer frees what autograd saved inside it (``NodeCost.recompute``: every
 saved output under "full", all but matmul and attention outputs under "selective"; the
 layer's own output stays, the next layer's checkpoint keeps it as its input) and reruns
-its forward in the backward. While a layer's backward runs, its rerun activations are
-alive again, so of N checkpointed layers N-1 layers' worth is freed at the step's peak.
-Every layer is checkpointed alike (as torchtitan applies it), so there is one choice per
-stack of repeated layers:
+its forward in the backward. The backward reaches the layers last to first, so with the
+first k of N layers checkpointed, the N-k others have freed at least one layer's worth
+before the first rerun makes one alive again: the peak is spared k/N of the stack's
+saved bytes, and (N-1)/N with every layer checkpointed, no more than with all but the
+last. The reruns repeat k/N of the stack's forward.
 
-    r_full + r_sel <= 1                                  binaries
-    z_m <= (N-1)/N * sum_v sum_i s[v,i] * freed_m[v,i]   bytes freed under mode m
-    z_m <= Z_m * r_m                                     (only where m is chosen)
-    t_m >= sum_v sum_i s[v,i] * rerun_m[v,i] - T_m * (1 - r_m),  t_m >= 0
+The mode is one for the stack (as torchtitan applies it), and k is what a budget needs:
+``solve`` solves one model per (mode, k), each linear in the strategy binaries:
 
-The memory row where the backward starts subtracts z_full + z_sel, the objective adds
-t_full + t_sel: the forward compute the reruns repeat. The collectives a rerun repeats are
-not priced here (``plan/recompute.py`` predicts them); the saved copies of moved values
-(``EdgeCost.kept_bytes``) are not counted as freed. Both err on the side of checkpointing
-less.
+    memory row where the backward starts:  - min(k, N-1)/N * sum_v sum_i s[v,i] * freed_m[v,i]
+    objective:                             + k/N * sum_v sum_i s[v,i] * rerun_m[v,i]
+
+It starts each mode at k = N-1, then takes the fewest layers the layout found needs
+(``fewest_layers``) and solves again, while that lowers k: each step is an exact optimum
+for its k and no slower than the last. (One model with binaries for the modes needs big-M
+rows to switch these on, which left HiGHS declaring feasible budgets infeasible on the
+32-layer Llama-3-8B: 60 GiB "infeasible" between 50 and 70 GiB feasible.) The collectives
+a rerun repeats are not priced here (``plan/recompute.py`` predicts them), and the saved
+copies of moved values (``EdgeCost.kept_bytes``) are not counted as freed. Both err on the
+side of checkpointing less.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
-
-from ortools.math_opt.python import mathopt
 
 from autoplan.cost.estimate import CostedGraph, recompute_rows
 
@@ -49,54 +53,100 @@ class RecomputeUnit:
     """FQNs of the traced layers, which the plan names."""
     forced: str | None = None
     """A mode the solution must take (scoring a plan that checkpoints): no choice left."""
+    forced_layers: int | None = None
+    """With ``forced``: how many of the first layers it checkpoints (None: every layer)."""
 
-    @property
-    def share(self) -> float:
-        """Of the layers' saved bytes, what the peak is spared (one layer reruns at a time)."""
-        return (self.layers - 1) / self.layers if self.layers > 1 else 0.0
+    def freed_share(self, checkpointed: int) -> float:
+        """Of the stack's saved bytes, what the peak is spared with the first ``checkpointed``
+        layers checkpointed: theirs, less one layer's worth when every layer is (see the
+        module docstring)."""
+        return min(checkpointed, self.layers - 1) / self.layers if self.layers > 1 else 0.0
+
+    def rerun_share(self, checkpointed: int) -> float:
+        """Of the stack's forward, what the reruns repeat."""
+        return checkpointed / self.layers
 
 
 @dataclass
-class RecomputeVars:
-    chosen: dict[str, object]
-    """Mode -> its binary."""
+class RecomputeTerms:
+    """What one mode adds to the model, linear in the strategy binaries."""
+
     freed_gib: list
-    """Terms to subtract from the memory row where the backward starts."""
+    """Terms (negative) to add to the memory row where the backward starts."""
+    freed_constant_bytes: float
+    """Their constant part (negative), from decisions with one strategy."""
     rerun_ns: list
     """Terms to add to the objective."""
+    rerun_constant_ns: float
 
 
-def add_recompute(model, costed: CostedGraph, s: dict, unit: RecomputeUnit) -> RecomputeVars:
-    chosen = {mode: model.add_binary_variable(name=f"recompute[{mode}]") for mode in MODES}
-    model.add_linear_constraint(mathopt.fast_sum(chosen.values()) <= 1)
+@dataclass
+class _Linear:
+    terms: list
+    constant: float
+
+
+def _linear(costed, s, names, row: int, scale: float, whole: bool = False) -> _Linear:
+    """sum over ``names`` of s[v,i] * row[v][i] * scale (rounded to integers with ``whole``)."""
+    terms, constant = [], 0.0
+    for name in sorted(names):
+        if name not in costed.nodes:
+            continue
+        values = [v * scale for v in recompute_rows(costed.nodes[name])[row]]
+        if whole:
+            values = [round(v) for v in values]
+        if isinstance(s[name], int):
+            constant += values[s[name]]
+        else:
+            terms.extend(var * v for var, v in zip(s[name], values) if v)
+    return _Linear(terms, constant)
+
+
+def recompute_terms(costed: CostedGraph, s: dict, unit: RecomputeUnit, mode: str, checkpointed: int) -> RecomputeTerms:
+    """The first ``checkpointed`` layers checkpointed under ``mode``: what that frees and reruns."""
+    index = MODES.index(mode)
+    freed = _linear(costed, s, unit.freed, 2 * index + 1, -unit.freed_share(checkpointed) / _GIB)
+    rerun = _linear(costed, s, unit.decisions, 2 * index, unit.rerun_share(checkpointed) * _NS, whole=True)
+    return RecomputeTerms(freed.terms, freed.constant * _GIB, rerun.terms, rerun.constant)
+
+
+def first_counts(unit: RecomputeUnit | None) -> list[tuple[str, int]]:
+    """(mode, layers) ``solve`` starts from: the forced ones, else each mode on all layers but
+    the last (which frees as much as all of them, for one layer's rerun less)."""
+    if unit is None:
+        return []
     if unit.forced is not None:
-        model.add_linear_constraint(chosen[unit.forced] == 1)
-    freed_gib, rerun_ns = [], []
-    for index, mode in enumerate(MODES):
-        freed = _linear(costed, s, unit.freed, 2 * index + 1, unit.share / _GIB)
-        rerun = _linear(costed, s, unit.decisions, 2 * index, _NS, whole=True)
-        z = model.add_variable(lb=0.0, ub=max(freed.most, 0.0), name=f"freed[{mode}]")
-        model.add_linear_constraint(z <= mathopt.fast_sum(freed.terms) + freed.constant)
-        model.add_linear_constraint(z <= freed.most * chosen[mode])
-        t = model.add_variable(lb=0.0, name=f"rerun[{mode}]")
-        model.add_linear_constraint(t >= mathopt.fast_sum(rerun.terms) + rerun.constant - rerun.most * (1 - chosen[mode]))
-        freed_gib.append(-z)
-        rerun_ns.append(t)
-    return RecomputeVars(chosen, freed_gib, rerun_ns)
+        return [(unit.forced, unit.forced_layers if unit.forced_layers is not None else unit.layers)]
+    return [(mode, unit.layers - 1) for mode in MODES]
 
 
-def chosen_mode(values, variables: RecomputeVars | None) -> str | None:
-    if variables is None:
+def fewest_layers(unit: RecomputeUnit, mode: str, start_bytes: float, freed_all_bytes: float, budget_bytes: float) -> int:
+    """The fewest first layers to checkpoint under ``mode`` so that a layout whose
+    backward-start peak is ``start_bytes`` unchecked fits ``budget_bytes``; its layers'
+    saved bytes come to ``freed_all_bytes`` (the whole stack's, under ``mode``)."""
+    if start_bytes <= budget_bytes:
+        return 0
+    if freed_all_bytes <= 0:
+        return unit.layers - 1
+    needed = math.ceil((start_bytes - budget_bytes) * unit.layers / freed_all_bytes - 1e-9)
+    return max(1, min(needed, unit.layers - 1))
+
+
+def leanest(unit: RecomputeUnit | None) -> tuple[str, int] | None:
+    """The (mode, layers) that frees the most of what ``unit`` allows ("full" frees all
+    "selective" does; all layers but the last free as much as all of them)."""
+    if unit is None:
         return None
-    return next((mode for mode, var in variables.chosen.items() if values[var] > 0.5), None)
+    return first_counts(unit)[0] if unit.forced is not None else ("full", unit.layers - 1)
 
 
-def rerun_seconds(costed: CostedGraph, choice: dict[str, int], decisions, mode: str | None) -> float:
-    """The forward seconds the reruns of ``mode`` repeat, for the assignment ``choice``."""
+def rerun_seconds(costed: CostedGraph, choice: dict[str, int], decisions, mode: str | None, share: float = 1.0) -> float:
+    """The forward seconds the reruns of ``mode`` repeat, for the assignment ``choice``;
+    ``share``: of the whole stack's forward."""
     if mode is None:
         return 0.0
     row = 2 * MODES.index(mode)
-    return sum(recompute_rows(costed.nodes[n])[row][choice[n]] for n in decisions if n in costed.nodes)
+    return share * sum(recompute_rows(costed.nodes[n])[row][choice[n]] for n in decisions if n in costed.nodes)
 
 
 def freed_bytes(costed: CostedGraph, choice: dict[str, int], unit_freed, share: float, mode: str | None) -> float:
@@ -107,41 +157,23 @@ def freed_bytes(costed: CostedGraph, choice: dict[str, int], unit_freed, share: 
     return share * sum(recompute_rows(costed.nodes[n])[row][choice[n]] for n in unit_freed if n in costed.nodes)
 
 
-@dataclass
-class _Linear:
-    terms: list
-    constant: float
-    most: float
-
-
-def _linear(costed, s, names, row: int, scale: float, whole: bool = False) -> _Linear:
-    """sum over ``names`` of s[v,i] * row[v][i] * scale (rounded to integers with ``whole``)."""
-    terms, constant, most = [], 0.0, 0.0
-    for name in sorted(names):
-        if name not in costed.nodes:
-            continue
-        values = [v * scale for v in recompute_rows(costed.nodes[name])[row]]
-        if whole:
-            values = [round(v) for v in values]
-        most += max(values, default=0.0)
-        if isinstance(s[name], int):
-            constant += values[s[name]]
-        else:
-            terms.extend(var * v for var, v in zip(s[name], values) if v)
-    return _Linear(terms, constant, most)
-
-
-def unit_for(layers_unit: RecomputeUnit | None, recompute: bool | str) -> RecomputeUnit | None:
+def unit_for(layers_unit: RecomputeUnit | None, recompute) -> RecomputeUnit | None:
     """The unit a solve gets: none (``recompute`` False), free to choose (True), or held to
-    one mode (a mode's name)."""
+    one mode on every layer (a mode's name) or on the first layers ((mode, layers))."""
     if layers_unit is None or recompute is False:
         return None
-    return layers_unit if recompute is True else replace(layers_unit, forced=recompute)
+    if recompute is True:
+        return layers_unit
+    mode, layers = recompute if isinstance(recompute, tuple) else (recompute, None)
+    return replace(layers_unit, forced=mode, forced_layers=layers)
 
 
-def uniform_mode(recompute: dict[str, str], modules: tuple[str, ...] | None) -> str | None:
-    """The one mode a plan's ``recompute`` gives every layer of a stack (whose layers are
-    ``modules``, every layer's FQN), or None where it names other modules or mixes modes."""
-    if not recompute or not modules or set(recompute) != set(modules) or len(set(recompute.values())) != 1:
+def stack_checkpointing(recompute: dict[str, str], modules: tuple[str, ...] | None) -> tuple[str, int] | None:
+    """(mode, k) where a plan's ``recompute`` checkpoints the first k layers of a stack (whose
+    layers are ``modules``, every layer's FQN, in order) alike and nothing else; else None."""
+    if not recompute or not modules or len(set(recompute.values())) != 1:
         return None
-    return next(iter(recompute.values()))
+    count = len(recompute)
+    if set(recompute) != set(modules[:count]):
+        return None
+    return next(iter(recompute.values())), count

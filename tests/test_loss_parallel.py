@@ -1,0 +1,109 @@
+"""Cross-entropy on logits split by class (``autoplan/dtensor/loss_parallel.py``).
+
+A Llama whose vocabulary is 32 times its width (``tests/models/wide_vocab_llama.py``), planned
+on 2x4 under a budget that forces sharding, computes its loss on the logits as the
+column-parallel ``lm_head`` leaves them, split by class on tp: the plan predicts the
+row statistics' all_reduces, one training step on a fake process group runs exactly the
+predicted collectives, and on 8 gloo processes loss and gradients match one device. The
+handlers alone, on 4 gloo processes (2x2), match ``F.cross_entropy`` on whole logits for
+every reduction, with ignored targets, and give DTensor's own layouts back.
+"""
+
+import json
+
+import pytest
+import torch
+import torch.multiprocessing as mp
+import torch.nn.functional as F
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.tensor import DTensor, Replicate, Shard, distribute_tensor
+
+from autoplan._process_group import free_port, process_group
+from autoplan.dtensor import overrides
+from autoplan.verify.numerics import NumericsJob, check_numerics
+from conftest import ROOT
+from zoo import forced_plan, verify_on_fake_world
+
+WIDE_VOCAB = ROOT / "tests" / "models" / "wide_vocab_llama.py"
+TOLERANCE = 1e-5
+
+
+@pytest.fixture(scope="module")
+def plan():
+    return forced_plan(str(WIDE_VOCAB))
+
+
+def test_the_forced_plan_computes_the_loss_on_logits_split_by_class(plan):
+    assert plan.parameters["lm_head.weight"] == ("R", "S(0)")  # column-parallel: logits split by class on tp
+    stats = plan.predicted.module_collectives["<root>"]["tp"]["all_reduce"]
+    # 128 local rows: two statistics forward, one sum backward (float32), and the loss (a float32 scalar)
+    assert stats == {"count": 4, "bytes": 3 * 128 * 4 + 4}, stats
+
+
+def test_one_step_runs_the_predicted_collectives(plan):
+    from autoplan.model_file import import_model_file
+
+    module = import_model_file(WIDE_VOCAB)
+    torch.manual_seed(0)
+    result = verify_on_fake_world(module.build_model(), module.example_inputs(), plan)
+    assert result.rows and all(row.predicted == row.observed for row in result.rows), result.rows
+
+
+@pytest.mark.gloo
+def test_numerics_match_one_device_on_gloo(plan):
+    (result,) = check_numerics([NumericsJob(str(WIDE_VOCAB), "build_model", plan.to_json())], world=8)
+    assert result.worst <= TOLERANCE, result
+
+
+REDUCTIONS = ("mean", "sum", "none")
+
+
+def handlers_worker(rank: int, port: int, result_path: str):
+    torch.set_num_threads(1)
+    with process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=4):
+        mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp"))
+        torch.manual_seed(0)
+        logits = torch.randn(16, 12, dtype=torch.float64)
+        target = torch.randint(0, 12, (16,))
+        target[::5] = -100  # ignored, as HF pads its shifted labels
+        found = {}
+        for reduction in REDUCTIONS:
+            whole = logits.clone().requires_grad_()
+            expected = F.cross_entropy(whole, target, reduction=reduction)
+            expected.backward(torch.ones_like(expected))
+            split = distribute_tensor(logits, mesh, (Shard(0), Shard(1))).requires_grad_()
+            labels = distribute_tensor(target, mesh, (Shard(0), Replicate()))
+            with overrides.installed():
+                loss = F.cross_entropy(split, labels, reduction=reduction)
+                loss.backward(torch.ones_like(loss))
+            found[reduction] = {
+                "loss": (loss.full_tensor() - expected).abs().max().item() / expected.abs().max().item(),
+                "grad": (split.grad.full_tensor() - whole.grad).abs().max().item() / whole.grad.abs().max().item(),
+                "loss_layout": [str(p) for p in loss.placements],
+                "grad_layout": [str(p) for p in split.grad.placements],
+            }
+        if rank == 0:
+            with open(result_path, "w") as f:
+                json.dump(found, f)
+
+
+@pytest.mark.gloo
+def test_handlers_match_whole_logits_for_every_reduction(tmp_path):
+    result = tmp_path / "result.json"
+    mp.spawn(handlers_worker, args=(free_port(), str(result)), nprocs=4, join=True)
+    found = json.loads(result.read_text())
+    for reduction in REDUCTIONS:
+        outcome = found[reduction]
+        assert outcome["loss"] <= 1e-12 and outcome["grad"] <= 1e-12, (reduction, outcome)
+        assert outcome["grad_layout"] == ["S(0)", "S(1)"], outcome  # the gradient stays split, nothing gathered
+    assert found["none"]["loss_layout"] == ["S(0)", "R"]  # per row: split by batch, whole on tp
+    assert found["sum"]["loss_layout"] == ["P(sum)", "R"]  # DTensor's own layout of a batch-split loss
+
+
+def test_the_handlers_are_in_place_only_while_autoplan_runs():
+    """Importing autoplan changes nothing: DTensor's handlers are its own again afterwards."""
+    handlers = DTensor._op_dispatcher._custom_op_handlers
+    before = dict(handlers)
+    with overrides.installed():
+        assert torch.ops.aten._log_softmax.default in handlers
+    assert handlers == before
