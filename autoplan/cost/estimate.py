@@ -87,7 +87,9 @@ class NodeCost:
 RECOMPUTE_ROWS = ("full_rerun_s", "full_freed_bytes", "selective_rerun_s", "selective_freed_bytes")
 """The rows of ``NodeCost.recompute``: "full" reruns every op's forward and frees every
 saved output; "selective" (``recompute_policy.SELECTIVE_KEEPS``) reruns and frees only the ops
-whose outputs it does not keep."""
+whose outputs it does not keep, and stores every output of those it keeps, where autograd
+would not have saved it (negative freed bytes: a projection whose output only an add reads,
+as attention's output projection and the MLP's down projection feed the residual)."""
 
 
 def recompute_rows(cost: NodeCost) -> tuple[tuple[float, ...], ...]:
@@ -344,7 +346,7 @@ def _node_cost(choices, profile, decision: Decision, reducers, saved=(), transie
     # A tensor factory (no tensor input) runs as a plain op: DTensor only sees its result later.
     if kind == CONSTANT:
         forward_fixed = profile.kernel_overhead_s
-    compute, comm, memory, rerun, freed = [], [], [], [], []
+    compute, comm, memory, rerun, freed, stored = [], [], [], [], [], []
     kept_by_selective = node.target in selective_keeps()
     arg_values = [a.meta.get("val") if isinstance(a, torch.fx.Node) else a for a in node.args]
     for strategy in strategies:
@@ -378,11 +380,14 @@ def _node_cost(choices, profile, decision: Decision, reducers, saved=(), transie
         comm.append(reduce)
         held = sum(out_bytes[i] / shard_factor(strategy.outputs[i], mesh_shape) for i in saved if i < len(out_bytes) and strategy.outputs[i])
         freed.append(held)
+        if kept_by_selective:  # selective checkpointing stores every output of the op, saved by autograd or not
+            stored.append(-sum(b / shard_factor(s, mesh_shape) for i, (b, s) in enumerate(zip(out_bytes, strategy.outputs))
+                               if s and i not in saved))
         if transient:
             held += transient_bytes(choices, decision, strategy)
         memory.append(held)
     zeros = (0.0,) * len(strategies)
-    recompute = (tuple(rerun), tuple(freed)) + ((zeros, zeros) if kept_by_selective else (tuple(rerun), tuple(freed)))
+    recompute = (tuple(rerun), tuple(freed)) + ((zeros, tuple(stored)) if kept_by_selective else (tuple(rerun), tuple(freed)))
     return NodeCost(tuple(compute), tuple(comm), tuple(memory), "activations", (), recompute)
 
 

@@ -249,7 +249,8 @@ def memory_split(costed: CostedGraph, choice: dict[str, int], checkpointed: Chec
         for (u, v, _), edge in costed.edges.items() if edge.kept_bytes
     )
     if checkpointed is not None:
-        start["activations"] -= freed_bytes(costed, choice, checkpointed.freed, checkpointed.share, checkpointed.mode)
+        start["activations"] -= freed_bytes(costed, choice, checkpointed.freed, checkpointed.share, checkpointed.mode,
+                                            checkpointed.decisions)
     peak = max(start, end, key=lambda split: sum(split.values()))
     return {key: int(value) for key, value in peak.items()}
 

@@ -59,6 +59,7 @@ from autoplan.solve.recompute import (
     fewest_layers,
     first_counts,
     freed_bytes,
+    inside_edges,
     leanest,
     recompute_terms,
     rerun_seconds,
@@ -131,8 +132,8 @@ def solve(
     for mode, layers in first_counts(recompute):
         found = attempt(memory_budget_bytes, mode, layers)
         while found is not None and recompute.forced is None:
-            fewer = fewest_layers(recompute, mode, _start_bytes(costed, found.choice),
-                                  freed_bytes(costed, found.choice, recompute.freed, 1.0, mode), memory_budget_bytes)
+            freed_all = freed_bytes(costed, found.choice, recompute.freed, 1.0, mode, recompute.decisions)
+            fewer = fewest_layers(recompute, mode, _start_bytes(costed, found.choice), freed_all, memory_budget_bytes)
             if not 0 < fewer < found.recompute_layers:
                 break  # none: the layout fits unchecked, which the solve without checkpointing covers
             again = attempt(memory_budget_bytes, mode, fewer)
@@ -164,6 +165,40 @@ def _with_totals(best: Solution, tried: list[Solution], started: float) -> Solut
                    search_cpu_s=sum(t.search_cpu_s for t in tried))
 
 
+def _checkpoint_terms(costed, s, e, unit: RecomputeUnit, mode: str, layers: int):
+    """``recompute_terms`` with the moved copies read inside the layers freed as well."""
+    checkpoint = recompute_terms(costed, s, unit, mode, layers)
+    terms, constant = _kept_terms(costed, s, e, inside_edges(costed, unit.decisions), -unit.freed_share(layers) / 2**30)
+    checkpoint.freed_gib.extend(terms)
+    checkpoint.freed_constant_bytes += constant * 2**30
+    return checkpoint
+
+
+def _kept_terms(costed, s, e, keys, scale: float) -> tuple[list, float]:
+    """sum over the edges ``keys`` of their kept bytes times ``scale``, in the edge variables
+    where the edge has them, else in the end that decides it (as ``_kept_folds``)."""
+    terms, constant = [], 0.0
+    for key in keys:
+        edge, (u, v, _) = costed.edges[key], key
+        if key in e:
+            terms.extend(var * (edge.kept_bytes[r][c] * scale) for r, cells in enumerate(e[key])
+                         for c, var in enumerate(cells) if edge.kept_bytes[r][c])
+            continue
+        fixed_row = 0 if len(edge.rows) == 1 else edge.row_of[s[u]] if isinstance(s[u], int) else None
+        fixed_col = 0 if len(edge.cols) == 1 else edge.col_of[s[v]] if isinstance(s[v], int) else None
+        if fixed_row is not None:
+            end, per = s[v], [edge.kept_bytes[fixed_row][col] for col in edge.col_of]
+        elif fixed_col is not None:
+            end, per = s[u], [edge.kept_bytes[row][fixed_col] for row in edge.row_of]
+        else:
+            continue  # an edge that costs no time moves nothing, and keeps nothing
+        if isinstance(end, int):
+            constant += per[end] * scale
+        else:
+            terms.extend(var * (b * scale) for var, b in zip(end, per) if b)
+    return terms, constant
+
+
 def _start_bytes(costed: CostedGraph, choice: dict[str, int]) -> float:
     """The memory row where the backward starts, for one assignment (nothing checkpointed)."""
     total = sum(cost.memory_bytes[choice[n]] for n, cost in costed.nodes.items())
@@ -186,7 +221,7 @@ def _solve_mode(costed, memory_budget_bytes, time_limit_s, allowed, recompute, m
     s = _add_strategy_vars(model, costed)
     _pin(model, s, allowed)
     e = _add_edge_vars(model, costed, s)
-    checkpoint = recompute_terms(costed, s, recompute, mode, layers) if mode is not None else None
+    checkpoint = _checkpoint_terms(costed, s, e, recompute, mode, layers) if mode is not None else None
     _add_memory_limit(model, costed, s, e, memory_budget_bytes, checkpoint)
     rerun = mathopt.fast_sum(checkpoint.rerun_ns) + checkpoint.rerun_constant_ns if checkpoint else 0.0
     model.minimize(_objective(costed, s, e) + rerun)
@@ -276,7 +311,7 @@ def least_memory_bytes(
     e = _add_edge_vars(model, costed, s)
     peak = model.add_variable(lb=0.0, name="peak_gib")
     leanest_choice = leanest(recompute)
-    checkpoint = recompute_terms(costed, s, recompute, *leanest_choice) if leanest_choice is not None else None
+    checkpoint = _checkpoint_terms(costed, s, e, recompute, *leanest_choice) if leanest_choice is not None else None
     for terms, constant in _memory_rows(costed, s, e, checkpoint):
         model.add_linear_constraint(mathopt.fast_sum(terms) + constant / 2**30 <= peak)
     model.minimize(peak)

@@ -20,10 +20,12 @@ It starts each mode at k = N-1, then takes the fewest layers the layout found ne
 (``fewest_layers``) and solves again, while that lowers k: each step is an exact optimum
 for its k and no slower than the last. (One model with binaries for the modes needs big-M
 rows to switch these on, which left HiGHS declaring feasible budgets infeasible on the
-32-layer Llama-3-8B: 60 GiB "infeasible" between 50 and 70 GiB feasible.) The collectives
-a rerun repeats are not priced here (``plan/recompute.py`` predicts them), and the saved
-copies of moved values (``EdgeCost.kept_bytes``) are not counted as freed. Both err on the
-side of checkpointing less.
+32-layer Llama-3-8B: 60 GiB "infeasible" between 50 and 70 GiB feasible.) Freed are the
+layers' saved outputs and the moved copies of saved values read inside them
+(``EdgeCost.kept_bytes``: the reruns move them again); "selective" also stores the outputs
+it keeps that autograd would not have saved (``cost/estimate.py``). The collectives a rerun
+repeats are not priced here (``plan/recompute.py`` predicts them), which errs on the side
+of checkpointing less.
 """
 
 from __future__ import annotations
@@ -149,12 +151,30 @@ def rerun_seconds(costed: CostedGraph, choice: dict[str, int], decisions, mode: 
     return share * sum(recompute_rows(costed.nodes[n])[row][choice[n]] for n in decisions if n in costed.nodes)
 
 
-def freed_bytes(costed: CostedGraph, choice: dict[str, int], unit_freed, share: float, mode: str | None) -> float:
-    """The bytes the peak is spared under ``mode`` (the reruns' own activations left in)."""
+def freed_bytes(costed: CostedGraph, choice: dict[str, int], unit_freed, share: float, mode: str | None,
+                inside=frozenset()) -> float:
+    """The bytes the peak is spared under ``mode`` (the reruns' own activations left in):
+    the saved outputs of ``unit_freed`` and the moved copies read inside the layers
+    (``inside``, their decisions), which the reruns make again."""
     if mode is None:
         return 0.0
     row = 2 * MODES.index(mode) + 1
-    return share * sum(recompute_rows(costed.nodes[n])[row][choice[n]] for n in unit_freed if n in costed.nodes)
+    saved = sum(recompute_rows(costed.nodes[n])[row][choice[n]] for n in unit_freed if n in costed.nodes)
+    return share * (saved + kept_inside_bytes(costed, choice, inside))
+
+
+def kept_inside_bytes(costed: CostedGraph, choice: dict[str, int], inside) -> float:
+    """The moved copies of saved values (``EdgeCost.kept_bytes``) whose reader is in ``inside``."""
+    total = 0.0
+    for key in inside_edges(costed, inside):
+        edge = costed.edges[key]
+        total += edge.kept_bytes[edge.row_of[choice[key[0]]]][edge.col_of[choice[key[1]]]]
+    return total
+
+
+def inside_edges(costed: CostedGraph, inside) -> list:
+    """Edges with kept copies whose reader is one of the decisions ``inside``, in a fixed order."""
+    return sorted(key for key, edge in costed.edges.items() if edge.kept_bytes and key[1] in inside)
 
 
 def unit_for(layers_unit: RecomputeUnit | None, recompute) -> RecomputeUnit | None:
