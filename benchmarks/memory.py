@@ -265,7 +265,7 @@ def run_row(row: str, timeout_s: int) -> dict:
             budget_bytes=budget, plan_s=round(plan_s, 1), step_s=round(time.perf_counter() - started, 1),
             predicted=predicted_split(plan), measured=measured,
             error=predicted_split(plan)["peak"] / measured["peak"] - 1,
-            recompute=",".join(sorted(set(plan.recompute.values()))) or "-",
+            recompute=f"{','.join(sorted(set(plan.recompute.values())))} x{len(plan.recompute)}" if plan.recompute else "-",
         )
     except TimeoutError:
         result["failed"] = f"TIMEOUT after {timeout_s} s"

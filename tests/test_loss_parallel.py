@@ -4,9 +4,10 @@ A Llama whose vocabulary is 32 times its width (``tests/models/wide_vocab_llama.
 on 2x4 under a budget that forces sharding, computes its loss on the logits as the
 column-parallel ``lm_head`` leaves them, split by class on tp: the plan predicts the
 row statistics' all_reduces, one training step on a fake process group runs exactly the
-predicted collectives, and on 8 gloo processes loss and gradients match one device. The
-handlers alone, on 4 gloo processes (2x2), match ``F.cross_entropy`` on whole logits for
-every reduction, with ignored targets, and give DTensor's own layouts back.
+predicted collectives, eagerly and compiled (``torch.compile``), and on 8 gloo processes
+loss and gradients match one device. The handlers alone, on 4 gloo processes (2x2), match
+``F.cross_entropy`` on whole logits for every reduction, with ignored targets, and give
+DTensor's own layouts back.
 """
 
 import json
@@ -47,6 +48,28 @@ def test_one_step_runs_the_predicted_collectives(plan):
     torch.manual_seed(0)
     result = verify_on_fake_world(module.build_model(), module.example_inputs(), plan)
     assert result.rows and all(row.predicted == row.observed for row in result.rows), result.rows
+
+
+@pytest.mark.slow  # compiles the model
+def test_the_compiled_model_runs_the_predicted_collectives(plan):
+    """Under ``torch.compile`` (whole model) the handlers and their all_reduces trace as they run eagerly."""
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    from autoplan.model_file import import_model_file
+    from autoplan.verify.numerics import build_seeded, seeded_batch
+    from autoplan.verify.step_check import verify_plan
+
+    module = import_model_file(WIDE_VOCAB)
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=8)
+    try:
+        mesh = init_device_mesh("cpu", (2, 4), mesh_dim_names=("dp", "tp"))
+        result = verify_plan(build_seeded(module, "build_model", 0), seeded_batch(module, 1), plan, mesh,
+                             compile_mode="whole", backend="aot_eager")
+    finally:
+        dist.destroy_process_group()
+    assert result.passed, "\n" + result.summary()
 
 
 @pytest.mark.gloo
