@@ -200,8 +200,7 @@ def _log_softmax_backward_handler(op_call, args, kwargs):
 
 def _nll_loss_handler(op_call, args, kwargs):
     x = args[0]
-    weight = args[2] if len(args) > 2 else None
-    axis = _split_on(x, 1) if x.dim() == 2 and weight is None and not kwargs else None
+    axis = _class_axis(x, args[2] if len(args) > 2 else None, kwargs)
     if axis is None:
         return _as_dtensor_runs(op_call, args, kwargs)
     whole, specs = _whole_on(op_call, args, axis)
@@ -222,8 +221,7 @@ def _nll_loss_handler(op_call, args, kwargs):
 
 def _nll_loss_backward_handler(op_call, args, kwargs):
     x = args[1]
-    weight = args[3] if len(args) > 3 else None
-    axis = _split_on(x, 1) if x.dim() == 2 and weight is None and not kwargs else None
+    axis = _class_axis(x, args[3] if len(args) > 3 else None, kwargs)
     if axis is None:
         return _as_dtensor_runs(op_call, args, kwargs)
     whole, specs = _whole_on(op_call, args, axis, position=1)
@@ -238,6 +236,12 @@ def _nll_loss_backward_handler(op_call, args, kwargs):
     result = torch.zeros_like(x._local_tensor)
     result.scatter_(1, index.unsqueeze(1), scale.unsqueeze(1).to(result.dtype))
     return _wrap(result, x, x.placements)
+
+
+def _class_axis(x, weight, kwargs) -> int | None:
+    """The axis splitting an nll_loss input's classes where the handlers run it (a 2-D
+    input, no class weights), else None."""
+    return _split_on(x, 1) if x.dim() == 2 and weight is None and not kwargs else None
 
 
 def _in_share(target: torch.Tensor, x: DTensor, axis: int, ignore_index: int):
