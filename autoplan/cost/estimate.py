@@ -348,7 +348,6 @@ def _node_cost(choices, profile, decision: Decision, reducers, saved=(), transie
         forward_fixed = profile.kernel_overhead_s
     compute, comm, memory, rerun, freed, stored = [], [], [], [], [], []
     kept_by_selective = node.target in selective_keeps()
-    arg_values = [a.meta.get("val") if isinstance(a, torch.fx.Node) else a for a in node.args]
     for strategy in strategies:
         split = 1
         for axis, size in enumerate(mesh_shape):
@@ -375,7 +374,7 @@ def _node_cost(choices, profile, decision: Decision, reducers, saved=(), transie
                 if splits_work(strategy, axis):
                     local = nbytes / shard_factor(spec, mesh_shape)
                     reduce += collective_seconds(profile, "all_reduce", local, mesh_shape, axis) / reducers[u]
-        for kind, axis, nbytes, _ in own_collectives(node.target, arg_values, outputs, strategy, mesh_shape, decision.requires_grad):
+        for kind, axis, nbytes, _ in own_collectives(node, outputs, strategy, mesh_shape, decision.requires_grad):
             reduce += collective_seconds(profile, kind, nbytes, mesh_shape, axis)
         comm.append(reduce)
         held = sum(out_bytes[i] / shard_factor(strategy.outputs[i], mesh_shape) for i in saved if i < len(out_bytes) and strategy.outputs[i])

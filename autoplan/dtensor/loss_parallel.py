@@ -36,12 +36,14 @@ with); anything else runs as DTensor runs it.
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.distributed._functional_collectives as funcol
 from torch.distributed.tensor import DTensor, Replicate, Shard
 from torch.distributed.tensor._dtensor_spec import DTensorSpec
 
-from autoplan.placements import REPLICATE, Spec, is_partial, shard, shard_dim
+from autoplan.placements import REPLICATE, Spec, is_partial, local_shape, shard, shard_dim
 
 aten = torch.ops.aten
 
@@ -104,42 +106,45 @@ def split_axis(op, args, x_spec: Spec) -> int | None:
     return axes[0] if len(axes) == 1 else None
 
 
-def own_collectives(op, args, outputs, strategy, mesh_shape, requires_grad: bool) -> list[tuple[str, int, float, bool]]:
-    """``(kind, axis, bytes, in the backward)`` of each collective the op runs itself under
-    ``strategy`` (the split layout's all_reduces); [] for every other op and layout.
-    ``outputs`` are the op's output values (fake tensors)."""
-    axis = split_axis(op, args, strategy.inputs[0]) if strategy.inputs else None
+def own_collectives(node, outputs, strategy, mesh_shape, requires_grad: bool) -> list[tuple[str, int, float, bool]]:
+    """``(kind, axis, bytes, in the backward)`` of each collective the fx ``node``'s op runs
+    itself under ``strategy`` (the split layout's all_reduces); [] for every other op and
+    layout. ``outputs`` are the op's output values (fake tensors)."""
+    op = node.target
+    if op not in (LOG_SOFTMAX, NLL_LOSS) or not strategy.inputs:
+        return []
+    args = _arg_values(node)
+    axis = split_axis(op, args, strategy.inputs[0])
     if axis is None:
         return []
-    out_spec = strategy.outputs[0]
+    out = outputs[0]
+    local = local_shape(tuple(out.shape), strategy.outputs[0], mesh_shape)
     if op is LOG_SOFTMAX:
-        rows = _local_numel(outputs[0].shape, out_spec, mesh_shape) // (outputs[0].shape[class_dim(op, args)] // mesh_shape[axis])
-        nbytes = float(rows * max(_LEAST_PRECISION.itemsize, outputs[0].element_size()))
+        rows = math.prod(local) // local[class_dim(op, args)]  # one max and one sum per row
+        nbytes = float(rows * max(_LEAST_PRECISION.itemsize, out.element_size()))
         found = [("all_reduce", axis, nbytes, False), ("all_reduce", axis, nbytes, False)]
         return found + ([("all_reduce", axis, nbytes, True)] if requires_grad else [])
-    loss = outputs[0]
-    return [("all_reduce", axis, float(_local_numel(loss.shape, out_spec, mesh_shape) * loss.element_size()), False)]
+    return [("all_reduce", axis, float(math.prod(local) * out.element_size()), False)]
 
 
-def _local_numel(shape, spec: Spec, mesh_shape) -> int:
-    numel = 1
-    for size in shape:
-        numel *= size
-    for placement, n in zip(spec, mesh_shape):
-        if shard_dim(placement) is not None:
-            numel //= n
-    return numel
+def _arg_values(node) -> list:
+    """The fx node's positional arguments, its input nodes as their traced values."""
+    return [a.meta.get("val") if isinstance(a, torch.fx.Node) else a for a in node.args]
 
 
 def _with(spec: Spec, axis: int, placement: str) -> Spec:
     return tuple(placement if i == axis else p for i, p in enumerate(spec))
 
 
-def runtime_layout(op, args, arrived: list[Spec], propagate) -> tuple[tuple, tuple] | None:
-    """(outputs, inputs) of what ``HANDLERS`` run for ``op`` with its inputs arriving in
-    ``arrived``, else None (DTensor runs it). ``propagate(arrived)`` is DTensor's answer
-    for other arrivals, as (outputs, inputs)."""
-    axis = split_axis(op, args, arrived[0]) if arrived else None
+def runtime_layout(node, arrived: list[Spec], propagate) -> tuple[tuple, tuple] | None:
+    """(outputs, inputs) of what ``HANDLERS`` run for the fx ``node``'s op with its inputs
+    arriving in ``arrived``, else None (DTensor runs it). ``propagate(arrived)`` is
+    DTensor's answer for other arrivals, as (outputs, inputs)."""
+    op = node.target
+    if op not in (LOG_SOFTMAX, NLL_LOSS) or not arrived:
+        return None
+    args = _arg_values(node)
+    axis = split_axis(op, args, arrived[0])
     if axis is None:
         return None
     dim = class_dim(op, args)

@@ -28,7 +28,7 @@ from autoplan.cost.profile import ClusterProfile, load_profile
 from autoplan.errors import InfeasibleError, TraceError
 from autoplan.model_file import default_axis_names
 from autoplan.pipeline.arguments import check_axis_names, check_mesh, check_positive, check_profile, warn_if_large
-from autoplan.plan.builder import Checkpointed, build_plan
+from autoplan.plan.builder import Checkpointed, build_plan, predict
 from autoplan.plan.expand import expand_plan
 from autoplan.plan.module_plan import Plan
 from autoplan.solve.ilp import Solution, solve
@@ -290,7 +290,7 @@ def solve_problem(
             unchecked = None
             if checkpointed is not None and KEPT_LAYERS <= checkpointed.layers < problem.blocks.count:
                 # the traced layers are both checkpointed, later ones past the first k are not
-                unchecked = build_plan(problem.costed, choice, solution).predicted.module_collectives
+                unchecked = predict(problem.costed, choice, plan.axis_names, plan.modules).module_collectives
             plan = expand_plan(plan, problem.blocks, checkpointed.layers if checkpointed else None, unchecked)
     return plan, solution, fits
 

@@ -229,10 +229,9 @@ def step_collectives(
     for decision in graph.decisions():  # what an op runs itself: the all_reduces of a loss split by class
         if decision.kind != OP:
             continue
-        name, node = decision.name, decision.fx_node
+        name = decision.name
         strategy = runs.get(name) or decision.strategies[choice[name]]
-        args = [a.meta.get("val") if isinstance(a, torch.fx.Node) else a for a in node.args]
-        for kind, axis, size, _ in own_collectives(node.target, args, output_values(decision), strategy, mesh_shape,
+        for kind, axis, size, _ in own_collectives(decision.fx_node, output_values(decision), strategy, mesh_shape,
                                                    decision.requires_grad):
             found[(module_of(name), kind, axis, round(size))] += 1
     if recompute:

@@ -35,8 +35,7 @@ def runtime_strategy(decision: Decision, arrived: list[Spec], mesh: DeviceMesh) 
     op = node.target
     if decision.kind != OP or not isinstance(op, torch._ops.OpOverload):
         return None
-    values = [a.meta.get("val") if isinstance(a, fx.Node) else a for a in node.args]
-    split = loss_parallel.runtime_layout(op, values, arrived, lambda whole: _propagated(node, op, whole, mesh))
+    split = loss_parallel.runtime_layout(node, arrived, lambda whole: _propagated(node, op, whole, mesh))
     if split is not None:  # cross-entropy on logits split by class: autoplan's handlers run it
         return Strategy(*split)
     found = _propagated(node, op, arrived, mesh)

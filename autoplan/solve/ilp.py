@@ -64,7 +64,7 @@ from autoplan.solve.recompute import (
     recompute_terms,
     rerun_seconds,
 )
-from autoplan.solve.warm_start import greedy_start
+from autoplan.solve.warm_start import greedy_start, peak_bytes, start_bytes
 
 NS = 1e9  # objective unit: nanoseconds
 TIE_BREAK_NS = 1
@@ -126,14 +126,14 @@ def solve(
         if recompute is not None and math.isfinite(memory_budget_bytes):
             # The fastest plan of all: where it fits, checkpointing has nothing to win.
             fastest = attempt(math.inf)
-            if fastest is not None and _fits(costed, fastest.choice, memory_budget_bytes):
+            if fastest is not None and peak_bytes(costed, fastest.choice) <= memory_budget_bytes:
                 return _with_totals(fastest, tried, started)
         best = attempt(memory_budget_bytes)
     for mode, layers in first_counts(recompute):
         found = attempt(memory_budget_bytes, mode, layers)
         while found is not None and recompute.forced is None:
             freed_all = freed_bytes(costed, found.choice, recompute.freed, 1.0, mode, recompute.decisions)
-            fewer = fewest_layers(recompute, mode, _start_bytes(costed, found.choice), freed_all, memory_budget_bytes)
+            fewer = fewest_layers(recompute, mode, start_bytes(costed, found.choice), freed_all, memory_budget_bytes)
             if not 0 < fewer < found.recompute_layers:
                 break  # none: the layout fits unchecked, which the solve without checkpointing covers
             again = attempt(memory_budget_bytes, mode, fewer)
@@ -184,33 +184,16 @@ def _kept_terms(costed, s, e, keys, scale: float) -> tuple[list, float]:
             terms.extend(var * (edge.kept_bytes[r][c] * scale) for r, cells in enumerate(e[key])
                          for c, var in enumerate(cells) if edge.kept_bytes[r][c])
             continue
-        fixed_row = 0 if len(edge.rows) == 1 else edge.row_of[s[u]] if isinstance(s[u], int) else None
-        fixed_col = 0 if len(edge.cols) == 1 else edge.col_of[s[v]] if isinstance(s[v], int) else None
-        if fixed_row is not None:
-            end, per = s[v], [edge.kept_bytes[fixed_row][col] for col in edge.col_of]
-        elif fixed_col is not None:
-            end, per = s[u], [edge.kept_bytes[row][fixed_col] for row in edge.row_of]
-        else:
-            continue  # an edge that costs no time moves nothing, and keeps nothing
+        folded = _kept_by_one_end(edge, s[u], s[v])
+        if folded is None:
+            continue
+        side, per = folded
+        end = s[v] if side == "v" else s[u]
         if isinstance(end, int):
             constant += per[end] * scale
         else:
             terms.extend(var * (b * scale) for var, b in zip(end, per) if b)
     return terms, constant
-
-
-def _start_bytes(costed: CostedGraph, choice: dict[str, int]) -> float:
-    """The memory row where the backward starts, for one assignment (nothing checkpointed)."""
-    total = sum(cost.memory_bytes[choice[n]] for n, cost in costed.nodes.items())
-    for (u, v, _), edge in costed.edges.items():
-        if edge.kept_bytes:
-            total += edge.kept_bytes[edge.row_of[choice[u]]][edge.col_of[choice[v]]]
-    return total
-
-
-def _fits(costed: CostedGraph, choice: dict[str, int], budget: float) -> bool:
-    end = sum(cost.end_bytes[choice[n]] for n, cost in costed.nodes.items() if cost.end_bytes)
-    return max(_start_bytes(costed, choice), end) <= budget
 
 
 def _solve_mode(costed, memory_budget_bytes, time_limit_s, allowed, recompute, mode, layers) -> Solution:
@@ -460,17 +443,25 @@ def _kept_folds(costed, s) -> dict[str, list[float]]:
     for (u, v, _), edge in costed.edges.items():
         if not edge.kept_bytes or not _folded(edge, s[u], s[v]):
             continue
-        fixed_row = 0 if len(edge.rows) == 1 else edge.row_of[s[u]] if isinstance(s[u], int) else None
-        if fixed_row is not None:
-            for j, col in enumerate(edge.col_of):
-                extra[v][j] += edge.kept_bytes[fixed_row][col]
-            continue
-        fixed_col = 0 if len(edge.cols) == 1 else edge.col_of[s[v]] if isinstance(s[v], int) else None
-        if fixed_col is not None:
-            for i, row in enumerate(edge.row_of):
-                extra[u][i] += edge.kept_bytes[row][fixed_col]
-        # else: an edge that costs no time moves nothing, and keeps nothing
+        folded = _kept_by_one_end(edge, s[u], s[v])
+        if folded is not None:
+            side, per = folded
+            for i, b in enumerate(per):
+                extra[v if side == "v" else u][i] += b
     return extra
+
+
+def _kept_by_one_end(edge, s_u, s_v) -> tuple[str, list[float]] | None:
+    """A folded edge's kept bytes as a function of the end that decides them: ("v", per
+    strategy of v) where the producer's side is fixed, else ("u", per strategy of u) where
+    the consumer's is; None for an edge that costs no time (it moves nothing, and keeps nothing)."""
+    fixed_row = 0 if len(edge.rows) == 1 else edge.row_of[s_u] if isinstance(s_u, int) else None
+    if fixed_row is not None:
+        return "v", [edge.kept_bytes[fixed_row][col] for col in edge.col_of]
+    fixed_col = 0 if len(edge.cols) == 1 else edge.col_of[s_v] if isinstance(s_v, int) else None
+    if fixed_col is not None:
+        return "u", [edge.kept_bytes[row][fixed_col] for row in edge.row_of]
+    return None
 
 
 def _sharded_outputs(costed, name: str, index: int) -> int:

@@ -42,13 +42,17 @@ def greedy_start(costed: CostedGraph, budget_bytes: float, allowed: dict[str, se
 
 def peak_bytes(costed: CostedGraph, choice: dict[str, int]) -> float:
     """One assignment's peak: the larger of its two memory rows (``cost/memory.py``)."""
+    end = sum(costed.nodes[n].end_bytes[i] for n, i in choice.items() if costed.nodes[n].end_bytes)
+    return max(start_bytes(costed, choice), end)
+
+
+def start_bytes(costed: CostedGraph, choice: dict[str, int]) -> float:
+    """One assignment's memory row where the backward starts (nothing checkpointed)."""
     start = sum(costed.nodes[n].memory_bytes[i] for n, i in choice.items())
-    start += sum(
+    return start + sum(
         edge.kept_bytes[edge.row_of[choice[u]]][edge.col_of[choice[v]]]
         for (u, v, _), edge in costed.edges.items() if edge.kept_bytes
     )
-    end = sum(costed.nodes[n].end_bytes[i] for n, i in choice.items() if costed.nodes[n].end_bytes)
-    return max(start, end)
 
 
 def leanest(costed: CostedGraph, allowed: dict[str, set[int]]) -> dict[str, int]:
