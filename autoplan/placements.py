@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import re
+from functools import cache
 
 from torch.distributed.tensor import Partial, Placement, Replicate, Shard
 
@@ -26,6 +27,7 @@ def shard(dim: int) -> str:
     return f"S({dim})"
 
 
+@cache  # a handful of distinct strings, asked about millions of times while costing
 def shard_dim(placement: str) -> int | None:
     """Tensor dim a ``S(d)`` string shards, else None."""
     match = _SHARD_RE.match(placement)

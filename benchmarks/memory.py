@@ -29,7 +29,7 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
-from torch._subclasses.fake_tensor import FakeTensorMode
+from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 from torch.distributed._tools.mem_tracker import MemTracker
 from torch.distributed.device_mesh import init_device_mesh
 from torch.testing._internal.distributed.fake_pg import FakeStore
@@ -45,6 +45,7 @@ from autoplan.model_file import default_axis_names, import_model_file, loss_func
 from autoplan.verify.numerics import call_model  # noqa: E402
 
 GIB = 2**30
+_WRAP_FOR_AUTOGRAD = torch.ops._c10d_functional._wrap_tensor_autograd.default
 LEAN_MARGIN = 1.10
 """The lean budget: the least any plan needs, plus this much (and again, until a plan fits)."""
 LEAN_TRIES = 6
@@ -138,13 +139,22 @@ def alltoall_as_on_gpus():
     falls back to an all-gather of the whole axis and a chunk of it (gloo has no all_to_all),
     which holds the axis size times the shard for a moment: the plans measured here are
     for GPUs (the default profile). The collective's own op, on the fake process group,
-    returns its output without communicating."""
+    returns its output without communicating. Its fake kernel (the tensors measured are
+    fake) gathers the whole axis and narrows it: where the new split is on the outermost
+    dim the narrow is already contiguous and keeps the whole gather alive, the axis size
+    times the output. The output is then made anew, as NCCL's all_to_all makes it (the
+    data of a fake tensor is nothing to keep)."""
     from torch.distributed._functional_collectives import _group_or_group_name, _resolve_group
     from torch.distributed.tensor import _collective_utils, _redistribute, placement_types
 
     def shard_dim_alltoall(input, gather_dim, shard_dim, mesh, mesh_dim):
         group = _group_or_group_name(_resolve_group((mesh, mesh_dim)))
-        return torch.ops._dtensor.shard_dim_alltoall(input, gather_dim, shard_dim, group)
+        out = torch.ops._dtensor.shard_dim_alltoall(input, gather_dim, shard_dim, group)
+        if out.untyped_storage().nbytes() == out.numel() * out.element_size():
+            return out
+        shape = out.shape
+        del out  # the gather goes before the output is made
+        return input.new_empty(shape)
 
     patched = [m for m in (_collective_utils, _redistribute, placement_types) if hasattr(m, "shard_dim_alltoall")]
     originals = [m.shard_dim_alltoall for m in patched]
@@ -155,6 +165,18 @@ def alltoall_as_on_gpus():
     finally:
         for m, original in zip(patched, originals):
             m.shard_dim_alltoall = original
+
+
+class _Tracker(MemTracker):
+    """``MemTracker`` that lets a collective's output keep its storage when DTensor wraps it
+    for autograd: the wrapping op's fake kernel makes a new tensor (``empty_like``), where
+    on a device it wraps the same memory. MemTracker already does so for ``wait_tensor``,
+    whose fake kernel copies likewise; without it every all-gathered weight is counted twice."""
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func is _WRAP_FOR_AUTOGRAD and isinstance(args[0], FakeTensor):
+            return args[0]
+        return super().__torch_dispatch__(func, types, args, kwargs)
 
 
 def measure_step(model: Model, plan, make=None) -> dict:
@@ -198,7 +220,7 @@ def measure_step(model: Model, plan, make=None) -> dict:
 
         with alltoall_as_on_gpus():
             step()
-            tracker = MemTracker()
+            tracker = _Tracker()
             tracker.track_external(net, optimizer)
             with tracker:
                 step()

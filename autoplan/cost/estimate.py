@@ -16,10 +16,12 @@ Per decision and strategy (arrays indexed like the decision's strategies):
   collectives an op runs itself (cross-entropy on logits split by class,
   ``dtensor/loss_parallel.py``).
 - ``memory_bytes``: what the strategy holds where the backward starts, the step's usual
-  peak; ``end_bytes``: what it holds where the backward ends (``cost/memory.py``).
+  peak; ``end_bytes``: what it holds where the backward ends; ``forward_bytes``: what it
+  holds where the forward's heaviest move runs (``cost/memory.py``).
 
-Per edge: ``kept_bytes[row][col]``, the moved copy of a saved value the step keeps until
-the backward (``cost/memory.py``); ``seconds[row][col]`` for every (distinct producer output spec, distinct
+Per edge: ``kept_bytes[row][col]``, the moved copy of a value the consumer saves, kept until
+the backward (``cost/memory.py``'s ``kept_reads``), and ``forward_bytes``, the same up to the
+forward's heaviest move and that move's buffers; ``seconds[row][col]`` for every (distinct producer output spec, distinct
 consumer input spec) pair, from ``comm.redistribute_seconds``; backward included when
 the value carries a gradient. A pair DTensor never runs costs ``NOT_RUN_S`` on top
 (``_not_run``): on an edge DTensor moves itself (inside a module, ``_moved_by_dtensor``),
@@ -30,7 +32,7 @@ inputs as they were wanted, DTensor's selection, cost-driven op by op, runs that
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 from torch.utils._pytree import tree_flatten
@@ -42,10 +44,14 @@ from autoplan.cost.comm import collective_seconds, moves_locally, redistribute_s
 from autoplan.cost.memory import (
     STATE_COPIES_END,
     STATE_COPIES_START,
+    heaviest_move,
     kept_copy,
+    kept_reads,
+    moving_bytes,
     saved_outputs,
-    saved_values,
     transient_node,
+    transient_parts,
+    weight_values,
 )
 from autoplan.cost.op_classes import op_class
 from autoplan.cost.profile import ClusterProfile
@@ -82,6 +88,8 @@ class NodeCost:
     """What checkpointing the op's module would change, per strategy (``RECOMPUTE_ROWS``:
     forward seconds rerun and saved bytes freed, under "full" and under "selective"); ()
     is zeros (parameters, inputs)."""
+    forward_bytes: tuple[float, ...] = ()
+    """Held while the forward's heaviest move runs (``cost/memory.py``'s third peak); () is zeros."""
 
 
 RECOMPUTE_ROWS = ("full_rerun_s", "full_freed_bytes", "selective_rerun_s", "selective_freed_bytes")
@@ -90,6 +98,11 @@ saved output; "selective" (``recompute_policy.SELECTIVE_KEEPS``) reruns and free
 whose outputs it does not keep, and stores every output of those it keeps, where autograd
 would not have saved it (negative freed bytes: a projection whose output only an add reads,
 as attention's output projection and the MLP's down projection feed the residual)."""
+
+
+def forward_row(cost: NodeCost) -> tuple[float, ...]:
+    """``cost.forward_bytes``, zeros where the node has none."""
+    return cost.forward_bytes or (0.0,) * len(cost.compute_s)
 
 
 def recompute_rows(cost: NodeCost) -> tuple[tuple[float, ...], ...]:
@@ -113,6 +126,10 @@ class EdgeCost:
     seconds: tuple[tuple[float, ...], ...]
     kept_bytes: tuple[tuple[float, ...], ...] | None = None
     """Per (row, column): the moved copy of a saved value kept until the backward; None: none."""
+    forward_bytes: tuple[tuple[float, ...], ...] | None = None
+    """Per (row, column): what the move holds at the forward's third peak (``cost/memory.py``):
+    the kept copy where the reader runs before the heaviest move, the whole move's
+    buffers where it is that move; None: nothing."""
 
 
 @dataclass(frozen=True)
@@ -140,11 +157,50 @@ def estimate_costs(choices: ChoiceGraph, profile: ClusterProfile, reads=None) ->
         nodes[decision.name] = _node_cost(choices, profile, decision, reducers, saved.get(decision.name, ()), decision.name == transient)
     edges = {}
     moves: dict[tuple, float] = {}  # (src, dst, bytes, backward) -> seconds: layers repeat the same moves
-    free_inputs: dict[tuple, list] = {}  # (consumer's strategy list, input) -> _free_inputs
-    kept = saved_values(choices)
+    free_inputs: dict[tuple, tuple] = {}  # (consumer's strategy list, input) -> (_free_inputs, answers of _not_run)
+    kept = kept_reads(choices)
     for u, v, k, out_index in graph.reads():
-        edges[(u, v, k)] = _edge_cost(choices, profile, u, v, k, out_index, mesh_shape, moves, free_inputs, (u, out_index) in kept)
-    return CostedGraph(choices, profile, nodes, edges)
+        edges[(u, v, k)] = _edge_cost(choices, profile, u, v, k, out_index, mesh_shape, moves, free_inputs, (u, v, k) in kept)
+    return _with_forward_row(choices, nodes, edges, transient, CostedGraph(choices, profile, nodes, edges))
+
+
+def _with_forward_row(choices, nodes, edges, transient, costed) -> CostedGraph:
+    """``costed`` with its third memory peak (``cost/memory.py``) filled in: everything
+    held where the forward's heaviest move runs (``heaviest_move``). The reader's own
+    output comes after the move's gathered buffer is freed (the output head's logits
+    after its weight is copied into place), and is left out."""
+    graph = choices.graph
+    order = {name: i for i, name in enumerate(graph.nodes)}
+    weights = weight_values(graph)
+    moving = {key: _moving_bytes(choices, key, edge) for key, edge in edges.items() if key[0] in weights}
+    heaviest = heaviest_move(graph, nodes, moving)
+    if heaviest is None:
+        return costed
+    for key, edge in edges.items():
+        if key[1] == heaviest and key not in moving:
+            moving[key] = _moving_bytes(choices, key, edge)
+    at = order[heaviest]
+    for name, cost in nodes.items():
+        if order[name] > at:
+            continue
+        held = list(cost.memory_bytes)
+        if name == transient:  # the backward's first gradients: not yet
+            own = graph.decision(name)
+            held = [b - transient_bytes(choices, own, strategy) for b, strategy in zip(held, own.strategies)]
+        nodes[name] = replace(cost, forward_bytes=tuple(held))
+    for key, edge in edges.items():
+        v = key[1]
+        grid = moving[key] if v == heaviest else edge.kept_bytes if order[v] < at else None
+        if grid is not None and any(b for row in grid for b in row):
+            edges[key] = replace(edge, forward_bytes=grid)
+    return CostedGraph(costed.choices, costed.profile, nodes, edges)
+
+
+def _moving_bytes(choices, key, edge: EdgeCost) -> tuple[tuple[float, ...], ...]:
+    """Per (row, column): the buffers of the move while its reader runs (``moving_bytes``)."""
+    u, v, k = key
+    value = output_values(choices.graph.decision(u))[choices.graph.out_index(u, v, k)]
+    return tuple(tuple(moving_bytes(src, dst, value, choices.mesh_shape) for dst in edge.cols) for src in edge.rows)
 
 
 NOT_RUN_S = 1.0
@@ -299,16 +355,15 @@ def _flops(node) -> float:
 
 
 def transient_bytes(choices, decision: Decision, strategy) -> float:
-    """The gradients the backward of ``decision`` holds at once under ``strategy``: its
-    outputs' and those of its inputs that need one, each in the layout the op uses."""
+    """What ``transient_parts`` holds for ``decision`` under ``strategy``, each value in the
+    layout the op uses: the larger of the two parts."""
     mesh_shape = choices.mesh_shape
-    graph = choices.graph
-    held = sum(tensor_bytes(v) / shard_factor(s, mesh_shape) for v, s in zip(output_values(decision), strategy.outputs) if s)
-    for (u, index, _), spec in zip(graph.inputs_of(decision.name), strategy.inputs):
-        if graph.decision(u).requires_grad:
-            values = output_values(graph.decision(u))
-            held += tensor_bytes(values[index]) / shard_factor(spec, mesh_shape) if index < len(values) else 0.0
-    return held
+
+    def local(value, side, index):
+        spec = (strategy.outputs if side == "out" else strategy.inputs)[index]
+        return tensor_bytes(value) / shard_factor(spec, mesh_shape) if spec else 0.0
+
+    return max(sum(local(*item) for item in part) for part in transient_parts(choices, decision))
 
 
 def _node_cost(choices, profile, decision: Decision, reducers, saved=(), transient: bool = False) -> NodeCost:
@@ -415,15 +470,19 @@ def _edge_cost(choices, profile, u, v, k, out_index, mesh_shape, moves: dict, fr
         # Repeated layers share one strategy list per op signature (``choices/graph.py``'s cache).
         key = (id(consumer.strategies), k)
         if key not in free_inputs:
-            free_inputs[key] = _free_inputs(consumer.strategies, k)
-        frees = free_inputs[key]
+            free_inputs[key] = (_free_inputs(consumer.strategies, k), {})
+        frees, answers = free_inputs[key]
         col_specs = tuple(cols)
         members = [[j for j, c in enumerate(col_of) if c == col] for col in range(len(cols))]
+
+        def not_run(src: Spec, c: int) -> bool:
+            # Answered once per consumer strategy list: the layers that share it ask alike.
+            if (src, c) not in answers:
+                answers[src, c] = _gathers(src, col_specs[c]) and _not_run(src, members[c], frees)
+            return answers[src, c]
+
         seconds = tuple(
-            tuple(
-                t + NOT_RUN_S if t > 0 and _gathers(src, col_specs[c]) and _not_run(src, members[c], frees) else t
-                for c, t in enumerate(row)
-            )
+            tuple(t + NOT_RUN_S if t > 0 and not_run(src, c) else t for c, t in enumerate(row))
             for src, row in zip(rows, seconds)
         )
     if backward and producer.kind == OP and producer.fx_node.target in RESHAPING_VIEWS:

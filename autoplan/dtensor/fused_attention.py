@@ -101,11 +101,35 @@ def contiguous_operands(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
     fused kernels lay their output out after their inputs, so the output's local strides
     disagree with its global ones; ``.transpose(1, 2).contiguous()`` is then skipped, the
     global strides saying it is contiguous, and the next ``view`` fails on the shards.
-    Contiguous operands give the output the layout the global strides describe.
+    Contiguous operands give the output the layout the global strides describe. Operands
+    whose shards are laid out as the global strides say (a batch- or head-split projection
+    transposed to ``(batch, heads, seq, head_dim)``, the usual case) are left as they are:
+    a copy of each would be kept for the backward, three activations per layer the plan
+    never priced (and the output would then need a copy too).
     """
     leaves, spec = tree_flatten((args, kwargs))
-    leaves = [x.contiguous() if isinstance(x, torch.Tensor) else x for x in leaves]
+    leaves = [x.contiguous() if isinstance(x, torch.Tensor) and not _laid_out_as_global(x) else x for x in leaves]
     return tree_unflatten(leaves, spec)
+
+
+def _laid_out_as_global(x: torch.Tensor) -> bool:
+    """Whether ``x`` is a DTensor whose global strides and local shard are both dense in one
+    order of dims: the kernel then lays out the shard's output as the global one."""
+    if not isinstance(x, DTensor):
+        return False
+    order = sorted(range(x.dim()), key=lambda d: (-x.stride()[d], d))  # outermost dim first
+    return _dense_in(x.shape, x.stride(), order) and _dense_in(x._local_tensor.shape, x._local_tensor.stride(), order)
+
+
+def _dense_in(shape, stride, order) -> bool:
+    """Whether a tensor of ``shape`` and ``stride`` is dense with its dims nested in ``order``
+    (a dim of size 1 may have any stride)."""
+    step = 1
+    for d in reversed(order):
+        if shape[d] != 1 and stride[d] != step:
+            return False
+        step *= shape[d]
+    return True
 
 
 def mask_placed_like_query(args: tuple, kwargs: dict) -> tuple[tuple, dict]:

@@ -185,9 +185,23 @@ def _log_softmax_handler(op_call, args, kwargs):
     work = _working(local)
     row_max = _all_reduce(work.amax(dim, keepdim=True), "max", x.device_mesh, axis)
     result = work - row_max
-    total = _all_reduce(torch.exp(result).sum(dim, keepdim=True), "sum", x.device_mesh, axis)
+    total = _all_reduce(_sum_of_exp(result, dim), "sum", x.device_mesh, axis)
     result.sub_(total.log_())  # in place: the kernel it stands for makes its output alone
     return _wrap(result.to(result_dtype), x, x.placements)
+
+
+_EXP_PIECES = 8
+"""The sum of exponentials is taken over this many slices of rows, one at a time."""
+
+
+def _sum_of_exp(shifted: torch.Tensor, dim: int) -> torch.Tensor:
+    """``exp(shifted).sum(dim, keepdim=True)`` without a whole logits-sized temporary: the
+    fused kernel this stands for holds its input and output only, and a third such
+    tensor beside them would be the step's peak (the float32 logits of a language model)."""
+    rows = next((d for d in range(shifted.dim()) if d != dim), None)
+    if rows is None:
+        return torch.exp(shifted).sum(dim, keepdim=True)
+    return torch.cat([torch.exp(piece).sum(dim, keepdim=True) for piece in shifted.chunk(_EXP_PIECES, rows)], rows)
 
 
 def _log_softmax_backward_handler(op_call, args, kwargs):

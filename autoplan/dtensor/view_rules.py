@@ -17,6 +17,8 @@ already holds a ``_StridedShard`` (built by other code) keeps DTensor's own rule
 
 from __future__ import annotations
 
+from functools import cache
+
 import torch
 from torch.distributed.tensor import Replicate
 from torch.distributed.tensor._dtensor_spec import DTensorSpec
@@ -80,6 +82,7 @@ def _with_axes_replicated(rule, op_schema: OpSchema, source: OpStrategy, op_spec
     return found
 
 
+@cache  # pure in its arguments; the repeated layers of a model ask the same questions
 def splits_back(view_shape: tuple, source_shape: tuple, dim: int, ways: int) -> bool:
     """Whether a gradient split ``ways`` ways on ``dim`` of a reshaping view's output
     (``view_shape``) can go back through the view's backward, a view to ``source_shape``.

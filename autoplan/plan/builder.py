@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
-from autoplan.choices.graph import BUFFER, INPUT, PARAMETER
+from autoplan.choices.graph import BUFFER, INPUT, OP, PARAMETER
 from autoplan.cost.estimate import CostedGraph, transient_bytes
 from autoplan.cost.memory import STATE_COPIES_END, transient_node
 from autoplan.dtensor.strategies import is_inplace
@@ -248,10 +248,24 @@ def memory_split(costed: CostedGraph, choice: dict[str, int], checkpointed: Chec
         edge.kept_bytes[edge.row_of[choice[u]]][edge.col_of[choice[v]]]
         for (u, v, _), edge in costed.edges.items() if edge.kept_bytes
     )
+    # At the forward's heaviest move: the model state as where the backward starts, and what
+    # the forward holds up to that move (its buffers as temporaries).
+    forward = {key: start[key] for key in ("parameters", "buffers", "optimizer")}
+    forward.update(gradients=0.0, activations=0.0, temporaries=0.0)
+    for name, cost in costed.nodes.items():
+        if cost.forward_bytes and graph.decision(name).kind in (OP, INPUT):
+            forward["activations"] += cost.forward_bytes[choice[name]]
+    moved = [(u, v, edge) for (u, v, _), edge in costed.edges.items() if edge.forward_bytes]
+    order = {name: i for i, name in enumerate(graph.nodes)}
+    heaviest = max((v for _, v, _ in moved), key=order.__getitem__, default=None)  # every other reader runs before it
+    for u, v, edge in moved:
+        held = edge.forward_bytes[edge.row_of[choice[u]]][edge.col_of[choice[v]]]
+        forward["temporaries" if v == heaviest else "activations"] += held
     if checkpointed is not None:
-        start["activations"] -= freed_bytes(costed, choice, checkpointed.freed, checkpointed.share, checkpointed.mode,
-                                            checkpointed.decisions)
-    peak = max(start, end, key=lambda split: sum(split.values()))
+        freed = freed_bytes(costed, choice, checkpointed.freed, checkpointed.share, checkpointed.mode, checkpointed.decisions)
+        start["activations"] -= freed
+        forward["activations"] -= freed
+    peak = max(start, end, forward, key=lambda split: sum(split.values()))
     return {key: int(value) for key, value in peak.items()}
 
 

@@ -209,8 +209,10 @@ def step_collectives(
             REPLICATE if c else (g if k else (q if is_partial(g) else g)) for c, k, g, q in zip(carried, kept, grad, src)
         )
         target = tuple(REPLICATE if c else (g if k else q) for c, k, g, q in zip(carried, kept, grad, src))
+        # A parameter's gradient is settled by its module's hook (``Plan.parameter_uses``).
+        where = _parameter_module(choices, u) if graph.decision(u).kind == PARAMETER else module_of(u)
         for kind, axis, size in gradient_collectives(whole, target, nbytes, mesh_shape):
-            found[(module_of(u), kind, axis, round(size))] += 1
+            found[(where, kind, axis, round(size))] += 1
     for (source, axis), nbytes in partial.items():
         decision = graph.decision(source)
         spec = made(source, 0) if decision.strategies else None

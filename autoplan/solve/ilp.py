@@ -64,7 +64,7 @@ from autoplan.solve.recompute import (
     recompute_terms,
     rerun_seconds,
 )
-from autoplan.solve.warm_start import greedy_start, peak_bytes, start_bytes
+from autoplan.solve.warm_start import forward_bytes, greedy_start, peak_bytes, start_bytes
 
 NS = 1e9  # objective unit: nanoseconds
 TIE_BREAK_NS = 1
@@ -133,7 +133,8 @@ def solve(
         found = attempt(memory_budget_bytes, mode, layers)
         while found is not None and recompute.forced is None:
             freed_all = freed_bytes(costed, found.choice, recompute.freed, 1.0, mode, recompute.decisions)
-            fewer = fewest_layers(recompute, mode, start_bytes(costed, found.choice), freed_all, memory_budget_bytes)
+            held = max(start_bytes(costed, found.choice), forward_bytes(costed, found.choice))  # the rows checkpointing lowers
+            fewer = fewest_layers(recompute, mode, held, freed_all, memory_budget_bytes)
             if not 0 < fewer < found.recompute_layers:
                 break  # none: the layout fits unchecked, which the solve without checkpointing covers
             again = attempt(memory_budget_bytes, mode, fewer)
@@ -176,7 +177,7 @@ def _checkpoint_terms(costed, s, e, unit: RecomputeUnit, mode: str, layers: int)
 
 def _kept_terms(costed, s, e, keys, scale: float) -> tuple[list, float]:
     """sum over the edges ``keys`` of their kept bytes times ``scale``, in the edge variables
-    where the edge has them, else in the end that decides it (as ``_kept_folds``)."""
+    where the edge has them, else in the end that decides it (as ``_grid_folds``)."""
     terms, constant = [], 0.0
     for key in keys:
         edge, (u, v, _) = costed.edges[key], key
@@ -184,7 +185,7 @@ def _kept_terms(costed, s, e, keys, scale: float) -> tuple[list, float]:
             terms.extend(var * (edge.kept_bytes[r][c] * scale) for r, cells in enumerate(e[key])
                          for c, var in enumerate(cells) if edge.kept_bytes[r][c])
             continue
-        folded = _kept_by_one_end(edge, s[u], s[v])
+        folded = _by_one_end(edge, edge.kept_bytes, s[u], s[v])
         if folded is None:
             continue
         side, per = folded
@@ -408,27 +409,30 @@ def _add_memory_limit(model, costed, s, e, budget, checkpoint=None):
 
 
 def _memory_rows(costed, s, e, checkpoint=None) -> list[tuple[list, float]]:
-    """Per memory row: its terms (GiB) and its constant part (bytes); where the backward
-    starts, less what checkpointing frees (``checkpoint``)."""
-    folds = _kept_folds(costed, s)
+    """Per memory row of ``cost/memory.py``: its terms (GiB) and its constant part (bytes).
+    Where the backward starts and at the forward's heaviest move, less what checkpointing
+    frees (``checkpoint``); the forward's row only where the model has such a move."""
     rows = []
-    for row in ("memory_bytes", "end_bytes"):
+    for row, grid_of in (("memory_bytes", _kept), ("end_bytes", None), ("forward_bytes", _forward)):
+        if row == "forward_bytes" and not any(cost.forward_bytes for cost in costed.nodes.values()):
+            continue
+        folds = _grid_folds(costed, s, grid_of) if grid_of else None
         terms, constant = [], 0.0
         for name, cost in costed.nodes.items():
             per = getattr(cost, row)
             if not per:
                 continue
-            if row == "memory_bytes":
+            if folds:
                 per = [b + f for b, f in zip(per, folds[name])]
             if isinstance(s[name], int):
                 constant += per[s[name]]
             else:
                 terms.extend(var * (b / 2**30) for var, b in zip(s[name], per) if b)
-        if row == "memory_bytes":
+        if grid_of:
             for key, grid in e.items():
-                kept = costed.edges[key].kept_bytes
-                if kept:
-                    terms.extend(grid[r][c] * (b / 2**30) for r, cells in enumerate(kept) for c, b in enumerate(cells) if b)
+                held = grid_of(costed.edges[key])
+                if held:
+                    terms.extend(grid[r][c] * (b / 2**30) for r, cells in enumerate(held) for c, b in enumerate(cells) if b)
             if checkpoint is not None:
                 terms.extend(checkpoint.freed_gib)
                 constant += checkpoint.freed_constant_bytes
@@ -436,14 +440,24 @@ def _memory_rows(costed, s, e, checkpoint=None) -> list[tuple[list, float]]:
     return rows
 
 
-def _kept_folds(costed, s) -> dict[str, list[float]]:
-    """Per decision, the kept bytes of each strategy from edges without variables, folded
-    into the end that decides them as ``_edge_folds`` folds their seconds."""
+def _kept(edge):
+    return edge.kept_bytes
+
+
+def _forward(edge):
+    return edge.forward_bytes
+
+
+def _grid_folds(costed, s, grid_of) -> dict[str, list[float]]:
+    """Per decision, the bytes of each strategy from edges without variables (``grid_of``:
+    an edge's bytes grid), folded into the end that decides them as ``_edge_folds`` folds
+    their seconds."""
     extra = {name: [0.0] * len(cost.compute_s) for name, cost in costed.nodes.items()}
     for (u, v, _), edge in costed.edges.items():
-        if not edge.kept_bytes or not _folded(edge, s[u], s[v]):
+        grid = grid_of(edge)
+        if not grid or not _folded(edge, s[u], s[v]):
             continue
-        folded = _kept_by_one_end(edge, s[u], s[v])
+        folded = _by_one_end(edge, grid, s[u], s[v])
         if folded is not None:
             side, per = folded
             for i, b in enumerate(per):
@@ -451,16 +465,16 @@ def _kept_folds(costed, s) -> dict[str, list[float]]:
     return extra
 
 
-def _kept_by_one_end(edge, s_u, s_v) -> tuple[str, list[float]] | None:
-    """A folded edge's kept bytes as a function of the end that decides them: ("v", per
+def _by_one_end(edge, grid, s_u, s_v) -> tuple[str, list[float]] | None:
+    """A folded edge's bytes (``grid``) as a function of the end that decides them: ("v", per
     strategy of v) where the producer's side is fixed, else ("u", per strategy of u) where
     the consumer's is; None for an edge that costs no time (it moves nothing, and keeps nothing)."""
     fixed_row = 0 if len(edge.rows) == 1 else edge.row_of[s_u] if isinstance(s_u, int) else None
     if fixed_row is not None:
-        return "v", [edge.kept_bytes[fixed_row][col] for col in edge.col_of]
+        return "v", [grid[fixed_row][col] for col in edge.col_of]
     fixed_col = 0 if len(edge.cols) == 1 else edge.col_of[s_v] if isinstance(s_v, int) else None
     if fixed_col is not None:
-        return "u", [edge.kept_bytes[row][fixed_col] for row in edge.row_of]
+        return "u", [grid[row][fixed_col] for row in edge.row_of]
     return None
 
 

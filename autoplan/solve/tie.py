@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 from autoplan.choices.decision import Decision
 from autoplan.choices.graph import BUFFER, PARAMETER, ChoiceGraph
-from autoplan.cost.estimate import RECOMPUTE_ROWS, CostedGraph, EdgeCost, NodeCost, recompute_rows
+from autoplan.cost.estimate import RECOMPUTE_ROWS, CostedGraph, EdgeCost, NodeCost, forward_row, recompute_rows
 from autoplan.solve.simplify import Simplified, merge_followers
 from autoplan.trace.repeats import RepeatedBlocks
 
@@ -143,8 +143,9 @@ def tie_costs(simplified: Simplified, twins: dict[str, str], node_weight) -> Tie
     kinds: dict[str, str] = {}
     for name, cost in costed.nodes.items():
         w = node_weight(name)
-        total = sums.setdefault(target(name), [[0.0] * len(cost.compute_s) for _ in range(4 + len(RECOMPUTE_ROWS))])
-        for column, values in zip(total, (cost.compute_s, cost.comm_s, cost.memory_bytes, cost.end_bytes, *recompute_rows(cost))):
+        total = sums.setdefault(target(name), [[0.0] * len(cost.compute_s) for _ in range(5 + len(RECOMPUTE_ROWS))])
+        columns = (cost.compute_s, cost.comm_s, cost.memory_bytes, cost.end_bytes, *recompute_rows(cost), forward_row(cost))
+        for column, values in zip(total, columns):
             for i, value in enumerate(values):
                 column[i] += w * value
         kinds.setdefault(target(name), cost.memory_kind)
@@ -154,27 +155,27 @@ def tie_costs(simplified: Simplified, twins: dict[str, str], node_weight) -> Tie
         w = node_weight(v)
         tu, tv = target(u), target(v)
         scaled = tuple(tuple(w * t for t in row) for row in edge.seconds)
-        kept = tuple(tuple(w * b for b in row) for row in edge.kept_bytes) if edge.kept_bytes else None
+        kept = _scaled(edge.kept_bytes, w)
+        forward = _scaled(edge.forward_bytes, w)
         if tu == tv:  # a value read by its own twin: both ends take the same strategy
-            comm, memory = sums[tu][1], sums[tu][2]
+            comm, memory, held = sums[tu][1], sums[tu][2], sums[tu][-1]
             for i in range(len(comm)):
                 comm[i] += scaled[edge.row_of[i]][edge.col_of[i]]
                 memory[i] += kept[edge.row_of[i]][edge.col_of[i]] if kept else 0.0
+                held[i] += forward[edge.row_of[i]][edge.col_of[i]] if forward else 0.0
             continue
         key = (tu, tv, k)
         if key in edges:
             old = edges[key]
             assert (old.rows, old.cols, old.row_of, old.col_of) == (edge.rows, edge.cols, edge.row_of, edge.col_of)
             scaled = tuple(tuple(a + b for a, b in zip(ra, rb)) for ra, rb in zip(old.seconds, scaled))
-            if old.kept_bytes:
-                kept = tuple(
-                    tuple(a + b for a, b in zip(ra, rb)) for ra, rb in zip(old.kept_bytes, kept or _zeros(old.kept_bytes))
-                )
-        edges[key] = EdgeCost(edge.rows, edge.cols, edge.row_of, edge.col_of, scaled, kept)
+            kept = _added(old.kept_bytes, kept)
+            forward = _added(old.forward_bytes, forward)
+        edges[key] = EdgeCost(edge.rows, edge.cols, edge.row_of, edge.col_of, scaled, kept, forward)
 
     nodes = {
-        name: NodeCost(tuple(c), tuple(m), tuple(b), kinds[name], tuple(e), tuple(tuple(row) for row in rest))
-        for name, (c, m, b, e, *rest) in sums.items()
+        name: NodeCost(tuple(c), tuple(m), tuple(b), kinds[name], tuple(e), tuple(tuple(row) for row in rest), tuple(f))
+        for name, (c, m, b, e, *rest, f) in sums.items()
     }
     tied = CostedGraph(costed.choices, costed.profile, nodes, edges)
     return Tied(tied, twin_of, simplified)
@@ -188,13 +189,26 @@ def scale_costs(costed: CostedGraph, node_weight) -> CostedGraph:
         nodes[name] = NodeCost(
             *(tuple(w * x for x in values) for values in (c.compute_s, c.comm_s, c.memory_bytes)), c.memory_kind,
             tuple(w * x for x in c.end_bytes), tuple(tuple(w * x for x in row) for row in c.recompute),
+            tuple(w * x for x in c.forward_bytes),
         )
     edges = {}
     for key, e in costed.edges.items():
         w = node_weight(key[1])
-        kept = tuple(tuple(w * b for b in row) for row in e.kept_bytes) if e.kept_bytes else None
-        edges[key] = EdgeCost(e.rows, e.cols, e.row_of, e.col_of, tuple(tuple(w * t for t in row) for row in e.seconds), kept)
+        edges[key] = EdgeCost(e.rows, e.cols, e.row_of, e.col_of, tuple(tuple(w * t for t in row) for row in e.seconds),
+                              _scaled(e.kept_bytes, w), _scaled(e.forward_bytes, w))
     return CostedGraph(costed.choices, costed.profile, nodes, edges)
+
+
+def _scaled(grid, w: float):
+    """A bytes grid (``EdgeCost.kept_bytes``, ``forward_bytes``) times ``w``; None stays None."""
+    return tuple(tuple(w * b for b in row) for row in grid) if grid else None
+
+
+def _added(old, new):
+    """Two bytes grids of one edge shape summed; None is zeros."""
+    if not old:
+        return new
+    return tuple(tuple(a + b for a, b in zip(ra, rb)) for ra, rb in zip(old, new or _zeros(old)))
 
 
 def _zeros(grid):

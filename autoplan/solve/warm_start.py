@@ -41,9 +41,18 @@ def greedy_start(costed: CostedGraph, budget_bytes: float, allowed: dict[str, se
 
 
 def peak_bytes(costed: CostedGraph, choice: dict[str, int]) -> float:
-    """One assignment's peak: the larger of its two memory rows (``cost/memory.py``)."""
+    """One assignment's peak: the largest of its memory rows (``cost/memory.py``)."""
     end = sum(costed.nodes[n].end_bytes[i] for n, i in choice.items() if costed.nodes[n].end_bytes)
-    return max(start_bytes(costed, choice), end)
+    return max(start_bytes(costed, choice), end, forward_bytes(costed, choice))
+
+
+def forward_bytes(costed: CostedGraph, choice: dict[str, int]) -> float:
+    """One assignment's memory row at the forward's heaviest move (nothing checkpointed)."""
+    held = sum(costed.nodes[n].forward_bytes[i] for n, i in choice.items() if costed.nodes[n].forward_bytes)
+    return held + sum(
+        edge.forward_bytes[edge.row_of[choice[u]]][edge.col_of[choice[v]]]
+        for (u, v, _), edge in costed.edges.items() if edge.forward_bytes
+    )
 
 
 def start_bytes(costed: CostedGraph, choice: dict[str, int]) -> float:

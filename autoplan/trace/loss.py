@@ -24,6 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 import torch
+from torch.distributed.tensor import DTensor, Partial
 
 from autoplan.errors import ArgumentTypeError, LossError
 
@@ -74,7 +75,19 @@ def find_loss(output) -> FoundLoss:
             f"expected the model to return a tensor or an output with a loss, got {type(output).__name__}",
             f"return the loss (or logits) from forward, or {_DEFINE_IT}",
         )
-    return FoundLoss(tensor.sum(), where, True)
+    return FoundLoss(_sum(tensor), where, True)
+
+
+def _sum(tensor: torch.Tensor) -> torch.Tensor:
+    """``tensor.sum()``; of a DTensor, the sum of each rank's shard as a partial scalar, so
+    that the gradient comes back in the tensor's own layout, a view of one scalar. DTensor's
+    own ``sum`` hands back a replicated gradient that the tensor's readers then slice one
+    mesh axis at a time: the slice on the first axis is copied out, for logits split on two
+    axes half the whole logits' size on every rank (the plan counts the shard)."""
+    if not isinstance(tensor, DTensor):
+        return tensor.sum()
+    placements = [Partial() if p.is_shard() else p for p in tensor.placements]
+    return DTensor.from_local(tensor.to_local().sum(), tensor.device_mesh, placements, run_check=False)
 
 
 def summed_warning(where: str) -> str:

@@ -31,7 +31,7 @@ from autoplan.errors import AutoplanError, LossError, TraceError
 from autoplan.trace import opaque
 from autoplan.trace.loss import batch_of, check_loss_fn, computed_loss, find_loss, summed_warning
 from autoplan.trace.meta_autocast import meta_autocast
-from autoplan.trace.saved import record_saved
+from autoplan.trace.saved import record_saved, savers
 from autoplan.trace.training_call import training_kwargs
 
 
@@ -78,6 +78,8 @@ class TracedGraph:
     saved: frozenset[str] = frozenset()
     """Nodes whose value autograd saves for the backward (``trace/saved.py``): what stays
     alive from the forward to the backward, besides parameters and the batch."""
+    saved_by: frozenset[tuple[str, str]] = frozenset()
+    """(saved node, the op that saved it); "" where no op could be told."""
     warnings: tuple[str, ...] = ()
     """Where the traced step is not exactly the step the user trains (a loss taken as the
     sum of the output, autocast regions traced in the model's own dtypes): for the plan."""
@@ -187,7 +189,8 @@ def trace_model(model: nn.Module, example_inputs, loss_fn=None) -> TracedGraph:
             node.name: opaque.region_flops(node.args[0])
             for node in gm.graph.nodes if node.target is opaque.OPAQUE_OP
         },
-        saved=frozenset(saved),
+        saved=frozenset(name for name, _ in saved),
+        saved_by=savers(gm.graph, saved),
         warnings=tuple(summed_warning(where) for where in summed[:1]) + _autocast_warnings(autocasts),
     )
 
