@@ -130,6 +130,9 @@ class EdgeCost:
     """Per (row, column): what the move holds at the forward's third peak (``cost/memory.py``):
     the kept copy where the reader runs before the heaviest move, the whole move's
     buffers where it is that move; None: nothing."""
+    rerun_seconds: tuple[tuple[float, ...], ...] | None = None
+    """Per (row, column): the move's forward part, which a checkpointed reader's rerun
+    repeats (``solve/recompute.py``); None: none."""
 
 
 @dataclass(frozen=True)
@@ -459,13 +462,14 @@ def _edge_cost(choices, profile, u, v, k, out_index, mesh_shape, moves: dict, fr
     nbytes = tensor_bytes(value)
     backward = producer.requires_grad and consumer.requires_grad
 
-    def move(src, dst):
-        key = (src, dst, nbytes, backward)
+    def move(src, dst, back=backward):
+        key = (src, dst, nbytes, back)
         if key not in moves:
-            moves[key] = redistribute_seconds(profile, src, dst, nbytes, mesh_shape, backward)
+            moves[key] = redistribute_seconds(profile, src, dst, nbytes, mesh_shape, back)
         return moves[key]
 
     seconds = tuple(tuple(move(src, dst) for dst in cols) for src in rows)
+    forward = tuple(tuple(move(src, dst, False) for dst in cols) for src in rows)  # what a checkpoint's rerun repeats
     if _moved_by_dtensor(choices, u, v) and any(t > 0 for row in seconds for t in row):
         # Repeated layers share one strategy list per op signature (``choices/graph.py``'s cache).
         key = (id(consumer.strategies), k)
@@ -491,4 +495,5 @@ def _edge_cost(choices, profile, u, v, k, out_index, mesh_shape, moves: dict, fr
     if saved:
         grid = tuple(tuple(nbytes / shard_factor(dst, mesh_shape) if kept_copy(src, dst) else 0.0 for dst in cols) for src in rows)
         kept = grid if any(b for row in grid for b in row) else None
-    return EdgeCost(tuple(rows), tuple(cols), tuple(row_of), tuple(col_of), seconds, kept)
+    rerun = forward if any(t for row in forward for t in row) else None
+    return EdgeCost(tuple(rows), tuple(cols), tuple(row_of), tuple(col_of), seconds, kept, None, rerun)

@@ -15,7 +15,7 @@ from autoplan.plan.collectives import module_table, step_collectives
 from autoplan.plan.module_plan import MEMORY_CATEGORIES, BatchInput, ModuleLayout, Plan, Predicted, SolverReport, rounded, total_table
 from autoplan.plan.views import spec_before_views, view_chain
 from autoplan.solve.ilp import Solution
-from autoplan.solve.recompute import freed_bytes, rerun_seconds
+from autoplan.solve.recompute import freed_bytes, rerun_parts
 from autoplan.trace.tracer import ModuleCall
 
 
@@ -192,7 +192,8 @@ def predict(
     for (u, v, _), edge in costed.edges.items():
         comm += edge.seconds[edge.row_of[choice[u]]][edge.col_of[choice[v]]]
     if checkpointed is not None:
-        compute += rerun_seconds(costed, choice, checkpointed.decisions, checkpointed.mode, checkpointed.rerun_share)
+        ops, moves = rerun_parts(costed, choice, checkpointed.decisions, checkpointed.mode, checkpointed.rerun_share)
+        compute, comm = compute + ops, comm + moves
     memory = memory_split(costed, choice, checkpointed)
     recompute = checkpointed.recompute if checkpointed is not None else None
     modules = module_table(step_collectives(costed, choice, modules, recompute), axis_names)

@@ -62,6 +62,7 @@ from autoplan.solve.recompute import (
     inside_edges,
     leanest,
     recompute_terms,
+    rerun_edges,
     rerun_seconds,
 )
 from autoplan.solve.warm_start import forward_bytes, greedy_start, peak_bytes, start_bytes
@@ -167,33 +168,43 @@ def _with_totals(best: Solution, tried: list[Solution], started: float) -> Solut
 
 
 def _checkpoint_terms(costed, s, e, unit: RecomputeUnit, mode: str, layers: int):
-    """``recompute_terms`` with the moved copies read inside the layers freed as well."""
+    """``recompute_terms`` with the moved copies read inside the layers freed as well, and
+    the moves the reruns repeat priced."""
     checkpoint = recompute_terms(costed, s, unit, mode, layers)
-    terms, constant = _kept_terms(costed, s, e, inside_edges(costed, unit.decisions), -unit.freed_share(layers) / 2**30)
+    terms, constant = _grid_terms(costed, s, e, inside_edges(costed, unit.decisions), -unit.freed_share(layers) / 2**30, _kept)
     checkpoint.freed_gib.extend(terms)
     checkpoint.freed_constant_bytes += constant * 2**30
+    terms, constant = _grid_terms(costed, s, e, rerun_edges(costed, unit.decisions, mode), unit.rerun_share(layers) * NS,
+                                  _rerun, whole=True)
+    checkpoint.rerun_ns.extend(terms)
+    checkpoint.rerun_constant_ns += constant
     return checkpoint
 
 
-def _kept_terms(costed, s, e, keys, scale: float) -> tuple[list, float]:
-    """sum over the edges ``keys`` of their kept bytes times ``scale``, in the edge variables
-    where the edge has them, else in the end that decides it (as ``_grid_folds``)."""
+def _grid_terms(costed, s, e, keys, scale: float, grid_of, whole: bool = False) -> tuple[list, float]:
+    """sum over the edges ``keys`` of their grid (``grid_of``: kept bytes, rerun seconds) times
+    ``scale`` (rounded to integers with ``whole``), in the edge variables where the edge has
+    them, else in the end that decides it (as ``_grid_folds``)."""
+
+    def scaled(value: float) -> float:
+        return round(value * scale) if whole else value * scale
+
     terms, constant = [], 0.0
     for key in keys:
         edge, (u, v, _) = costed.edges[key], key
+        grid = grid_of(edge)
         if key in e:
-            terms.extend(var * (edge.kept_bytes[r][c] * scale) for r, cells in enumerate(e[key])
-                         for c, var in enumerate(cells) if edge.kept_bytes[r][c])
+            terms.extend(var * scaled(grid[r][c]) for r, cells in enumerate(e[key]) for c, var in enumerate(cells) if grid[r][c])
             continue
-        folded = _by_one_end(edge, edge.kept_bytes, s[u], s[v])
+        folded = _by_one_end(edge, grid, s[u], s[v])
         if folded is None:
             continue
         side, per = folded
         end = s[v] if side == "v" else s[u]
         if isinstance(end, int):
-            constant += per[end] * scale
+            constant += scaled(per[end])
         else:
-            terms.extend(var * (b * scale) for var, b in zip(end, per) if b)
+            terms.extend(var * scaled(b) for var, b in zip(end, per) if b)
     return terms, constant
 
 
@@ -446,6 +457,10 @@ def _kept(edge):
 
 def _forward(edge):
     return edge.forward_bytes
+
+
+def _rerun(edge):
+    return edge.rerun_seconds
 
 
 def _grid_folds(costed, s, grid_of) -> dict[str, list[float]]:

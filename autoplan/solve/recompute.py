@@ -23,9 +23,11 @@ rows to switch these on, which left HiGHS declaring feasible budgets infeasible 
 32-layer Llama-3-8B: 60 GiB "infeasible" between 50 and 70 GiB feasible.) Freed are the
 layers' saved outputs and the moved copies of saved values read inside them
 (``EdgeCost.kept_bytes``: the reruns move them again); "selective" also stores the outputs
-it keeps that autograd would not have saved (``cost/estimate.py``). The collectives a rerun
-repeats are not priced here (``plan/recompute.py`` predicts them), which errs on the side
-of checkpointing less.
+it keeps that autograd would not have saved (``cost/estimate.py``). The reruns also repeat
+the forward moves of what the layers' ops read (``EdgeCost.rerun_seconds``: parameter
+gathers, input moves; ``rerun_edges``), priced with the ops' forward; ``plan/recompute.py``
+predicts those collectives one by one (a rerun stops at the last op that saves a tensor,
+which this pricing does not model: it errs towards checkpointing less).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ import math
 from dataclasses import dataclass, replace
 
 from autoplan.cost.estimate import CostedGraph, recompute_rows
+from autoplan.recompute_policy import selective_keeps
 
 MODES = ("full", "selective")
 """Row pairs of ``NodeCost.recompute`` (rerun seconds, freed bytes), in this order."""
@@ -145,10 +148,32 @@ def leanest(unit: RecomputeUnit | None) -> tuple[str, int] | None:
 def rerun_seconds(costed: CostedGraph, choice: dict[str, int], decisions, mode: str | None, share: float = 1.0) -> float:
     """The forward seconds the reruns of ``mode`` repeat, for the assignment ``choice``;
     ``share``: of the whole stack's forward."""
+    return sum(rerun_parts(costed, choice, decisions, mode, share))
+
+
+def rerun_parts(costed: CostedGraph, choice: dict[str, int], decisions, mode: str | None, share: float = 1.0):
+    """``rerun_seconds`` as (the ops' compute, the moves of what they read: ``rerun_edges``)."""
     if mode is None:
-        return 0.0
+        return 0.0, 0.0
     row = 2 * MODES.index(mode)
-    return share * sum(recompute_rows(costed.nodes[n])[row][choice[n]] for n in decisions if n in costed.nodes)
+    ops = sum(recompute_rows(costed.nodes[n])[row][choice[n]] for n in decisions if n in costed.nodes)
+    moves = 0.0
+    for key in rerun_edges(costed, decisions, mode):
+        edge = costed.edges[key]
+        moves += edge.rerun_seconds[edge.row_of[choice[key[0]]]][edge.col_of[choice[key[1]]]]
+    return share * ops, share * moves
+
+
+def rerun_edges(costed: CostedGraph, decisions, mode: str) -> list:
+    """Edges whose move a rerun under ``mode`` repeats: into one of ``decisions`` (parameter
+    gathers, input moves, DTensor's moves for an op); under "selective", not into an op
+    whose output it keeps (the rerun hands that back without running it). In a fixed order."""
+    keeps = selective_keeps() if mode == "selective" else frozenset()
+    graph = costed.choices.graph
+    return sorted(
+        key for key, edge in costed.edges.items()
+        if edge.rerun_seconds and key[1] in decisions and graph.decision(key[1]).fx_node.target not in keeps
+    )
 
 
 def freed_bytes(costed: CostedGraph, choice: dict[str, int], unit_freed, share: float, mode: str | None,

@@ -26,7 +26,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from autoplan.cost.estimate import CostedGraph, EdgeCost, NodeCost, forward_row, recompute_rows
+from autoplan.cost.estimate import RECOMPUTE_ROWS, CostedGraph, EdgeCost, NodeCost, forward_row, recompute_rows
+from autoplan.recompute_policy import selective_keeps
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,7 @@ def merge_followers(costed: CostedGraph, regions: dict | None = None, keep=froze
     regions = regions or {}
     graph = costed.choices.graph
     followers: dict[str, tuple[str, tuple[int, ...]]] = {}
+    keeps = selective_keeps()
     totals = {
         name: [list(c.compute_s), list(c.comm_s), list(c.memory_bytes), list(c.end_bytes or (0.0,) * len(c.compute_s))]
         + [list(row) for row in recompute_rows(c)] + [list(forward_row(c))]
@@ -71,6 +73,7 @@ def merge_followers(costed: CostedGraph, regions: dict | None = None, keep=froze
         edge = costed.edges[(u, name, k)]
         cost = costed.nodes[name]
         own = [c + m for c, m in zip(cost.compute_s, cost.comm_s)]
+        rerun_by_selective = graph.decision(name).fx_node.target not in keeps  # "selective" hands kept outputs back
         pick = []
         for i in range(len(graph.decision(leader).strategies)):
             handed = spec_seen(u, out_index, i)
@@ -86,6 +89,11 @@ def merge_followers(costed: CostedGraph, regions: dict | None = None, keep=froze
                 edge.forward_bytes[row][edge.col_of[best]] if edge.forward_bytes else 0.0)
             for recompute_row, values in enumerate(recompute_rows(cost)):
                 totals[leader][4 + recompute_row][i] += values[best]
+            if edge.rerun_seconds:  # the follower's read, repeated by a rerun as its forward is
+                moved = edge.rerun_seconds[row][edge.col_of[best]]
+                totals[leader][4 + RECOMPUTE_ROWS.index("full_rerun_s")][i] += moved
+                if rerun_by_selective:
+                    totals[leader][4 + RECOMPUTE_ROWS.index("selective_rerun_s")][i] += moved
         followers[name] = (leader, tuple(pick))
 
     nodes = {
@@ -111,8 +119,10 @@ def merge_followers(costed: CostedGraph, regions: dict | None = None, keep=froze
         specs = tuple(rows)
         seconds = tuple(edge.seconds[edge.rows.index(spec)] for spec in specs)
         kept = tuple(edge.kept_bytes[edge.rows.index(spec)] for spec in specs) if edge.kept_bytes else None
-        forward = tuple(edge.forward_bytes[edge.rows.index(spec)] for spec in specs) if edge.forward_bytes else None
-        edges[(leader, v, k)] = EdgeCost(specs, edge.cols, row_of, edge.col_of, seconds, kept, forward)
+        forward, rerun = (
+            tuple(grid[edge.rows.index(spec)] for spec in specs) if grid else None for grid in (edge.forward_bytes, edge.rerun_seconds)
+        )
+        edges[(leader, v, k)] = EdgeCost(specs, edge.cols, row_of, edge.col_of, seconds, kept, forward, rerun)
     reduced = CostedGraph(costed.choices, costed.profile, nodes, edges)
     return Simplified(reduced, followers)
 

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from autoplan.choices.decision import Decision
 from autoplan.choices.graph import BUFFER, PARAMETER, ChoiceGraph
 from autoplan.cost.estimate import RECOMPUTE_ROWS, CostedGraph, EdgeCost, NodeCost, forward_row, recompute_rows
+from autoplan.recompute_policy import selective_keeps
 from autoplan.solve.simplify import Simplified, merge_followers
 from autoplan.trace.repeats import RepeatedBlocks
 
@@ -134,6 +135,8 @@ def _unlike_merges(simplified: Simplified, twins: dict[str, str]) -> set[str]:
 def tie_costs(simplified: Simplified, twins: dict[str, str], node_weight) -> Tied:
     """Fold each layer-1 leader into its layer-0 twin (see the module docstring)."""
     costed = simplified.costed
+    graph = costed.choices.graph
+    keeps = selective_keeps()
     twin_of = {b: a for b, a in twins.items() if b in costed.nodes}
 
     def target(name: str) -> str:
@@ -157,12 +160,18 @@ def tie_costs(simplified: Simplified, twins: dict[str, str], node_weight) -> Tie
         scaled = tuple(tuple(w * t for t in row) for row in edge.seconds)
         kept = _scaled(edge.kept_bytes, w)
         forward = _scaled(edge.forward_bytes, w)
+        rerun = _scaled(edge.rerun_seconds, w)
         if tu == tv:  # a value read by its own twin: both ends take the same strategy
             comm, memory, held = sums[tu][1], sums[tu][2], sums[tu][-1]
+            reruns = [sums[tu][4 + RECOMPUTE_ROWS.index(row)] for row in ("full_rerun_s", "selective_rerun_s")]
+            selective = graph.decision(v).fx_node.target not in keeps  # "selective" hands kept outputs back
             for i in range(len(comm)):
                 comm[i] += scaled[edge.row_of[i]][edge.col_of[i]]
                 memory[i] += kept[edge.row_of[i]][edge.col_of[i]] if kept else 0.0
                 held[i] += forward[edge.row_of[i]][edge.col_of[i]] if forward else 0.0
+                if rerun:
+                    reruns[0][i] += rerun[edge.row_of[i]][edge.col_of[i]]
+                    reruns[1][i] += rerun[edge.row_of[i]][edge.col_of[i]] if selective else 0.0
             continue
         key = (tu, tv, k)
         if key in edges:
@@ -171,7 +180,8 @@ def tie_costs(simplified: Simplified, twins: dict[str, str], node_weight) -> Tie
             scaled = tuple(tuple(a + b for a, b in zip(ra, rb)) for ra, rb in zip(old.seconds, scaled))
             kept = _added(old.kept_bytes, kept)
             forward = _added(old.forward_bytes, forward)
-        edges[key] = EdgeCost(edge.rows, edge.cols, edge.row_of, edge.col_of, scaled, kept, forward)
+            rerun = _added(old.rerun_seconds, rerun)
+        edges[key] = EdgeCost(edge.rows, edge.cols, edge.row_of, edge.col_of, scaled, kept, forward, rerun)
 
     nodes = {
         name: NodeCost(tuple(c), tuple(m), tuple(b), kinds[name], tuple(e), tuple(tuple(row) for row in rest), tuple(f))
@@ -195,17 +205,18 @@ def scale_costs(costed: CostedGraph, node_weight) -> CostedGraph:
     for key, e in costed.edges.items():
         w = node_weight(key[1])
         edges[key] = EdgeCost(e.rows, e.cols, e.row_of, e.col_of, tuple(tuple(w * t for t in row) for row in e.seconds),
-                              _scaled(e.kept_bytes, w), _scaled(e.forward_bytes, w))
+                              _scaled(e.kept_bytes, w), _scaled(e.forward_bytes, w), _scaled(e.rerun_seconds, w))
     return CostedGraph(costed.choices, costed.profile, nodes, edges)
 
 
 def _scaled(grid, w: float):
-    """A bytes grid (``EdgeCost.kept_bytes``, ``forward_bytes``) times ``w``; None stays None."""
+    """An edge's grid (``EdgeCost.kept_bytes``, ``forward_bytes``, ``rerun_seconds``) times ``w``;
+    None stays None."""
     return tuple(tuple(w * b for b in row) for row in grid) if grid else None
 
 
 def _added(old, new):
-    """Two bytes grids of one edge shape summed; None is zeros."""
+    """Two grids of one edge's shape summed; None is zeros."""
     if not old:
         return new
     return tuple(tuple(a + b for a, b in zip(ra, rb)) for ra, rb in zip(old, new or _zeros(old)))
