@@ -24,6 +24,7 @@ from torch import nn
 
 from autoplan.choices.graph import ChoiceGraph, build_choices
 from autoplan.cost.estimate import CostedGraph, estimate_costs
+from autoplan.cost.memory import saved_values
 from autoplan.cost.profile import ClusterProfile, load_profile
 from autoplan.errors import InfeasibleError, TraceError
 from autoplan.model_file import default_axis_names
@@ -223,6 +224,8 @@ class LayerStack:
     unit: RecomputeUnit
     decisions: frozenset[str]
     freed: frozenset[str]
+    inputs: frozenset[str] = frozenset()
+    """The first layer's outputs nothing saves, which a checkpointed layer keeps as its input."""
 
 
 def layer_stack(choices, regions, simplified: Simplified, reduced: CostedGraph, blocks: RepeatedBlocks) -> LayerStack:
@@ -235,13 +238,16 @@ def layer_stack(choices, regions, simplified: Simplified, reduced: CostedGraph, 
     leader = {name: follower[0] for name, follower in simplified.followers.items()}
     kept = {leader.get(n, n) for n in outputs}
     freed = frozenset(inside - outputs - {n for n in inside if leader.get(n, n) in kept})
+    saved = saved_values(choices)
+    inputs = frozenset(n for n in outputs if regions[n] == 0 and (n, 0) not in saved)  # the checkpoints keep these
     unit = RecomputeUnit(
         decisions=frozenset(n for n in reduced.nodes if n in inside),
         freed=frozenset(n for n in reduced.nodes if n in inside and n not in kept),
         layers=blocks.count,
         modules=tuple(blocks.layer_prefix(i) for i in range(KEPT_LAYERS)),
+        inputs=frozenset(n for n in inputs if n in reduced.nodes),  # a merged follower's bytes are not its leader's
     )
-    return LayerStack(unit, frozenset(inside), freed)
+    return LayerStack(unit, frozenset(inside), freed, inputs)
 
 
 def solve_problem(
@@ -301,7 +307,7 @@ def _checkpointed(problem: Problem, solution: Solution) -> Checkpointed | None:
         return None
     layers, unit, k = problem.layers, problem.layers.unit, solution.recompute_layers
     return Checkpointed(solution.recompute, layers.decisions, layers.freed, unit.freed_share(k), unit.modules[:k],
-                        rerun_share=unit.rerun_share(k), layers=k)
+                        rerun_share=unit.rerun_share(k), layers=k, inputs=layers.inputs)
 
 
 _STAGE_WORDS = {

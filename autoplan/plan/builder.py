@@ -38,6 +38,8 @@ class Checkpointed:
     """Of the layers' forward, what the reruns repeat (``RecomputeUnit.rerun_share``)."""
     layers: int = 0
     """How many of the stack's first layers are checkpointed."""
+    inputs: frozenset[str] = frozenset()
+    """The first traced layer's outputs nothing saves: each checkpointed layer keeps one as its input."""
 
     @property
     def recompute(self) -> dict[str, str]:
@@ -263,7 +265,8 @@ def memory_split(costed: CostedGraph, choice: dict[str, int], checkpointed: Chec
         held = edge.forward_bytes[edge.row_of[choice[u]]][edge.col_of[choice[v]]]
         forward["temporaries" if v == heaviest else "activations"] += held
     if checkpointed is not None:
-        freed = freed_bytes(costed, choice, checkpointed.freed, checkpointed.share, checkpointed.mode, checkpointed.decisions)
+        freed = freed_bytes(costed, choice, checkpointed.freed, checkpointed.share, checkpointed.mode, checkpointed.decisions,
+                            checkpointed.inputs, checkpointed.layers)
         start["activations"] -= freed
         forward["activations"] -= freed
     peak = max(start, end, forward, key=lambda split: sum(split.values()))

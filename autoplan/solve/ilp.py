@@ -133,7 +133,8 @@ def solve(
     for mode, layers in first_counts(recompute):
         found = attempt(memory_budget_bytes, mode, layers)
         while found is not None and recompute.forced is None:
-            freed_all = freed_bytes(costed, found.choice, recompute.freed, 1.0, mode, recompute.decisions)
+            freed_all = freed_bytes(costed, found.choice, recompute.freed, 1.0, mode, recompute.decisions, recompute.inputs,
+                                    recompute.layers)
             held = max(start_bytes(costed, found.choice), forward_bytes(costed, found.choice))  # the rows checkpointing lowers
             fewer = fewest_layers(recompute, mode, held, freed_all, memory_budget_bytes)
             if not 0 < fewer < found.recompute_layers:

@@ -3,7 +3,8 @@ first k of the repeated layers, decided with their layout.
 
 Checkpointing a layer frees what autograd saved inside it (``NodeCost.recompute``: every
 saved output under "full", all but matmul and attention outputs under "selective"; the
-layer's own output stays, the next layer's checkpoint keeps it as its input) and reruns
+layer's own output stays, the next layer's checkpoint keeps it as its input, and costs
+memory of its own where nothing else saved it: ``RecomputeUnit.inputs``) and reruns
 its forward in the backward. The backward reaches the layers last to first, so with the
 first k of N layers checkpointed, the N-k others have freed at least one layer's worth
 before the first rerun makes one alive again: the peak is spared k/N of the stack's
@@ -14,6 +15,7 @@ The mode is one for the stack (as torchtitan applies it), and k is what a budget
 ``solve`` solves one model per (mode, k), each linear in the strategy binaries:
 
     memory row where the backward starts:  - min(k, N-1)/N * sum_v sum_i s[v,i] * freed_m[v,i]
+                                           + k * sum_i s[x,i] * bytes[x,i]  (x: a layer's input)
     objective:                             + k/N * sum_v sum_i s[v,i] * rerun_m[v,i]
 
 It starts each mode at k = N-1, then takes the fewest layers the layout found needs
@@ -60,6 +62,9 @@ class RecomputeUnit:
     """A mode the solution must take (scoring a plan that checkpoints): no choice left."""
     forced_layers: int | None = None
     """With ``forced``: how many of the first layers it checkpoints (None: every layer)."""
+    inputs: frozenset[str] = frozenset()
+    """The first traced layer's outputs that nothing saves: each checkpointed layer keeps
+    such a value, its input, for its rerun (``input_bytes``)."""
 
     def freed_share(self, checkpointed: int) -> float:
         """Of the stack's saved bytes, what the peak is spared with the first ``checkpointed``
@@ -77,7 +82,8 @@ class RecomputeTerms:
     """What one mode adds to the model, linear in the strategy binaries."""
 
     freed_gib: list
-    """Terms (negative) to add to the memory row where the backward starts."""
+    """Terms to add to the memory rows checkpointing lowers: the freed bytes (negative), and
+    the inputs the checkpointed layers keep (positive)."""
     freed_constant_bytes: float
     """Their constant part (negative), from decisions with one strategy."""
     rerun_ns: list
@@ -108,11 +114,36 @@ def _linear(costed, s, names, row: int, scale: float, whole: bool = False) -> _L
 
 
 def recompute_terms(costed: CostedGraph, s: dict, unit: RecomputeUnit, mode: str, checkpointed: int) -> RecomputeTerms:
-    """The first ``checkpointed`` layers checkpointed under ``mode``: what that frees and reruns."""
+    """The first ``checkpointed`` layers checkpointed under ``mode``: what that frees (less
+    the inputs the checkpoints keep) and reruns."""
     index = MODES.index(mode)
     freed = _linear(costed, s, unit.freed, 2 * index + 1, -unit.freed_share(checkpointed) / _GIB)
+    for name in sorted(unit.inputs):
+        per = [checkpointed * b / _GIB for b in _output_bytes(costed, name)]
+        if isinstance(s[name], int):
+            freed.constant += per[s[name]]
+        else:
+            freed.terms.extend(var * b for var, b in zip(s[name], per) if b)
     rerun = _linear(costed, s, unit.decisions, 2 * index, unit.rerun_share(checkpointed) * _NS, whole=True)
     return RecomputeTerms(freed.terms, freed.constant * _GIB, rerun.terms, rerun.constant)
+
+
+def input_bytes(costed: CostedGraph, choice: dict[str, int], inputs) -> float:
+    """What one checkpointed layer keeps for its rerun that nothing else saves: its input,
+    the previous layer's output (``RecomputeUnit.inputs``: the first traced layer's)."""
+    return sum(_output_bytes(costed, name)[choice[name]] for name in inputs if name in choice)
+
+
+def _output_bytes(costed: CostedGraph, name: str) -> list[float]:
+    """Per strategy of ``name``: its first output's local bytes."""
+    from autoplan.cost.estimate import output_values, tensor_bytes
+    from autoplan.placements import shard_factor
+
+    decision = costed.choices.graph.decision(name)
+    values = output_values(decision)
+    whole = tensor_bytes(values[0]) if values else 0.0
+    return [whole / shard_factor(strategy.outputs[0], costed.choices.mesh_shape) if strategy.outputs and strategy.outputs[0]
+            else 0.0 for strategy in decision.strategies]
 
 
 def first_counts(unit: RecomputeUnit | None) -> list[tuple[str, int]]:
@@ -177,15 +208,16 @@ def rerun_edges(costed: CostedGraph, decisions, mode: str) -> list:
 
 
 def freed_bytes(costed: CostedGraph, choice: dict[str, int], unit_freed, share: float, mode: str | None,
-                inside=frozenset()) -> float:
+                inside=frozenset(), inputs=frozenset(), layers: int = 0) -> float:
     """The bytes the peak is spared under ``mode`` (the reruns' own activations left in):
     the saved outputs of ``unit_freed`` and the moved copies read inside the layers
-    (``inside``, their decisions), which the reruns make again."""
+    (``inside``, their decisions), which the reruns make again, less the inputs the
+    ``layers`` checkpointed layers keep (``input_bytes``)."""
     if mode is None:
         return 0.0
     row = 2 * MODES.index(mode) + 1
     saved = sum(recompute_rows(costed.nodes[n])[row][choice[n]] for n in unit_freed if n in costed.nodes)
-    return share * (saved + kept_inside_bytes(costed, choice, inside))
+    return share * (saved + kept_inside_bytes(costed, choice, inside)) - layers * input_bytes(costed, choice, inputs)
 
 
 def kept_inside_bytes(costed: CostedGraph, choice: dict[str, int], inside) -> float:
