@@ -56,6 +56,9 @@ def savers(graph: torch.fx.Graph, recorded) -> frozenset[tuple[str, str]]:
 
     found = set()
     for name, last in recorded:
+        if name not in order or last not in order:  # made in a graph of its own (a nested trace)
+            found.add((name, ""))
+            continue
         position = order[last]
         reader = next(
             (node.name for node in nodes[position + 1:]
