@@ -164,11 +164,12 @@ def estimate_costs(choices: ChoiceGraph, profile: ClusterProfile, reads=None) ->
     kept = kept_reads(choices)
     for u, v, k, out_index in graph.reads():
         edges[(u, v, k)] = _edge_cost(choices, profile, u, v, k, out_index, mesh_shape, moves, free_inputs, (u, v, k) in kept)
-    return _with_forward_row(choices, nodes, edges, transient, CostedGraph(choices, profile, nodes, edges))
+    _add_forward_row(choices, nodes, edges, transient)
+    return CostedGraph(choices, profile, nodes, edges)
 
 
-def _with_forward_row(choices, nodes, edges, transient, costed) -> CostedGraph:
-    """``costed`` with its third memory peak (``cost/memory.py``) filled in: everything
+def _add_forward_row(choices, nodes, edges, transient) -> None:
+    """Fill in the third memory peak (``cost/memory.py``) of ``nodes`` and ``edges``: everything
     held where the forward's heaviest move runs (``heaviest_move``). The reader's own
     output comes after the move's gathered buffer is freed (the output head's logits
     after its weight is copied into place), and is left out."""
@@ -178,7 +179,7 @@ def _with_forward_row(choices, nodes, edges, transient, costed) -> CostedGraph:
     moving = {key: _moving_bytes(choices, key, edge) for key, edge in edges.items() if key[0] in weights}
     heaviest = heaviest_move(graph, nodes, moving)
     if heaviest is None:
-        return costed
+        return
     for key, edge in edges.items():
         if key[1] == heaviest and key not in moving:
             moving[key] = _moving_bytes(choices, key, edge)
@@ -196,7 +197,6 @@ def _with_forward_row(choices, nodes, edges, transient, costed) -> CostedGraph:
         grid = moving[key] if v == heaviest else edge.kept_bytes if order[v] < at else None
         if grid is not None and any(b for row in grid for b in row):
             edges[key] = replace(edge, forward_bytes=grid)
-    return CostedGraph(costed.choices, costed.profile, nodes, edges)
 
 
 def _moving_bytes(choices, key, edge: EdgeCost) -> tuple[tuple[float, ...], ...]:
@@ -469,7 +469,8 @@ def _edge_cost(choices, profile, u, v, k, out_index, mesh_shape, moves: dict, fr
         return moves[key]
 
     seconds = tuple(tuple(move(src, dst) for dst in cols) for src in rows)
-    forward = tuple(tuple(move(src, dst, False) for dst in cols) for src in rows)  # what a checkpoint's rerun repeats
+    # What a checkpoint's rerun repeats: the moves' forward part (all of it where no gradient comes back).
+    forward = tuple(tuple(move(src, dst, False) for dst in cols) for src in rows) if backward else seconds
     if _moved_by_dtensor(choices, u, v) and any(t > 0 for row in seconds for t in row):
         # Repeated layers share one strategy list per op signature (``choices/graph.py``'s cache).
         key = (id(consumer.strategies), k)

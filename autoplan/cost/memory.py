@@ -133,7 +133,8 @@ def transient_parts(choices, decision) -> tuple[list, list]:
     name = decision.name
     gradients = [(v, "out", i) for i, v in enumerate(output_values(decision)) if not broadcast_gradient(graph, name, i)]
     alive = []
-    saved = saved_values(choices) if name == _loss_op(choices) else None
+    loss = choices.traced.loss_value
+    saved = saved_values(choices) if loss is not None and name == loss[0] else None
     for u, index, k in graph.inputs_of(name):
         values = output_values(graph.decision(u))
         if index >= len(values):
@@ -143,15 +144,6 @@ def transient_parts(choices, decision) -> tuple[list, list]:
         if saved is not None and (u, index) not in saved:
             alive.append((values[index], "in", k))
     return gradients, alive
-
-
-def _loss_op(choices) -> str | None:
-    """The op whose output the traced step returns: the loss."""
-    output = next(node for node in reversed(choices.traced.graph_module.graph.nodes) if node.op == "output")
-    first = output.args[0]
-    while isinstance(first, (tuple, list)) and first:
-        first = first[0]
-    return getattr(first, "name", None)
 
 
 def broadcast_gradient(graph, name: str, index: int) -> bool:

@@ -14,8 +14,6 @@ there all the same, so the run would differ from such a plan.
 
 from __future__ import annotations
 
-import operator
-
 import torch
 
 from autoplan.placements import is_partial
@@ -27,14 +25,8 @@ _MEAN = 1  # torch's Reduction.MEAN
 def loss_output(choices) -> tuple[str, int] | None:
     """The decision that computes the loss (the traced step's only output), and which of its
     outputs the loss is (a multi-output op's loss comes out through ``getitem``)."""
-    output = next(n for n in reversed(choices.traced.graph_module.graph.nodes) if n.op == "output")
-    value = output.args[0]
-    value = value[0] if isinstance(value, (tuple, list)) and value else value
-    out_index = 0
-    if getattr(value, "target", None) is operator.getitem:
-        value, out_index = value.args
-    name = getattr(value, "name", None)
-    return (name, out_index) if name in choices.graph else None
+    loss = choices.traced.loss_value
+    return loss if loss is not None and loss[0] in choices.graph else None
 
 
 def loss_reductions(loss: tuple[str, int], fx_node, strategy, mesh_shape) -> list[tuple[bool, int, int]]:

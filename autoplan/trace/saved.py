@@ -60,11 +60,8 @@ def savers(graph: torch.fx.Graph, recorded) -> frozenset[tuple[str, str]]:
             found.add((name, ""))
             continue
         position = order[last]
-        reader = next(
-            (node.name for node in nodes[position + 1:]
-             if node.op == "call_function" and any(arg.name == name for arg in node.all_input_nodes)),
-            "",
-        )
+        later = [user for user in nodes[order[name]].users if user.op == "call_function" and order[user.name] > position]
+        reader = min(later, key=lambda user: order[user.name]).name if later else ""
         made = op_of(nodes[position])
         if op_of(nodes[order[name]]) is made:
             found.add((name, made.name))

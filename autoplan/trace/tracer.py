@@ -90,6 +90,16 @@ class TracedGraph:
         return self._getitems.get(node, (node, 0))
 
     @functools.cached_property
+    def loss_value(self) -> tuple[str, int] | None:
+        """(producer, output index) of the value the traced step returns: the loss (a
+        multi-output op's loss comes out through ``getitem``); None where it is no node."""
+        output = next(n for n in reversed(self.graph_module.graph.nodes) if n.op == "output")
+        value = output.args[0]
+        value = value[0] if isinstance(value, (tuple, list)) and value else value
+        name = getattr(value, "name", None)
+        return self.value_of(name) if name is not None else None
+
+    @functools.cached_property
     def _getitems(self) -> dict[str, tuple[str, int]]:
         return {
             node.name: (node.args[0].name, node.args[1])
