@@ -16,7 +16,7 @@ from autoplan.verify.numerics import NumericsJob, build_seeded, check_numerics, 
 from conftest import ROOT
 from zoo import forced_plan, verify_on_fake_world
 
-MODELS = ("llama", "qwen2", "mixtral", "gpt_neox", "t5")
+MODELS = ("llama", "qwen2", "mixtral", "gpt_neox", "t5", "bart")
 MODEL_FILE = ROOT / "tests" / "models" / "hf_defaults.py"
 MESH, AXIS_NAMES = (2, 4), ("dp", "tp")
 TOLERANCE = 1e-5

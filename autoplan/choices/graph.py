@@ -110,7 +110,9 @@ def build_choices(traced: TracedGraph, mesh_shape: tuple[int, ...], axis_names: 
         tensor_inputs = [a for a in tree_flatten((node.args, node.kwargs))[0] if is_tensor_input(a)]
         sources = [tuple_items.get(a.name, (a.name, 0)) for a in tensor_inputs]
         depends = any(a.name in from_placeholder for a in tensor_inputs)
-        grad = depends and _floating(node) and any(a.name in requires_grad for a in tensor_inputs)
+        # An op that reads its input for the shape only (a dropout mask's empty_like) hands no gradient back.
+        grad = (depends and _floating(node) and node.target not in registry.SHAPE_ONLY_OPS
+                and any(a.name in requires_grad for a in tensor_inputs))
         if depends:
             from_placeholder.add(node.name)
         if grad:

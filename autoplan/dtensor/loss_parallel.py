@@ -295,6 +295,15 @@ def _to_spec(value, spec: DTensorSpec, axis: int | None = None, dim: int = 0):
         placements[axis] = Shard(dim)
     if tuple(placements) == value.placements:
         return value
+    if not value.requires_grad:
+        # The targets: moved as DTensor's dispatcher moves an op's input, so that the
+        # backward gets what the forward moved (``saved_inputs``), not a second gather.
+        from torch.distributed.tensor import _dispatch
+
+        wanted = DTensorSpec(value.device_mesh, tuple(placements), tensor_meta=value._spec.tensor_meta)
+        local = _dispatch.redistribute_local_tensor(value._local_tensor, value._spec, wanted)
+        return DTensor.from_local(local, value.device_mesh, wanted.placements, run_check=False, shape=value.shape,
+                                  stride=value.stride())
     return value.redistribute(value.device_mesh, tuple(placements))
 
 

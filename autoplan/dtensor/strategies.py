@@ -116,6 +116,20 @@ def _passes_partial_through(strategy: Strategy, inputs: list, outputs: list) -> 
     return False
 
 
+_aten = torch.ops.aten
+SHAPE_ONLY_OPS = frozenset(
+    getattr(_aten, name).default
+    for name in (
+        "new_zeros", "new_ones", "new_empty", "new_full", "zeros_like", "ones_like", "empty_like", "full_like",
+        "rand_like", "randn_like",
+    )
+)
+"""Ops that read their input for its shape and dtype only: their output carries no
+gradient back to it (a dropout's mask, ``empty_like(x).bernoulli_(p)``), any layout of
+theirs reads the input as it is, and DTensor makes the output as the input is laid out,
+which the plan may not have (BART's and T5's shifted decoder ids: ``input_ids.new_zeros(...)``)."""
+
+
 def is_pointwise(op) -> bool:
     """Whether DTensor lists ``op`` among its pointwise ops (one rule for all of them)."""
     return op in _pointwise_ops()
@@ -123,9 +137,11 @@ def is_pointwise(op) -> bool:
 
 @functools.cache
 def _pointwise_ops() -> frozenset:
-    from torch.distributed.tensor._ops._pointwise_ops import pointwise_ops
+    from torch.distributed.tensor._ops import _pointwise_ops as registered
 
-    return frozenset(pointwise_ops)
+    # Newer torch keeps the ops it registers with rules of their own for Partial inputs
+    # (neg, mul, add, div, ...) out of ``pointwise_ops``: they are pointwise all the same.
+    return frozenset(registered.pointwise_ops) | frozenset(getattr(registered, "_specially_registered_ops", ()))
 
 
 def runtime_schema_info(op):

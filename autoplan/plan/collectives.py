@@ -69,7 +69,7 @@ from autoplan.cost.comm import _moves, gradient_collectives, moves_locally, redi
 from autoplan.cost.estimate import CostedGraph, is_view, output_values, splits_work, tensor_bytes
 from autoplan.dtensor import overrides
 from autoplan.dtensor.loss_parallel import own_collectives
-from autoplan.dtensor.strategies import Strategy, is_pointwise
+from autoplan.dtensor.strategies import SHAPE_ONLY_OPS, Strategy, is_pointwise
 from autoplan.placements import PARTIAL, REPLICATE, is_partial, is_shard, shard, shard_dim, shard_factor
 from autoplan.plan.loss_reductions import loss_output, loss_reductions
 from autoplan.plan.module_plan import ROOT_MODULE as ROOT, collective_table
@@ -133,7 +133,7 @@ def step_collectives(
                 continue
             planned = decision.strategies[choice[name]]
             arrived = [planned.inputs[k] if u in weights else arrival(u, i, name)[1] for u, i, k in inputs]
-            if arrived == list(planned.inputs) and decision.fx_node.target not in _LIKE_OPS:
+            if arrived == list(planned.inputs) and decision.fx_node.target not in SHAPE_ONLY_OPS:
                 continue  # nothing to move: DTensor runs what the plan does
             run = runtime_strategy(decision, arrived, mesh)
             if run is not None and run != planned:
@@ -197,10 +197,10 @@ def step_collectives(
         # A partial gradient goes on unreduced through an op that carries it (``_carries_partial``).
         carries = _carries_partial(graph, u) and u not in exits
         carried = [carries and is_partial(g) and not is_shard(q) for g, q in zip(grad, src)]
-        held = tuple(REPLICATE if is_partial(g) else g for g in grad)  # what each rank holds of the partial sum
+        reduced = tuple(REPLICATE if c else g for c, g in zip(carried, grad))
         for axis, p in enumerate(grad):
             if is_partial(p) and not carried[axis]:
-                partial[(u, axis)] = nbytes / shard_factor(held, mesh_shape)
+                partial[(u, axis)] = _reduced_bytes(reduced, src, axis, nbytes, mesh_shape)
         # A gradient summed split where the value was made whole is gathered there (by the
         # producer's backward op, or the hook on a module output or a parameter), except
         # into a pointwise op's backward, which runs split (``_split_through``).
@@ -224,7 +224,7 @@ def step_collectives(
     if loss is not None:
         node = loss[0]
         decision = graph.decision(node)
-        strategy = decision.strategies[choice[node]]
+        strategy = runs.get(node) or decision.strategies[choice[node]]  # as it runs (a loss split by class reduces itself)
         values = output_values(decision)
         for at_root, axis, index in loss_reductions(loss, decision.fx_node, strategy, mesh_shape):
             found[(ROOT if at_root else module_of(node), "all_reduce", axis, round(tensor_bytes(values[index])))] += 1
@@ -241,13 +241,15 @@ def step_collectives(
     return found
 
 
-_LIKE_OPS = frozenset(
-    getattr(torch.ops.aten, name).default
-    for name in ("new_zeros", "new_ones", "new_empty", "new_full", "zeros_like", "ones_like", "empty_like", "full_like")
-)
-"""Ops that read their input for its shape and dtype only: any layout of theirs reads the
-input as it is, and DTensor makes the output as the input is laid out, which the plan may
-not have (BART's and T5's shifted decoder ids: ``input_ids.new_zeros(...)``)."""
+def _reduced_bytes(grad: tuple, src: tuple, axis: int, nbytes: float, mesh_shape) -> float:
+    """Bytes of the reduction on ``axis`` that brings the partial gradient ``grad`` to the
+    value's layout ``src``, in DTensor's order of steps: where ``src`` is split on an axis the
+    gradient holds whole, DTensor may slice it there first and reduce less."""
+    for kind, step_axis, size in gradient_collectives(grad, src, nbytes, mesh_shape):
+        if step_axis == axis and kind in ("reduce_scatter", "all_reduce"):
+            return size
+    held = tuple(REPLICATE if is_partial(g) else g for g in grad)  # what each rank holds of the partial sum
+    return nbytes / shard_factor(held, mesh_shape)
 
 
 def _views_follow(graph, name: str) -> bool:
@@ -319,10 +321,27 @@ def _split_through(graph, name: str, exits, grad: tuple, made: tuple) -> tuple[b
     whole, stays split into its backward. A pointwise op's backward is pointwise too:
     DTensor runs it on the split gradient, slicing the saved inputs it multiplies by
     (no gather), so the gradient reaches the inputs split (``_split_input_gradient``).
+    So does a concatenation's, which slices the gradient along the joined dim.
     A module output's hook puts the gradient back in the layout DTensor made first."""
-    if name in exits or not _is_pointwise_op(graph, name):
+    if name in exits:
         return (False,) * len(grad)
-    return tuple(is_shard(g) and not is_shard(q) and not is_partial(q) for g, q in zip(grad, made))
+    if _is_pointwise_op(graph, name):
+        return tuple(is_shard(g) and not is_shard(q) and not is_partial(q) for g, q in zip(grad, made))
+    joined = _cat_dim(graph, name)
+    if joined is None:
+        return (False,) * len(grad)
+    # split on any other dim, each slice stays split (a rotary embedding's rotate_half)
+    return tuple(is_shard(g) and shard_dim(g) != joined and not is_shard(q) and not is_partial(q) for g, q in zip(grad, made))
+
+
+def _cat_dim(graph, name: str) -> int | None:
+    """The dim a ``cat`` joins its inputs along (non-negative), or None for any other op."""
+    decision = graph.decision(name)
+    node = decision.fx_node
+    if decision.kind != OP or node.target is not _aten.cat.default:
+        return None
+    dim = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", 0)
+    return dim % node.meta["val"].dim()
 
 
 def _split_input_gradient(graph, name: str, in_shape: tuple, after: tuple, made: tuple, exits, grad: tuple) -> tuple:
@@ -388,6 +407,13 @@ def _value_gradient(value, readers, chain, graph, order, grads, mesh_shape, pare
                 grad = tuple(PARTIAL if c else g for c, g in zip(carried, grad))
                 into.setdefault(attach, []).append((order[v], grad, module_of(v)))
                 continue
+        if attach is None and (value[0] in exits or _passes_gradient(graph, value[0])):
+            # DTensor moved the value below autograd, so nothing brings the gradient back
+            # here: a module's output hook settles the summed gradient in that module
+            # (``apply._settle_gradient``); a view or an add hands it on as it is (an
+            # expand's sum makes a batch-split gradient partial: ViT's class token)
+            into.setdefault(attach, []).append((order[v], grad, module_of(v)))
+            continue
         if arrived != dst and not moves_locally(arrived, dst):
             # gathered or reduced on the way in: its backward brings the gradient back. A
             # slice DTensor takes inside the op leaves no autograd node: the gradient stays

@@ -9,7 +9,7 @@ cannot shift its labels into decoder inputs, on any device).
 
 import torch
 from transformers import (
-    DeepseekV3Config, DeepseekV3ForCausalLM, GPTNeoXConfig, GPTNeoXForCausalLM, LlamaConfig, LlamaForCausalLM, MixtralConfig, MixtralForCausalLM,
+    BartConfig, BartForConditionalGeneration, DeepseekV3Config, DeepseekV3ForCausalLM, GPTNeoXConfig, GPTNeoXForCausalLM, LlamaConfig, LlamaForCausalLM, MixtralConfig, MixtralForCausalLM,
     PhiConfig, PhiForCausalLM, Qwen2Config, Qwen2ForCausalLM, T5Config, T5ForConditionalGeneration,
 )
 
@@ -40,6 +40,14 @@ def phi():
 def t5():
     config = T5Config(vocab_size=VOCAB, d_model=64, d_kv=16, d_ff=128, num_layers=2, num_heads=4, decoder_start_token_id=0)
     return T5ForConditionalGeneration(config)
+
+
+def bart():
+    config = BartConfig(
+        vocab_size=VOCAB, d_model=64, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
+        decoder_attention_heads=4, encoder_ffn_dim=128, decoder_ffn_dim=128, max_position_embeddings=64,
+    )
+    return BartForConditionalGeneration(config)
 
 
 def deepseek_v3():
