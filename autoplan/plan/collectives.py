@@ -70,7 +70,7 @@ from autoplan.cost.estimate import CostedGraph, is_view, output_values, splits_w
 from autoplan.dtensor import overrides
 from autoplan.dtensor.loss_parallel import own_collectives
 from autoplan.dtensor.strategies import SHAPE_ONLY_OPS, Strategy, is_pointwise
-from autoplan.placements import PARTIAL, REPLICATE, is_partial, is_shard, shard, shard_dim, shard_factor
+from autoplan.placements import PARTIAL, REPLICATE, is_partial, is_shard, shard, shard_dim
 from autoplan.plan.loss_reductions import loss_output, loss_reductions
 from autoplan.plan.module_plan import ROOT_MODULE as ROOT, collective_table
 from autoplan.plan.recompute import recompute_collectives
@@ -174,7 +174,6 @@ def step_collectives(
     # Backward: each value's gradient, summed over its readers, goes back through the
     # boundaries it crossed; a view passes its output's gradient on to its input.
     grads: dict[tuple[str, int], tuple | None] = {}
-    partial: dict[tuple[str, int], float] = {}
     order = {name: i for i, name in enumerate(graph.nodes)}
     for decision in reversed(list(graph.decisions())):
         if not decision.requires_grad:
@@ -197,28 +196,18 @@ def step_collectives(
         # A partial gradient goes on unreduced through an op that carries it (``_carries_partial``).
         carries = _carries_partial(graph, u) and u not in exits
         carried = [carries and is_partial(g) and not is_shard(q) for g, q in zip(grad, src)]
-        reduced = tuple(REPLICATE if c else g for c, g in zip(carried, grad))
-        for axis, p in enumerate(grad):
-            if is_partial(p) and not carried[axis]:
-                partial[(u, axis)] = _reduced_bytes(reduced, src, axis, nbytes, mesh_shape)
         # A gradient summed split where the value was made whole is gathered there (by the
         # producer's backward op, or the hook on a module output or a parameter), except
-        # into a pointwise op's backward, which runs split (``_split_through``).
+        # into a pointwise op's backward, which runs split (``_split_through``); a partial
+        # one is reduced there. One redistribute, in DTensor's order of steps: where the
+        # value's dim is split over two axes, it may reduce first and split after.
         kept = _split_through(graph, u, exits, grad, src)
-        whole = tuple(
-            REPLICATE if c else (g if k else (q if is_partial(g) else g)) for c, k, g, q in zip(carried, kept, grad, src)
-        )
+        reduced = tuple(REPLICATE if c else g for c, g in zip(carried, grad))
         target = tuple(REPLICATE if c else (g if k else q) for c, k, g, q in zip(carried, kept, grad, src))
         # A parameter's gradient is settled by its module's hook (``Plan.parameter_uses``).
         where = _parameter_module(choices, u) if graph.decision(u).kind == PARAMETER else module_of(u)
-        for kind, axis, size in gradient_collectives(whole, target, nbytes, mesh_shape):
+        for kind, axis, size in gradient_collectives(reduced, target, nbytes, mesh_shape):
             found[(where, kind, axis, round(size))] += 1
-    for (source, axis), nbytes in partial.items():
-        decision = graph.decision(source)
-        spec = made(source, 0) if decision.strategies else None
-        kind = "reduce_scatter" if spec is not None and is_shard(spec[axis]) else "all_reduce"
-        module = _parameter_module(choices, source) if decision.kind == PARAMETER else module_of(source)
-        found[(module, kind, axis, round(nbytes))] += 1
 
     loss = loss_output(choices)
     if loss is not None:
@@ -239,17 +228,6 @@ def step_collectives(
     if recompute:
         found.update(recompute_collectives(choices, forward, recompute))
     return found
-
-
-def _reduced_bytes(grad: tuple, src: tuple, axis: int, nbytes: float, mesh_shape) -> float:
-    """Bytes of the reduction on ``axis`` that brings the partial gradient ``grad`` to the
-    value's layout ``src``, in DTensor's order of steps: where ``src`` is split on an axis the
-    gradient holds whole, DTensor may slice it there first and reduce less."""
-    for kind, step_axis, size in gradient_collectives(grad, src, nbytes, mesh_shape):
-        if step_axis == axis and kind in ("reduce_scatter", "all_reduce"):
-            return size
-    held = tuple(REPLICATE if is_partial(g) else g for g in grad)  # what each rank holds of the partial sum
-    return nbytes / shard_factor(held, mesh_shape)
 
 
 def _views_follow(graph, name: str) -> bool:
@@ -407,11 +385,11 @@ def _value_gradient(value, readers, chain, graph, order, grads, mesh_shape, pare
                 grad = tuple(PARTIAL if c else g for c, g in zip(carried, grad))
                 into.setdefault(attach, []).append((order[v], grad, module_of(v)))
                 continue
-        if attach is None and (value[0] in exits or _passes_gradient(graph, value[0])):
+        if attach is None and (value[0] in exits or _broadcast_axes(graph.decision(value[0]).fx_node, grad)):
             # DTensor moved the value below autograd, so nothing brings the gradient back
             # here: a module's output hook settles the summed gradient in that module
-            # (``apply._settle_gradient``); a view or an add hands it on as it is (an
-            # expand's sum makes a batch-split gradient partial: ViT's class token)
+            # (``apply._settle_gradient``); an expand hands it on summed over the dims it
+            # broadcast, partial where split there (ViT's class token)
             into.setdefault(attach, []).append((order[v], grad, module_of(v)))
             continue
         if arrived != dst and not moves_locally(arrived, dst):
