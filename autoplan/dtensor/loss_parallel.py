@@ -40,7 +40,7 @@ import math
 
 import torch
 import torch.distributed._functional_collectives as funcol
-from torch.distributed.tensor import DTensor, Replicate, Shard
+from torch.distributed.tensor import DTensor, Replicate, Shard, _dispatch
 from torch.distributed.tensor._dtensor_spec import DTensorSpec
 
 from autoplan.placements import REPLICATE, Spec, is_partial, local_shape, shard, shard_dim
@@ -298,8 +298,6 @@ def _to_spec(value, spec: DTensorSpec, axis: int | None = None, dim: int = 0):
     if not value.requires_grad:
         # The targets: moved as DTensor's dispatcher moves an op's input, so that the
         # backward gets what the forward moved (``saved_inputs``), not a second gather.
-        from torch.distributed.tensor import _dispatch
-
         wanted = DTensorSpec(value.device_mesh, tuple(placements), tensor_meta=value._spec.tensor_meta)
         local = _dispatch.redistribute_local_tensor(value._local_tensor, value._spec, wanted)
         return DTensor.from_local(local, value.device_mesh, wanted.placements, run_check=False, shape=value.shape,

@@ -301,15 +301,13 @@ def _split_through(graph, name: str, exits, grad: tuple, made: tuple) -> tuple[b
     (no gather), so the gradient reaches the inputs split (``_split_input_gradient``).
     So does a concatenation's, which slices the gradient along the joined dim.
     A module output's hook puts the gradient back in the layout DTensor made first."""
-    if name in exits:
+    pointwise = _is_pointwise_op(graph, name)
+    joined = None if pointwise else _cat_dim(graph, name)  # split on any other dim, a slice stays split
+    if name in exits or not (pointwise or joined is not None):
         return (False,) * len(grad)
-    if _is_pointwise_op(graph, name):
-        return tuple(is_shard(g) and not is_shard(q) and not is_partial(q) for g, q in zip(grad, made))
-    joined = _cat_dim(graph, name)
-    if joined is None:
-        return (False,) * len(grad)
-    # split on any other dim, each slice stays split (a rotary embedding's rotate_half)
-    return tuple(is_shard(g) and shard_dim(g) != joined and not is_shard(q) and not is_partial(q) for g, q in zip(grad, made))
+    return tuple(
+        is_shard(g) and shard_dim(g) != joined and not is_shard(q) and not is_partial(q) for g, q in zip(grad, made)
+    )
 
 
 def _cat_dim(graph, name: str) -> int | None:
