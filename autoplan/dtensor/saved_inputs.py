@@ -16,6 +16,7 @@ one: the plan prices each forward read on its own.
 
 from __future__ import annotations
 
+import weakref
 from contextlib import contextmanager
 
 import torch
@@ -25,12 +26,21 @@ from torch.utils.weak import WeakIdKeyDictionary
 _saved = WeakIdKeyDictionary()
 """local tensor of a DTensor autograd saved -> {(version, from spec, to spec): moved local tensor}"""
 
+_by_view: dict[tuple, list[weakref.ref]] = {}
+"""(dtype, shape, stride, storage offset) -> the saved local tensors with that view of their storage.
+
+Autograd hands a saved parameter back to its backward as a fresh alias (a shallow copy of the
+same storage, sharing its version counter), so the backward's move names another tensor than the
+forward's did: the kept move is found through the storage it aliases."""
+
 
 def reusing(dtensor_move):
     """DTensor's ``dtensor_move``, answering a backward's repeat of a saved forward move."""
 
     def move(local_tensor, current_spec, target_spec, *args, **kwargs):
         entry = _saved.get(local_tensor)
+        if entry is None and torch._C._current_autograd_node() is not None:
+            entry = _saved_alias_entry(local_tensor)
         if entry is None:
             return dtensor_move(local_tensor, current_spec, target_spec, *args, **kwargs)
         key = (local_tensor._version, current_spec, target_spec)
@@ -48,9 +58,23 @@ def reusing(dtensor_move):
     return move
 
 
+def _view_key(local_tensor):
+    return (local_tensor.dtype, tuple(local_tensor.shape), local_tensor.stride(), local_tensor.storage_offset())
+
+
+def _saved_alias_entry(local_tensor):
+    for saved in _by_view.get(_view_key(local_tensor), ()):
+        original = saved()
+        if original is not None and torch._C._is_alias_of(original, local_tensor):
+            return _saved.get(original)
+    return None
+
+
 def _pack(tensor):
     if isinstance(tensor, DTensor) and tensor._local_tensor not in _saved:
-        _saved[tensor._local_tensor] = {}
+        local_tensor = tensor._local_tensor
+        _saved[local_tensor] = {}
+        _by_view.setdefault(_view_key(local_tensor), []).append(weakref.ref(local_tensor))
     return tensor
 
 
@@ -63,5 +87,6 @@ def remember_saved_moves():
     """Note what autograd saves while in force (a forward: what an earlier one kept is
     dropped)."""
     _saved.clear()
+    _by_view.clear()
     with torch.autograd.graph.saved_tensors_hooks(_pack, _unpack):
         yield

@@ -30,9 +30,13 @@ hook gathers them (``Plan.parameter_uses``).
   FSDP parameter's gradient is reduce-scattered there);
 - a partial gradient goes on unreduced through the backward of an op that is linear in
   it and reads nothing split on that axis (a pointwise op of one tensor, an op with a
-  scalar, a sum or mean: an RMSNorm's rsqrt, eps add and mean of squares; DTensor's
-  forward move of such an op's input ran below autograd and has no backward), to the
-  first op whose backward does (``_carries_partial``);
+  scalar, a sum or mean: an RMSNorm's rsqrt, eps add and mean of squares; a product of
+  operands read whole: a gated MLP's ``act(gate) * up``, an experts' grouped matrix
+  product; a split, whose backward joins its outputs' gradients; DTensor's forward move
+  of such an op's input ran below autograd and has no backward), to the first op whose
+  backward does (``_carries_partial``); a product whose output gradient came back whole
+  where it was made split hands its inputs whole gradients where the other operands
+  were read whole (``_whole_product_gradient``);
 - a gradient split where a pointwise op made its output whole runs that op's backward
   split (DTensor slices the saved operands it multiplies by): the op's inputs get it
   split on their own dim, or partial where they were broadcast along it (an RMSNorm's
@@ -142,6 +146,9 @@ def step_collectives(
     # Forward: each boundary moves its value once; each reader moves what arrives to what it reads.
     forward: list = []  # (where it runs, collective): what a checkpointed module's rerun repeats
     readers: dict[tuple[str, int], list] = {}
+    # op -> {input index: (the layout autograd saved it in, the layout the op read it in)}:
+    # a move DTensor makes inside an op runs below autograd, a module's hook moves above it
+    operands: dict[str, dict[int, tuple]] = {}
     for u, v, k, out_index in graph.reads():
         value = (u, out_index)
         attach, arrived = arrival(u, out_index, v)
@@ -151,7 +158,8 @@ def step_collectives(
         for kind, axis, size, _ in redistribute_collectives(arrived, dst, nbytes, mesh_shape, backward=False):
             found[(module_of(v), kind, axis, round(size))] += 1
             forward.append((("gather", module_of(v)) if u in weights else ("read", v), (module_of(v), kind, axis, round(size))))
-        readers.setdefault(value, []).append((v, strategy, arrived, dst, attach, nbytes))
+        readers.setdefault(value, []).append((v, k, strategy, arrived, dst, attach, nbytes))
+        operands.setdefault(v, {})[k] = (dst if u in weights else arrived, dst)
     for value, chain in boundaries.items():
         nbytes = tensor_bytes(output_values(graph.decision(value[0]))[value[1]])
         for b in chain:
@@ -185,7 +193,7 @@ def step_collectives(
                 continue
             grads[value] = _value_gradient(
                 value, readers[value], boundaries.get(value, ()), graph, order, grads, mesh_shape, parent_spec, found, module_of,
-                made, exits,
+                made, exits, operands,
             )
     for value, grad in grads.items():
         u = value[0]
@@ -194,8 +202,8 @@ def step_collectives(
         src = made(*value)
         nbytes = tensor_bytes(output_values(graph.decision(u))[value[1]])
         # A partial gradient goes on unreduced through an op that carries it (``_carries_partial``).
-        carries = _carries_partial(graph, u) and u not in exits
-        carried = [carries and is_partial(g) and not is_shard(q) for g, q in zip(grad, src)]
+        through = _partial_axes(graph, u, operands.get(u, {}), src)
+        carried = [u not in exits and c and is_partial(g) for c, g in zip(through, grad)]
         # A gradient summed split where the value was made whole is gathered there (by the
         # producer's backward op, or the hook on a module output or a parameter), except
         # into a pointwise op's backward, which runs split (``_split_through``); a partial
@@ -261,6 +269,13 @@ _aten = torch.ops.aten
 _REDUCTIONS = (_aten.sum.dim_IntList, _aten.mean.dim, _aten.sum.default, _aten.mean.default)
 _INDEXING = (_aten.index.Tensor, _aten.index_select.default, _aten.gather.default)
 """Rows picked by integer indices: the backward adds the gradient back into those rows."""
+_PRODUCTS = (_aten.mul.Tensor, _aten._grouped_mm.default)
+"""Linear in each operand: a partial gradient times the other operand, replicated, is partial.
+Not ``mm`` or ``bmm``: where an attention's ``probs @ v`` read its operands whole on dp,
+DTensor still reduced the gradient before it reached ``v`` (Bloom under the forcing budget),
+and why is not yet understood."""
+_SPLITS = (_aten.split.Tensor, _aten.split_with_sizes.default, _aten.unbind.int)
+"""Several outputs of one input: the backward joins their gradients."""
 _WITH_A_SCALAR = (  # DTensor registers these apart from its pointwise list
     _aten.add.Tensor, _aten.sub.Tensor, _aten.mul.Tensor, _aten.div.Tensor,
     _aten.add.Scalar, _aten.sub.Scalar, _aten.mul.Scalar, _aten.div.Scalar,
@@ -270,20 +285,78 @@ _WITH_A_SCALAR = (  # DTensor registers these apart from its pointwise list
 def _carries_partial(graph, name: str) -> bool:
     """Whether ``name``'s backward is linear in its output's gradient and reads at most
     what it was given as it was made: a pointwise op or a sum or mean of one tensor (an
-    RMSNorm's rsqrt, its eps add, its mean of squares), or rows picked by index (a mixture
-    of experts' routed tokens). Its input's gradient is partial where the output's is, on
-    every axis where its output was not made split: DTensor multiplies or expands the
-    partial gradient there and reduces nothing."""
+    RMSNorm's rsqrt, its eps add, its mean of squares), rows picked by index (a mixture
+    of experts' routed tokens), a split (its backward joins its outputs' gradients), or a
+    product (a gated MLP's ``act(gate) * up``, an experts' grouped matrix product: each
+    input's gradient is the output's times the other operands, and DTensor's product of a
+    partial and a replicated operand is partial). Its input's gradient is partial where
+    the output's is, on every axis where its output was not made split (and, for a
+    product, where it read every operand whole: ``_partial_axes``): DTensor multiplies or
+    expands the partial gradient there and reduces nothing."""
     decision = graph.decision(name)
     if decision.kind != OP:
         return False
     target = decision.fx_node.target
     inputs = graph.inputs_of(name)
-    if sum(graph.decision(u).requires_grad for u, _, _ in inputs) != 1:
+    trained = sum(graph.decision(u).requires_grad for u, _, _ in inputs)
+    if target in _PRODUCTS and len(inputs) >= 2:
+        return trained >= 1
+    if trained != 1:
         return False
-    if target in _INDEXING:  # the indices are the other inputs
+    if target in _INDEXING or target in _SPLITS:  # an index's other inputs are its integer indices
         return True
     return len(inputs) == 1 and (target in _REDUCTIONS or target in _WITH_A_SCALAR or is_pointwise(target))
+
+
+def _output_gradient(graph, name: str, grads: dict) -> tuple | None:
+    """The gradient ``name``'s backward starts from: its (first) output's, or for a split,
+    the join of its outputs', per axis: partial where one is partial and none split (a
+    replicated part joins a partial one as partial), the common layout where they agree,
+    else replicated."""
+    if graph.decision(name).fx_node.target not in _SPLITS:
+        return grads.get((name, 0))
+    parts = [g for i in range(len(output_values(graph.decision(name)))) if (g := grads.get((name, i))) is not None]
+    if len(parts) <= 1:
+        return parts[0] if parts else None
+    joined = []
+    for axis in zip(*parts):
+        if any(is_partial(p) for p in axis) and not any(is_shard(p) for p in axis):
+            joined.append(PARTIAL)
+        else:
+            joined.append(axis[0] if len(set(axis)) == 1 else REPLICATE)
+    return tuple(joined)
+
+
+def _whole_product_gradient(graph, name: str, operands: dict, k: int, after: tuple, made: tuple, grad: tuple) -> tuple:
+    """Input ``k``'s gradient from the product ``name`` where its output's gradient came back
+    whole on an axis where the output was made split (a split's backward joins a split part
+    with a whole one, gathered): the gradient times the other operands, saved whole there
+    too, is whole, however this input was read (an experts' weight gradient, input rows
+    times the whole output gradient). ``operands``: as ``_partial_axes`` takes them."""
+    if graph.decision(name).fx_node.target not in _PRODUCTS:
+        return grad
+    others = [layout for i, pair in operands.items() if i != k for layout in pair if layout is not None]
+    return tuple(
+        REPLICATE if a == REPLICATE and is_shard(m) and all(o[axis] == REPLICATE for o in others) else g
+        for axis, (g, a, m) in enumerate(zip(grad, after, made))
+    )
+
+
+def _partial_axes(graph, name: str, operands: dict, made: tuple) -> tuple[bool, ...]:
+    """Per mesh axis: whether a partial gradient of ``name``'s output goes through its
+    backward unreduced (``_carries_partial``). Not where the output was made split; for a
+    product, not where an operand was read or saved split or partial either (``operands``:
+    input index -> (layout autograd saved, layout read); a move DTensor made inside the op
+    is not what autograd saved): DTensor's product of a partial gradient and a split
+    operand reduces first."""
+    if not _carries_partial(graph, name):
+        return (False,) * len(made)
+    product = graph.decision(name).fx_node.target in _PRODUCTS
+    layouts = [layout for pair in operands.values() for layout in pair if layout is not None]
+    return tuple(
+        not is_shard(m) and not (product and any(layout[axis] != REPLICATE for layout in layouts))
+        for axis, m in enumerate(made)
+    )
 
 
 def _is_pointwise_op(graph, name: str) -> bool:
@@ -338,13 +411,14 @@ def _split_input_gradient(graph, name: str, in_shape: tuple, after: tuple, made:
     return tuple(result)
 
 
-def _value_gradient(value, readers, chain, graph, order, grads, mesh_shape, parent_spec, found, module_of, made, exits):
+def _value_gradient(value, readers, chain, graph, order, grads, mesh_shape, parent_spec, found, module_of, made, exits, operands):
     """The layout of ``value``'s summed gradient where it was made (partial where a
     reduction is still due); the collectives on its way back go into ``found``.
-    ``order``: node -> its position in the graph (when its gradient part is ready)."""
+    ``order``: node -> its position in the graph (when its gradient part is ready);
+    ``operands``: op -> its inputs' layouts, as saved and as read."""
     into: dict[object, list] = {}  # attach point -> [(when the part is ready, gradient)]
     shape = tuple(getattr(output_values(graph.decision(value[0]))[value[1]], "shape", ()))
-    for v, strategy, arrived, dst, attach, nbytes in readers:
+    for v, k, strategy, arrived, dst, attach, nbytes in readers:
         if not graph.decision(v).requires_grad:
             continue
         if _passes_gradient(graph, v):
@@ -370,14 +444,16 @@ def _value_gradient(value, readers, chain, graph, order, grads, mesh_shape, pare
             PARTIAL if p == REPLICATE and n > 1 and splits_work(strategy, axis) else (REPLICATE if is_partial(p) else p)
             for axis, (p, n) in enumerate(zip(dst, mesh_shape))
         )
-        after = grads.get((v, 0))
+        after = _output_gradient(graph, v, grads)
         if after is not None:
             # a split output gradient runs this pointwise op's backward split (``_split_through``)
             grad = _split_input_gradient(graph, v, shape, after, made(v, 0), exits, grad)
-        if after is not None and _carries_partial(graph, v) and v not in exits:  # an output hook settles it first
+            if v not in exits:
+                grad = _whole_product_gradient(graph, v, operands.get(v, {}), k, after, made(v, 0), grad)
+        if after is not None and v not in exits:  # an output hook settles it first
             # a partial output gradient goes through this op's backward unreduced where it
             # reads nothing split: DTensor reduces it at the first backward op that does
-            carried = [is_partial(a) and not is_shard(c) for a, c in zip(after, made(v, 0))]
+            carried = [is_partial(a) and c for a, c in zip(after, _partial_axes(graph, v, operands.get(v, {}), made(v, 0)))]
             if any(carried):
                 # DTensor's forward move of this input ran below autograd: nothing to undo
                 grad = tuple(PARTIAL if c else g for c, g in zip(carried, grad))

@@ -1,0 +1,37 @@
+"""Rows of the coverage benchmark (``benchmarks/hf_coverage.py``) whose step once ran other
+collectives than the plan predicted, under the benchmark's budget that forces weights to
+shard on every mesh axis. Each runs as the benchmark runs it (``hf_row.run_row``): tiny
+config as shipped, plans with the default and the forcing budget, one fake-process-group
+step each, collectives compared.
+
+- Mixtral, float32: the experts' ``act_fn(gate) * up`` and grouped matrix products hand
+  a gradient partial on dp on to their inputs unreduced (``plan/collectives._carries_partial``),
+  and the experts' weight gradient comes back whole on tp (``_whole_product_gradient``).
+- Llama, bfloat16: RMSNorm's weight, gathered for ``weight * x``, is not gathered again
+  for the product's backward (``dtensor/saved_inputs.py``: autograd hands the backward an
+  alias of the saved parameter).
+"""
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+
+import hf_row  # noqa: E402
+
+ROWS = [("causal_lm", "mixtral", "float32"), ("causal_lm", "llama", "bfloat16")]
+
+
+@pytest.mark.slow  # plans each model three times
+@pytest.mark.parametrize("task,model_type,dtype", ROWS, ids=[f"{m}-{d}" for _, m, d in ROWS])
+def test_forced_budget_row_runs_the_predicted_collectives(tmp_path, task, model_type, dtype):
+    model_file = tmp_path / f"{model_type}.py"
+    model_file.write_text(hf_row.hf_model_file_text(task, model_type))
+    row = {"task": task, "model_type": model_type, "class": model_type}
+    row = hf_row.run_row(row, model_file, [dtype], numerics=False, numerics_max_step_s=0.0, out=tmp_path / "row.json")
+    stages = row["stages"]
+    assert stages[f"plan {dtype}/forced"]["sharded_every_axis"], stages[f"plan {dtype}/forced"]
+    for budget in ("default", "forced"):
+        assert stages[f"collectives {dtype}/{budget}"]["ok"], stages[f"collectives {dtype}/{budget}"]
