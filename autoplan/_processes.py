@@ -6,6 +6,9 @@ calibration rank would go on measuring and then write its profile minutes after 
 saw the command die. So each child asks the kernel to kill it when its parent dies
 (Linux ``PR_SET_PDEATHSIG``), and a writing child checks its parent is still there right
 before it writes (``parent_alive``). Elsewhere a watchdog thread polls the parent instead.
+
+verify's ranks are forked by a fork server (``start_ranks``), a child of the launcher that
+exits when the launcher does: the rank dies with the server, and so with the launcher.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import signal
 import sys
 import threading
 import time
+from pathlib import Path
 
 _PR_SET_PDEATHSIG = 1
 _expected_parent: int | None = None
@@ -25,6 +29,10 @@ def die_with_parent(parent_pid: int) -> None:
     """Kill this process (SIGKILL) when ``parent_pid``, its launcher, exits; exit now if it
     already has (it may die before this runs)."""
     global _expected_parent
+    parent = os.getppid()
+    if parent != parent_pid and _parent_of(parent) == parent_pid:
+        parent_pid = parent  # the launcher's fork server (``start_ranks``)
+        _let_the_fork_server_exit_with_the_launcher()
     _expected_parent = parent_pid
     if not _set_parent_death_signal():
         threading.Thread(target=_watch_parent, name="autoplan-parent-watch", daemon=True).start()
@@ -51,3 +59,44 @@ def _watch_parent() -> None:
     while parent_alive():
         time.sleep(0.5)
     os._exit(1)
+
+
+def _let_the_fork_server_exit_with_the_launcher() -> None:
+    """The fork server exits once no process holds the write end of its "alive" pipe. Its
+    clients are the launcher and every process it forked, which inherit that end so that
+    they may ask it for processes in turn; a rank never does, and while it holds the end,
+    the server (and so the rank) would outlive a launcher killed outright."""
+    from multiprocessing import forkserver
+
+    server = forkserver._forkserver
+    if getattr(server, "_forkserver_alive_fd", None) is not None:  # CPython's name for it (3.10 to 3.13)
+        os.close(server._forkserver_alive_fd)
+        server._forkserver_alive_fd = None
+
+
+def _parent_of(pid: int) -> int | None:
+    """The parent of process ``pid`` (Linux's /proc), or None where it cannot be read."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        return int(stat.rsplit(")", 1)[1].split()[1])  # after "pid (name) state"
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+_PRELOAD = ["torch", "torch.distributed.tensor", "autoplan", "autoplan.verify.numerics"]
+"""What the fork server imports once for every rank it forks."""
+
+
+def start_ranks(rank_main, args: tuple, nprocs: int) -> None:
+    """``torch.multiprocessing.spawn(rank_main, args, nprocs)`` with the ranks forked by a fork
+    server that has imported torch and autoplan already: a spawned rank imports them
+    itself, seconds of CPU each, which eight ranks pay on every launch while they share a
+    few cores. ``rank_main`` must be importable by name, as for spawn; a rank reads its
+    environment from the server (started with the first launch), so it sets what it needs
+    itself (its thread count)."""
+    import multiprocessing
+
+    import torch.multiprocessing as mp
+
+    multiprocessing.get_context("forkserver").set_forkserver_preload(_PRELOAD)  # read when the server starts
+    mp.start_processes(rank_main, args=args, nprocs=nprocs, join=True, start_method="forkserver")

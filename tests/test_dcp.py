@@ -13,13 +13,13 @@ from pathlib import Path
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 from torch import nn
 from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.device_mesh import init_device_mesh
 
 import autoplan
 from autoplan._process_group import free_port, process_group
+from autoplan._processes import start_ranks
 from autoplan.errors import PlanError
 from autoplan.evaluate.baselines import build_baseline
 from autoplan.model_file import import_model_file, load_model_file
@@ -155,7 +155,7 @@ def test_checkpoint_saved_under_one_plan_resumes_under_another(tmp_path):
     changed = [fqn for fqn in plan_a.parameters if plan_a.parameters[fqn] != plan_b.parameters[fqn]]
     assert len(changed) >= len(plan_a.parameters) // 2, changed
     checkpoint, result = tmp_path / "step-2", tmp_path / "report.json"
-    mp.spawn(worker, args=(free_port(), (plan_a.to_json(), plan_b.to_json()), str(checkpoint), str(result)), nprocs=8, join=True)
+    start_ranks(worker, (free_port(), (plan_a.to_json(), plan_b.to_json()), str(checkpoint), str(result)), nprocs=8)
     assert (checkpoint / ".metadata").is_file()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["report.json", "step-2"]  # no partial left behind
     report = json.loads(result.read_text())

@@ -10,13 +10,13 @@ from pathlib import Path
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
 from torch.testing._internal.distributed.fake_pg import FakeStore
 
 import autoplan
 from autoplan._process_group import free_port, process_group
+from autoplan._processes import start_ranks
 from autoplan.errors import PlanError
 from autoplan.model_file import import_model_file, load_model_file
 from autoplan.verify.numerics import build_seeded, seeded_batch
@@ -120,7 +120,7 @@ def worker(rank: int, port: int, plan_json: str, result_path: str):
 def test_meta_built_model_trains_like_one_device(tmp_path):
     plan = sharded_plan()
     result = tmp_path / "errors.json"
-    mp.spawn(worker, args=(free_port(), plan.to_json(), str(result)), nprocs=8, join=True)
+    start_ranks(worker, (free_port(), plan.to_json(), str(result)), nprocs=8)
     errors = json.loads(result.read_text())
     assert len(errors) == 1 + len(plan.parameters)
     loss = errors.pop("loss after one AdamW step")

@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 import torch
-import torch.multiprocessing as mp
 
 import autoplan
 from autoplan._process_group import free_port, process_group
+from autoplan._processes import start_ranks
 from autoplan.cli import main
 from autoplan.interop.export_torch import export_torch
 from autoplan.model_file import import_model_file, load_model_file
@@ -90,7 +90,7 @@ def test_exported_parallelize_module_plan_matches_the_engine(tmp_path, capsys):
     assert any(s.startswith("RowwiseParallel") and "input_layouts=Shard(-1)" in s for s in styles.values()), styles
 
     result = tmp_path / "errors.json"
-    mp.spawn(worker, args=(free_port(), plan.to_json(), str(exported), str(result)), nprocs=WORLD, join=True)
+    start_ranks(worker, (free_port(), plan.to_json(), str(exported), str(result)), nprocs=WORLD)
     outcome = json.loads(result.read_text())
     assert outcome["dtensor_parameters"] == len(styles)  # every styled module holds DTensor weights
     assert outcome["checkpointed"] == sorted(RECOMPUTE)

@@ -110,6 +110,51 @@ def test_child_dies_with_its_launcher_killed_outright(tmp_path):
     assert not _running(child)
 
 
+RANKS_THAT_WAIT = """
+import os, time
+from autoplan._processes import die_with_parent
+
+def rank(rank, launcher, out):
+    die_with_parent(launcher)
+    with open(os.path.join(out, f"{rank}.tmp"), "w") as f:
+        f.write(str(os.getpid()))
+    os.replace(os.path.join(out, f"{rank}.tmp"), os.path.join(out, str(rank)))
+    time.sleep(60)
+"""
+
+
+@pytest.mark.slow  # starts processes
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_ranks_forked_by_the_fork_server_die_with_their_launcher_killed_outright(tmp_path):
+    """verify's gloo ranks (``_processes.start_ranks``) are children of a fork server, not of
+    the launcher: they live while it does, and kill -9 of the launcher takes them too."""
+    import signal
+    import time
+
+    from conftest import ROOT
+
+    (tmp_path / "ranks_that_wait.py").write_text(RANKS_THAT_WAIT)
+    launcher = (
+        "import os, sys\n"
+        "from autoplan._processes import start_ranks\n"
+        "import ranks_that_wait\n"
+        f"start_ranks(ranks_that_wait.rank, (os.getpid(), {str(tmp_path)!r}), nprocs=2)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(tmp_path)])}
+    proc = subprocess.Popen([sys.executable, "-c", launcher], env=env)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not all((tmp_path / str(r)).exists() for r in range(2)):
+        time.sleep(0.1)
+    ranks = [int((tmp_path / str(r)).read_text()) for r in range(2)]  # both armed and still running
+    assert all(_running(pid) for pid in ranks)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and any(_running(pid) for pid in ranks):
+        time.sleep(0.1)
+    assert not any(_running(pid) for pid in ranks)
+
+
 def _running(pid: int) -> bool:
     """Alive and not a zombie waiting for its new parent to reap it."""
     try:

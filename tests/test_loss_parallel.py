@@ -14,12 +14,12 @@ import json
 
 import pytest
 import torch
-import torch.multiprocessing as mp
 import torch.nn.functional as F
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import DTensor, Replicate, Shard, distribute_tensor
 
 from autoplan._process_group import free_port, process_group
+from autoplan._processes import start_ranks
 from autoplan.dtensor import overrides
 from autoplan.verify.numerics import NumericsJob, check_numerics
 from conftest import ROOT
@@ -113,7 +113,7 @@ def handlers_worker(rank: int, port: int, result_path: str):
 @pytest.mark.gloo
 def test_handlers_match_whole_logits_for_every_reduction(tmp_path):
     result = tmp_path / "result.json"
-    mp.spawn(handlers_worker, args=(free_port(), str(result)), nprocs=4, join=True)
+    start_ranks(handlers_worker, (free_port(), str(result)), nprocs=4)
     found = json.loads(result.read_text())
     for reduction in REDUCTIONS:
         outcome = found[reduction]

@@ -11,10 +11,10 @@ import json
 
 import pytest
 import torch
-import torch.multiprocessing as mp
 
 import autoplan
 from autoplan._process_group import free_port, process_group
+from autoplan._processes import start_ranks
 from conftest import example_module
 
 WORLD = 8
@@ -25,6 +25,7 @@ BUDGET_GB = 0.0015  # 1.5 MiB: the replicated model state alone needs about 2 Mi
 def worker(rank: int, plan_json: str, port: int, result_path: str):
     from torch.distributed.device_mesh import init_device_mesh
 
+    torch.set_num_threads(1)  # eight processes share few cores
     with process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=WORLD):
         plan = autoplan.Plan.from_dict(json.loads(plan_json))
         example = example_module("llama.py")
@@ -62,7 +63,7 @@ def test_loss_and_gradients_match_single_device(tmp_path):
     sharded_axes = {axis for spec in plan.parameters.values() for axis, p in enumerate(spec) if p.startswith("S(")}
     assert sharded_axes == {0, 1}, plan.parameters
     result = tmp_path / "errors.json"
-    mp.spawn(worker, args=(plan.to_json(), free_port(), str(result)), nprocs=WORLD, join=True)
+    start_ranks(worker, (plan.to_json(), free_port(), str(result)), nprocs=WORLD)
     errors = json.loads(result.read_text())
     assert len(errors) == 1 + len(plan.parameters)
     assert max(errors.values()) <= TOLERANCE

@@ -23,7 +23,6 @@ from dataclasses import replace
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 from torch import nn
 from torch._dynamo.testing import CompileCounterWithBackend
 from torch.distributed.device_mesh import init_device_mesh
@@ -31,6 +30,7 @@ from torch.testing._internal.distributed.fake_pg import FakeStore
 
 import autoplan
 from autoplan._process_group import free_port, process_group
+from autoplan._processes import start_ranks
 from autoplan.apply.recompute import check_recompute
 from autoplan.choices.graph import planning_mesh
 from autoplan.cli import main
@@ -236,7 +236,7 @@ def worker(rank: int, plan_json: str, port: int, result_path: str):
 def test_must_show_2_numerics_and_collectives_on_gloo(llama_plans, tmp_path):
     _, recomputed = llama_plans
     result = tmp_path / "result.json"
-    mp.spawn(worker, args=(recomputed.to_json(), free_port(), str(result)), nprocs=4, join=True)
+    start_ranks(worker, (recomputed.to_json(), free_port(), str(result)), nprocs=4)
     outcome = json.loads(result.read_text())
     assert outcome["passed"], outcome["summary"]
     errors = outcome["errors"]

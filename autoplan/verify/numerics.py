@@ -37,7 +37,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-import torch.multiprocessing as mp
 import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_map
@@ -45,6 +44,7 @@ from torch.utils._pytree import tree_map
 from autoplan.dtensor.fused_attention import sdpa_call
 from autoplan.trace.loss import model_loss
 from autoplan._process_group import free_port
+from autoplan._processes import start_ranks
 
 
 COLLECTIVE_TIMEOUT_S = 300
@@ -79,7 +79,7 @@ def check_numerics(jobs: list[NumericsJob], world: int, seed: int = 0) -> list[N
     """Run every job on ``world`` gloo processes; one result per job, in order."""
     with tempfile.TemporaryDirectory(prefix="autoplan-numerics-") as tmp:
         out = Path(tmp) / "results.json"
-        mp.spawn(_worker, args=(world, free_port(), jobs, seed, str(out), os.getpid()), nprocs=world, join=True)
+        start_ranks(_worker, (world, free_port(), jobs, seed, str(out), os.getpid()), nprocs=world)
         raw = json.loads(out.read_text())
     return [NumericsResult(**item) for item in raw]
 
