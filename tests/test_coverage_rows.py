@@ -5,8 +5,8 @@ config as shipped, plans with the default and the forcing budget, one fake-proce
 step each, collectives compared.
 
 - Mixtral, float32: the experts' ``act_fn(gate) * up`` and grouped matrix products hand
-  a gradient partial on dp on to their inputs unreduced (``plan/collectives._carries_partial``),
-  and the experts' weight gradient comes back whole on tp (``_whole_product_gradient``).
+  a gradient partial on dp on to their inputs unreduced (``plan/gradient_rules.carries_partial``),
+  and the experts' weight gradient comes back whole on tp (``whole_product_gradient``).
 - Llama, bfloat16: RMSNorm's weight, gathered for ``weight * x``, is not gathered again
   for the product's backward (``dtensor/saved_inputs.py``: autograd hands the backward an
   alias of the saved parameter).

@@ -1,6 +1,7 @@
 """Stage 5, plan: the module-level plan, its JSON form, and how a solution becomes one.
 
 Entry point ``builder.build_plan(costed, choice, solution) -> Plan`` (``module_plan.py``),
-with the collectives the step will run (``collectives.py``, ``loss_reductions.py``) and a
+with the collectives the step will run (``collectives.py``, following each gradient back by
+``gradient_rules.py``, and ``loss_reductions.py``) and a
 tied plan widened to every layer (``expand.py``).
 """

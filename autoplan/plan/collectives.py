@@ -18,8 +18,9 @@ hook gathers them (``Plan.parameter_uses``).
   moves nothing for it where one of its strategies takes that layout), so a boundary
   that lays a value out for the compute op behind a reshape leaves that op nothing to
   move;
-- gradients go back the same way: each reader's gradient is partial on each axis over
-  which it splits its work while reading the value replicated, a view or an add passes
+- gradients go back the same way (each op's rule: ``plan/gradient_rules.py``): each
+  reader's gradient is partial on each axis over which it splits its work while reading
+  the value replicated, a view or an add passes
   its output's gradient on to its input as it is (split where a slice further on split
   it; an expand's sum over a split broadcast dim is partial), a slice DTensor took
   inside an op sends it back split, autograd sums the readers' gradients in the order
@@ -34,14 +35,14 @@ hook gathers them (``Plan.parameter_uses``).
   operands read whole: a gated MLP's ``act(gate) * up``, an experts' grouped matrix
   product; a split, whose backward joins its outputs' gradients; DTensor's forward move
   of such an op's input ran below autograd and has no backward), to the first op whose
-  backward does (``_carries_partial``); a product whose output gradient came back whole
+  backward does (``carries_partial``); a product whose output gradient came back whole
   where it was made split hands its inputs whole gradients where the other operands
-  were read whole (``_whole_product_gradient``);
+  were read whole (``whole_product_gradient``);
 - a gradient split where a pointwise op made its output whole runs that op's backward
   split (DTensor slices the saved operands it multiplies by): the op's inputs get it
   split on their own dim, or partial where they were broadcast along it (an RMSNorm's
   ``x * rsqrt`` with the gradient split by hidden: ``rsqrt``'s gradient is partial, and
-  reduce-scattered where it is added to ``x``'s split one) (``_split_through``);
+  reduce-scattered where it is added to ``x``'s split one) (``split_through``);
 - a partial gradient left where the value was made: one reduction per value and axis
   brings it to the value's layout (``apply_plan`` hooks module outputs and parameters to
   do so): a reduce_scatter where the value is sharded on that axis, else an all_reduce,
@@ -66,15 +67,17 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
-import torch
-
 from autoplan.choices.graph import OP, PARAMETER, planning_mesh
-from autoplan.cost.comm import _moves, gradient_collectives, moves_locally, redistribute_collectives, without_partial
-from autoplan.cost.estimate import CostedGraph, is_view, output_values, splits_work, tensor_bytes
+from autoplan.cost.comm import gradient_collectives, moves_locally, redistribute_collectives, without_partial
+from autoplan.cost.estimate import CostedGraph, output_values, splits_work, tensor_bytes
 from autoplan.dtensor import overrides
 from autoplan.dtensor.loss_parallel import own_collectives
-from autoplan.dtensor.strategies import SHAPE_ONLY_OPS, Strategy, is_pointwise
-from autoplan.placements import PARTIAL, REPLICATE, is_partial, is_shard, shard, shard_dim
+from autoplan.dtensor.strategies import SHAPE_ONLY_OPS, Strategy
+from autoplan.placements import PARTIAL, REPLICATE, is_partial
+from autoplan.plan.gradient_rules import (
+    broadcast_axes, output_gradient, partial_axes, passes_gradient, split_input_gradient, split_through, summed,
+    through_view, views_follow, whole_product_gradient,
+)
 from autoplan.plan.loss_reductions import loss_output, loss_reductions
 from autoplan.plan.module_plan import ROOT_MODULE as ROOT, collective_table
 from autoplan.plan.recompute import recompute_collectives
@@ -130,7 +133,7 @@ def step_collectives(
         for decision in graph.decisions():
             name = decision.name
             inputs = graph.inputs_of(name)
-            if decision.kind == PARAMETER or (_views_follow(graph, name) and len(inputs) == 1 and inputs[0][0] in weights):
+            if decision.kind == PARAMETER or (views_follow(graph, name) and len(inputs) == 1 and inputs[0][0] in weights):
                 weights.add(name)
                 continue
             if decision.kind != OP or not inputs:
@@ -197,19 +200,19 @@ def step_collectives(
             )
     for value, grad in grads.items():
         u = value[0]
-        if grad is None or (_passes_gradient(graph, u) and u not in exits):
+        if grad is None or (passes_gradient(graph, u) and u not in exits):
             continue  # a view's or add's gradient goes on to its inputs (a module output's, once its hook settled it)
         src = made(*value)
         nbytes = tensor_bytes(output_values(graph.decision(u))[value[1]])
-        # A partial gradient goes on unreduced through an op that carries it (``_carries_partial``).
-        through = _partial_axes(graph, u, operands.get(u, {}), src)
+        # A partial gradient goes on unreduced through an op that carries it (``carries_partial``).
+        through = partial_axes(graph, u, operands.get(u, {}), src)
         carried = [u not in exits and c and is_partial(g) for c, g in zip(through, grad)]
         # A gradient summed split where the value was made whole is gathered there (by the
         # producer's backward op, or the hook on a module output or a parameter), except
-        # into a pointwise op's backward, which runs split (``_split_through``); a partial
+        # into a pointwise op's backward, which runs split (``split_through``); a partial
         # one is reduced there. One redistribute, in DTensor's order of steps: where the
         # value's dim is split over two axes, it may reduce first and split after.
-        kept = _split_through(graph, u, exits, grad, src)
+        kept = split_through(graph, u, exits, grad, src)
         reduced = tuple(REPLICATE if c else g for c, g in zip(carried, grad))
         target = tuple(REPLICATE if c else (g if k else q) for c, k, g, q in zip(carried, kept, grad, src))
         # A parameter's gradient is settled by its module's hook (``Plan.parameter_uses``).
@@ -238,179 +241,6 @@ def step_collectives(
     return found
 
 
-def _views_follow(graph, name: str) -> bool:
-    """Whether ``name`` is a view, which DTensor runs on its input as it arrives (no move)."""
-    decision = graph.decision(name)
-    return decision.kind == OP and is_view(decision)
-
-
-_PASS_THROUGH = (torch.ops.aten.add.Tensor, torch.ops.aten.sub.Tensor)
-
-
-def _passes_gradient(graph, name: str) -> bool:
-    """Whether ``name``'s backward hands its output's gradient to its inputs as it is,
-    running no DTensor op that could move it: a view of one value, or an add or
-    subtraction of values of its own shape (autograd's AddBackward passes the gradient on;
-    the move DTensor made of an input for the forward, below autograd, has no backward)."""
-    decision = graph.decision(name)
-    if decision.kind != OP:
-        return False
-    if is_view(decision):
-        return len(list(graph.predecessors(name))) == 1
-    node = decision.fx_node
-    if node.target not in _PASS_THROUGH or node.kwargs.get("alpha", 1) != 1:
-        return False
-    shape = getattr(node.meta.get("val"), "shape", None)
-    args = [a for a in node.args if hasattr(a, "meta")]
-    return len(args) == 2 and all(getattr(a.meta.get("val"), "shape", None) == shape for a in args)
-
-
-_aten = torch.ops.aten
-_REDUCTIONS = (_aten.sum.dim_IntList, _aten.mean.dim, _aten.sum.default, _aten.mean.default)
-_INDEXING = (_aten.index.Tensor, _aten.index_select.default, _aten.gather.default)
-"""Rows picked by integer indices: the backward adds the gradient back into those rows."""
-_PRODUCTS = (_aten.mul.Tensor, _aten._grouped_mm.default)
-"""Linear in each operand: a partial gradient times the other operand, replicated, is partial.
-Not ``mm`` or ``bmm``: where an attention's ``probs @ v`` read its operands whole on dp,
-DTensor still reduced the gradient before it reached ``v`` (Bloom under the forcing budget),
-and why is not yet understood."""
-_SPLITS = (_aten.split.Tensor, _aten.split_with_sizes.default, _aten.unbind.int)
-"""Several outputs of one input: the backward joins their gradients."""
-_WITH_A_SCALAR = (  # DTensor registers these apart from its pointwise list
-    _aten.add.Tensor, _aten.sub.Tensor, _aten.mul.Tensor, _aten.div.Tensor,
-    _aten.add.Scalar, _aten.sub.Scalar, _aten.mul.Scalar, _aten.div.Scalar,
-)
-
-
-def _carries_partial(graph, name: str) -> bool:
-    """Whether ``name``'s backward is linear in its output's gradient and reads at most
-    what it was given as it was made: a pointwise op or a sum or mean of one tensor (an
-    RMSNorm's rsqrt, its eps add, its mean of squares), rows picked by index (a mixture
-    of experts' routed tokens), a split (its backward joins its outputs' gradients), or a
-    product (a gated MLP's ``act(gate) * up``, an experts' grouped matrix product: each
-    input's gradient is the output's times the other operands, and DTensor's product of a
-    partial and a replicated operand is partial). Its input's gradient is partial where
-    the output's is, on every axis where its output was not made split (and, for a
-    product, where it read every operand whole: ``_partial_axes``): DTensor multiplies or
-    expands the partial gradient there and reduces nothing."""
-    decision = graph.decision(name)
-    if decision.kind != OP:
-        return False
-    target = decision.fx_node.target
-    inputs = graph.inputs_of(name)
-    trained = sum(graph.decision(u).requires_grad for u, _, _ in inputs)
-    if target in _PRODUCTS and len(inputs) >= 2:
-        return trained >= 1
-    if trained != 1:
-        return False
-    if target in _INDEXING or target in _SPLITS:  # an index's other inputs are its integer indices
-        return True
-    return len(inputs) == 1 and (target in _REDUCTIONS or target in _WITH_A_SCALAR or is_pointwise(target))
-
-
-def _output_gradient(graph, name: str, grads: dict) -> tuple | None:
-    """The gradient ``name``'s backward starts from: its (first) output's, or for a split,
-    the join of its outputs', per axis: partial where one is partial and none split (a
-    replicated part joins a partial one as partial), the common layout where they agree,
-    else replicated."""
-    if graph.decision(name).fx_node.target not in _SPLITS:
-        return grads.get((name, 0))
-    parts = [g for i in range(len(output_values(graph.decision(name)))) if (g := grads.get((name, i))) is not None]
-    if len(parts) <= 1:
-        return parts[0] if parts else None
-    joined = []
-    for axis in zip(*parts):
-        if any(is_partial(p) for p in axis) and not any(is_shard(p) for p in axis):
-            joined.append(PARTIAL)
-        else:
-            joined.append(axis[0] if len(set(axis)) == 1 else REPLICATE)
-    return tuple(joined)
-
-
-def _whole_product_gradient(graph, name: str, operands: dict, k: int, after: tuple, made: tuple, grad: tuple) -> tuple:
-    """Input ``k``'s gradient from the product ``name`` where its output's gradient came back
-    whole on an axis where the output was made split (a split's backward joins a split part
-    with a whole one, gathered): the gradient times the other operands, saved whole there
-    too, is whole, however this input was read (an experts' weight gradient, input rows
-    times the whole output gradient). ``operands``: as ``_partial_axes`` takes them."""
-    if graph.decision(name).fx_node.target not in _PRODUCTS:
-        return grad
-    others = [layout for i, pair in operands.items() if i != k for layout in pair if layout is not None]
-    return tuple(
-        REPLICATE if a == REPLICATE and is_shard(m) and all(o[axis] == REPLICATE for o in others) else g
-        for axis, (g, a, m) in enumerate(zip(grad, after, made))
-    )
-
-
-def _partial_axes(graph, name: str, operands: dict, made: tuple) -> tuple[bool, ...]:
-    """Per mesh axis: whether a partial gradient of ``name``'s output goes through its
-    backward unreduced (``_carries_partial``). Not where the output was made split; for a
-    product, not where an operand was read or saved split or partial either (``operands``:
-    input index -> (layout autograd saved, layout read); a move DTensor made inside the op
-    is not what autograd saved): DTensor's product of a partial gradient and a split
-    operand reduces first."""
-    if not _carries_partial(graph, name):
-        return (False,) * len(made)
-    product = graph.decision(name).fx_node.target in _PRODUCTS
-    layouts = [layout for pair in operands.values() for layout in pair if layout is not None]
-    return tuple(
-        not is_shard(m) and not (product and any(layout[axis] != REPLICATE for layout in layouts))
-        for axis, m in enumerate(made)
-    )
-
-
-def _is_pointwise_op(graph, name: str) -> bool:
-    decision = graph.decision(name)
-    if decision.kind != OP:
-        return False
-    target = decision.fx_node.target
-    return target in _WITH_A_SCALAR or is_pointwise(target)
-
-
-def _split_through(graph, name: str, exits, grad: tuple, made: tuple) -> tuple[bool, ...]:
-    """Per axis: whether ``name``'s output gradient, split there while the output was made
-    whole, stays split into its backward. A pointwise op's backward is pointwise too:
-    DTensor runs it on the split gradient, slicing the saved inputs it multiplies by
-    (no gather), so the gradient reaches the inputs split (``_split_input_gradient``).
-    So does a concatenation's, which slices the gradient along the joined dim.
-    A module output's hook puts the gradient back in the layout DTensor made first."""
-    pointwise = _is_pointwise_op(graph, name)
-    joined = None if pointwise else _cat_dim(graph, name)  # split on any other dim, a slice stays split
-    if name in exits or not (pointwise or joined is not None):
-        return (False,) * len(grad)
-    return tuple(
-        is_shard(g) and shard_dim(g) != joined and not is_shard(q) and not is_partial(q) for g, q in zip(grad, made)
-    )
-
-
-def _cat_dim(graph, name: str) -> int | None:
-    """The dim a ``cat`` joins its inputs along (non-negative), or None for any other op."""
-    decision = graph.decision(name)
-    node = decision.fx_node
-    if decision.kind != OP or node.target is not _aten.cat.default:
-        return None
-    dim = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", 0)
-    return dim % node.meta["val"].dim()
-
-
-def _split_input_gradient(graph, name: str, in_shape: tuple, after: tuple, made: tuple, exits, grad: tuple) -> tuple:
-    """The gradient the pointwise op ``name`` hands an input of shape ``in_shape`` on the
-    axes where its output gradient ``after`` stays split (``_split_through``): split on
-    the input's own dim where the input has the output's size there, partial where the
-    input was broadcast along it (autograd sums the gradient over the broadcast dims)."""
-    through = _split_through(graph, name, exits, after, made)
-    if not any(through):
-        return grad
-    out_shape = tuple(graph.decision(name).fx_node.meta["val"].shape)
-    result = list(grad)
-    for axis, split in enumerate(through):
-        if split:
-            out_dim = shard_dim(after[axis])
-            dim = out_dim - (len(out_shape) - len(in_shape))
-            result[axis] = shard(dim) if 0 <= dim and in_shape[dim] == out_shape[out_dim] else PARTIAL
-    return tuple(result)
-
-
 def _value_gradient(value, readers, chain, graph, order, grads, mesh_shape, parent_spec, found, module_of, made, exits, operands):
     """The layout of ``value``'s summed gradient where it was made (partial where a
     reduction is still due); the collectives on its way back go into ``found``.
@@ -421,7 +251,7 @@ def _value_gradient(value, readers, chain, graph, order, grads, mesh_shape, pare
     for v, k, strategy, arrived, dst, attach, nbytes in readers:
         if not graph.decision(v).requires_grad:
             continue
-        if _passes_gradient(graph, v):
+        if passes_gradient(graph, v):
             after = grads.get((v, 0))
             if after is None:
                 continue
@@ -431,8 +261,8 @@ def _value_gradient(value, readers, chain, graph, order, grads, mesh_shape, pare
             # its forward (below autograd, so without a backward).
             if v in exits:
                 grad = without_partial(dst)
-            elif _views_follow(graph, v):
-                grad = _through_view(graph.decision(v), after, dst)
+            elif views_follow(graph, v):
+                grad = through_view(graph.decision(v), after, dst)
             else:
                 grad = after
             into.setdefault(attach, []).append((order[v], grad, module_of(v)))
@@ -444,22 +274,23 @@ def _value_gradient(value, readers, chain, graph, order, grads, mesh_shape, pare
             PARTIAL if p == REPLICATE and n > 1 and splits_work(strategy, axis) else (REPLICATE if is_partial(p) else p)
             for axis, (p, n) in enumerate(zip(dst, mesh_shape))
         )
-        after = _output_gradient(graph, v, grads)
+        after = output_gradient(graph, v, grads)
+        v_made, v_operands = made(v, 0), operands.get(v, {})
         if after is not None:
-            # a split output gradient runs this pointwise op's backward split (``_split_through``)
-            grad = _split_input_gradient(graph, v, shape, after, made(v, 0), exits, grad)
+            # a split output gradient runs this pointwise op's backward split (``split_through``)
+            grad = split_input_gradient(graph, v, shape, after, v_made, exits, grad)
             if v not in exits:
-                grad = _whole_product_gradient(graph, v, operands.get(v, {}), k, after, made(v, 0), grad)
+                grad = whole_product_gradient(graph, v, v_operands, k, after, v_made, grad)
         if after is not None and v not in exits:  # an output hook settles it first
             # a partial output gradient goes through this op's backward unreduced where it
             # reads nothing split: DTensor reduces it at the first backward op that does
-            carried = [is_partial(a) and c for a, c in zip(after, _partial_axes(graph, v, operands.get(v, {}), made(v, 0)))]
+            carried = [is_partial(a) and c for a, c in zip(after, partial_axes(graph, v, v_operands, v_made))]
             if any(carried):
                 # DTensor's forward move of this input ran below autograd: nothing to undo
                 grad = tuple(PARTIAL if c else g for c, g in zip(carried, grad))
                 into.setdefault(attach, []).append((order[v], grad, module_of(v)))
                 continue
-        if attach is None and (value[0] in exits or _broadcast_axes(graph.decision(value[0]).fx_node, grad)):
+        if attach is None and (value[0] in exits or broadcast_axes(graph.decision(value[0]).fx_node, grad)):
             # DTensor moved the value below autograd, so nothing brings the gradient back
             # here: a module's output hook settles the summed gradient in that module
             # (``apply._settle_gradient``); an expand hands it on summed over the dims it
@@ -483,68 +314,12 @@ def _value_gradient(value, readers, chain, graph, order, grads, mesh_shape, pare
         if before == b.spec:  # the hook moved nothing: one tensor, one sum with the outer readers
             into.setdefault(b.parent, []).extend(parts)
             continue
-        grad = _summed(parts, nbytes, mesh_shape, found)
+        grad = summed(parts, nbytes, mesh_shape, found)
         for kind, axis, size in gradient_collectives(grad, before, nbytes, mesh_shape):
             found[(b.fqn, kind, axis, round(size))] += 1
         into.setdefault(b.parent, []).append((min(part[0] for part in parts), without_partial(before), b.fqn))
     parts = into.get(None, [])
-    return _summed(parts, nbytes, mesh_shape, found) if parts else None
-
-
-def _through_view(decision, after: tuple, dst: tuple) -> tuple:
-    """The gradient a view hands its input, given its output's gradient ``after``: split
-    where ``after`` is (a slice DTensor took further on stays split back through the view:
-    the view strategy making that layout says where), partial where it is partial, else as
-    the view read its input (``dst``). An expand's backward sums over the dims it
-    broadcast: split there, that sum is partial."""
-    split = tuple(REPLICATE if is_partial(g) else g for g in after)
-    broadcast = _broadcast_axes(decision.fx_node, split)
-    if broadcast:
-        split = tuple(REPLICATE if axis in broadcast else p for axis, p in enumerate(split))
-    if split != tuple(without_partial(dst)):
-        strategies = decision.strategies
-        back = next((s.inputs[0] for s in strategies if len(s.inputs) == 1 and tuple(s.outputs[0]) == split), None)
-        if back is not None:
-            dst = back
-    return tuple(PARTIAL if is_partial(g) or axis in broadcast else p for axis, (g, p) in enumerate(zip(after, dst)))
-
-
-def _broadcast_axes(node, split: tuple) -> tuple[int, ...]:
-    """Mesh axes on which ``split`` divides a dim that the expand ``node`` broadcast."""
-    if node.target is not torch.ops.aten.expand.default:
-        return ()
-    before = tuple(node.args[0].meta["val"].shape)
-    after = tuple(node.meta["val"].shape)
-    lead = len(after) - len(before)
-    grown = {d for d in range(len(after)) if after[d] != 1 and (d < lead or before[d - lead] == 1)}
-    return tuple(axis for axis, p in enumerate(split) if is_shard(p) and shard_dim(p) in grown)
-
-
-def _summed(parts: list, nbytes: float, mesh_shape, found: Counter) -> tuple:
-    """The layout of autograd's sum of gradients ``[(when ready, layout, module)]``, added
-    in the order they become ready (the last reader's first): per axis a common placement
-    stays; a replicated gradient added to a partial one makes a partial sum; one added to
-    a split one is sliced. A partial gradient added to a split one is reduce-scattered
-    first, by DTensor's add, each time (the collectives go into ``found``, charged to the
-    module whose backward hands over the part added: autograd adds it as it arrives)."""
-    ordered = sorted(parts, key=lambda part: -part[0])
-    total = ordered[0][1]
-    for _, part, module in ordered[1:]:
-        target = tuple(_added(a, b) for a, b in zip(total, part))
-        for side in (total, part):
-            for kind, axis, size in _moves(side, target, nbytes, mesh_shape):
-                found[(module, kind, axis, round(size))] += 1
-        total = target
-    return total
-
-
-def _added(a: str, b: str) -> str:
-    """One axis of the layout DTensor adds two gradients in."""
-    if a == b:
-        return a
-    if is_shard(a) or is_shard(b):
-        return a if is_shard(a) else b
-    return PARTIAL  # replicated and partial
+    return summed(parts, nbytes, mesh_shape, found) if parts else None
 
 
 @dataclass(eq=False)

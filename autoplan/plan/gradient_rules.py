@@ -1,0 +1,263 @@
+"""How one op's backward hands its output's gradient on to its inputs, per mesh axis.
+
+``plan/collectives.py`` follows each gradient back through the traced step; these are the
+rules it follows it by, one op at a time, as DTensor runs that op's backward:
+
+- a view, or an add of values of one shape, hands the gradient on as it is
+  (``passes_gradient``); a view maps its layout back (``through_view``), and an expand's
+  sum over a split broadcast dim is partial (``broadcast_axes``);
+- an op linear in its output's gradient that reads nothing split carries a partial
+  gradient on unreduced (``carries_partial``, ``partial_axes``), and a split joins its
+  outputs' gradients (``output_gradient``); a product whose gradient came back whole
+  hands whole gradients on (``whole_product_gradient``);
+- a pointwise op or a concatenation runs its backward on a split gradient split
+  (``split_through``, ``split_input_gradient``);
+- autograd sums a value's gradient parts in the order they are ready, in the layout
+  DTensor's add makes (``summed``).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import torch
+
+from autoplan.choices.graph import OP
+from autoplan.cost.comm import _moves, without_partial
+from autoplan.cost.estimate import is_view, output_values
+from autoplan.dtensor.strategies import is_pointwise
+from autoplan.placements import PARTIAL, REPLICATE, is_partial, is_shard, shard, shard_dim
+
+
+def views_follow(graph, name: str) -> bool:
+    """Whether ``name`` is a view, which DTensor runs on its input as it arrives (no move)."""
+    decision = graph.decision(name)
+    return decision.kind == OP and is_view(decision)
+
+
+_PASS_THROUGH = (torch.ops.aten.add.Tensor, torch.ops.aten.sub.Tensor)
+
+
+def passes_gradient(graph, name: str) -> bool:
+    """Whether ``name``'s backward hands its output's gradient to its inputs as it is,
+    running no DTensor op that could move it: a view of one value, or an add or
+    subtraction of values of its own shape (autograd's AddBackward passes the gradient on;
+    the move DTensor made of an input for the forward, below autograd, has no backward)."""
+    decision = graph.decision(name)
+    if decision.kind != OP:
+        return False
+    if is_view(decision):
+        return len(list(graph.predecessors(name))) == 1
+    node = decision.fx_node
+    if node.target not in _PASS_THROUGH or node.kwargs.get("alpha", 1) != 1:
+        return False
+    shape = getattr(node.meta.get("val"), "shape", None)
+    args = [a for a in node.args if hasattr(a, "meta")]
+    return len(args) == 2 and all(getattr(a.meta.get("val"), "shape", None) == shape for a in args)
+
+
+_aten = torch.ops.aten
+_REDUCTIONS = (_aten.sum.dim_IntList, _aten.mean.dim, _aten.sum.default, _aten.mean.default)
+_INDEXING = (_aten.index.Tensor, _aten.index_select.default, _aten.gather.default)
+"""Rows picked by integer indices: the backward adds the gradient back into those rows."""
+_PRODUCTS = (_aten.mul.Tensor, _aten._grouped_mm.default)
+"""Linear in each operand: a partial gradient times the other operand, replicated, is partial.
+Not ``mm`` or ``bmm``: where an attention's ``probs @ v`` read its operands whole on dp,
+DTensor still reduced the gradient before it reached ``v`` (Bloom under the forcing budget),
+and why is not yet understood."""
+_SPLITS = (_aten.split.Tensor, _aten.split_with_sizes.default, _aten.unbind.int)
+"""Several outputs of one input: the backward joins their gradients."""
+_WITH_A_SCALAR = (  # DTensor registers these apart from its pointwise list
+    _aten.add.Tensor, _aten.sub.Tensor, _aten.mul.Tensor, _aten.div.Tensor,
+    _aten.add.Scalar, _aten.sub.Scalar, _aten.mul.Scalar, _aten.div.Scalar,
+)
+
+
+def carries_partial(graph, name: str) -> bool:
+    """Whether ``name``'s backward is linear in its output's gradient and reads at most
+    what it was given as it was made: a pointwise op or a sum or mean of one tensor (an
+    RMSNorm's rsqrt, its eps add, its mean of squares), rows picked by index (a mixture
+    of experts' routed tokens), a split (its backward joins its outputs' gradients), or a
+    product (a gated MLP's ``act(gate) * up``, an experts' grouped matrix product: each
+    input's gradient is the output's times the other operands, and DTensor's product of a
+    partial and a replicated operand is partial). Its input's gradient is partial where
+    the output's is, on every axis where its output was not made split (and, for a
+    product, where it read every operand whole: ``partial_axes``): DTensor multiplies or
+    expands the partial gradient there and reduces nothing."""
+    decision = graph.decision(name)
+    if decision.kind != OP:
+        return False
+    target = decision.fx_node.target
+    inputs = graph.inputs_of(name)
+    trained = sum(graph.decision(u).requires_grad for u, _, _ in inputs)
+    if target in _PRODUCTS and len(inputs) >= 2:
+        return trained >= 1
+    if trained != 1:
+        return False
+    if target in _INDEXING or target in _SPLITS:  # an index's other inputs are its integer indices
+        return True
+    return len(inputs) == 1 and (target in _REDUCTIONS or target in _WITH_A_SCALAR or is_pointwise(target))
+
+
+def output_gradient(graph, name: str, grads: dict) -> tuple | None:
+    """The gradient ``name``'s backward starts from: its (first) output's, or for a split,
+    the join of its outputs', per axis: partial where one is partial and none split (a
+    replicated part joins a partial one as partial), the common layout where they agree,
+    else replicated."""
+    if graph.decision(name).fx_node.target not in _SPLITS:
+        return grads.get((name, 0))
+    parts = [g for i in range(len(output_values(graph.decision(name)))) if (g := grads.get((name, i))) is not None]
+    if len(parts) <= 1:
+        return parts[0] if parts else None
+    joined = []
+    for axis in zip(*parts):
+        if any(is_partial(p) for p in axis) and not any(is_shard(p) for p in axis):
+            joined.append(PARTIAL)
+        else:
+            joined.append(axis[0] if len(set(axis)) == 1 else REPLICATE)
+    return tuple(joined)
+
+
+def whole_product_gradient(graph, name: str, operands: dict, k: int, after: tuple, made: tuple, grad: tuple) -> tuple:
+    """Input ``k``'s gradient from the product ``name`` where its output's gradient came back
+    whole on an axis where the output was made split (a split's backward joins a split part
+    with a whole one, gathered): the gradient times the other operands, saved whole there
+    too, is whole, however this input was read (an experts' weight gradient, input rows
+    times the whole output gradient). ``operands``: as ``partial_axes`` takes them."""
+    if graph.decision(name).fx_node.target not in _PRODUCTS:
+        return grad
+    others = _operand_layouts(operands, but=k)
+    return tuple(
+        REPLICATE if a == REPLICATE and is_shard(m) and all(o[axis] == REPLICATE for o in others) else g
+        for axis, (g, a, m) in enumerate(zip(grad, after, made))
+    )
+
+
+def partial_axes(graph, name: str, operands: dict, made: tuple) -> tuple[bool, ...]:
+    """Per mesh axis: whether a partial gradient of ``name``'s output goes through its
+    backward unreduced (``carries_partial``). Not where the output was made split; for a
+    product, not where an operand was read or saved split or partial either (``operands``:
+    input index -> (layout autograd saved, layout read); a move DTensor made inside the op
+    is not what autograd saved): DTensor's product of a partial gradient and a split
+    operand reduces first."""
+    if not carries_partial(graph, name):
+        return (False,) * len(made)
+    product = graph.decision(name).fx_node.target in _PRODUCTS
+    layouts = _operand_layouts(operands)
+    return tuple(
+        not is_shard(m) and not (product and any(layout[axis] != REPLICATE for layout in layouts))
+        for axis, m in enumerate(made)
+    )
+
+
+def _operand_layouts(operands: dict, but: int | None = None) -> list[tuple]:
+    """Every layout, saved and read, of a product's operands (but input ``but``)."""
+    return [layout for i, pair in operands.items() if i != but for layout in pair if layout is not None]
+
+
+def _is_pointwise_op(graph, name: str) -> bool:
+    decision = graph.decision(name)
+    if decision.kind != OP:
+        return False
+    target = decision.fx_node.target
+    return target in _WITH_A_SCALAR or is_pointwise(target)
+
+
+def split_through(graph, name: str, exits, grad: tuple, made: tuple) -> tuple[bool, ...]:
+    """Per axis: whether ``name``'s output gradient, split there while the output was made
+    whole, stays split into its backward. A pointwise op's backward is pointwise too:
+    DTensor runs it on the split gradient, slicing the saved inputs it multiplies by
+    (no gather), so the gradient reaches the inputs split (``split_input_gradient``).
+    So does a concatenation's, which slices the gradient along the joined dim.
+    A module output's hook puts the gradient back in the layout DTensor made first."""
+    pointwise = _is_pointwise_op(graph, name)
+    joined = None if pointwise else _cat_dim(graph, name)  # split on any other dim, a slice stays split
+    if name in exits or not (pointwise or joined is not None):
+        return (False,) * len(grad)
+    return tuple(
+        is_shard(g) and shard_dim(g) != joined and not is_shard(q) and not is_partial(q) for g, q in zip(grad, made)
+    )
+
+
+def _cat_dim(graph, name: str) -> int | None:
+    """The dim a ``cat`` joins its inputs along (non-negative), or None for any other op."""
+    decision = graph.decision(name)
+    node = decision.fx_node
+    if decision.kind != OP or node.target is not _aten.cat.default:
+        return None
+    dim = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", 0)
+    return dim % node.meta["val"].dim()
+
+
+def split_input_gradient(graph, name: str, in_shape: tuple, after: tuple, made: tuple, exits, grad: tuple) -> tuple:
+    """The gradient the pointwise op ``name`` hands an input of shape ``in_shape`` on the
+    axes where its output gradient ``after`` stays split (``split_through``): split on
+    the input's own dim where the input has the output's size there, partial where the
+    input was broadcast along it (autograd sums the gradient over the broadcast dims)."""
+    through = split_through(graph, name, exits, after, made)
+    if not any(through):
+        return grad
+    out_shape = tuple(graph.decision(name).fx_node.meta["val"].shape)
+    result = list(grad)
+    for axis, split in enumerate(through):
+        if split:
+            out_dim = shard_dim(after[axis])
+            dim = out_dim - (len(out_shape) - len(in_shape))
+            result[axis] = shard(dim) if 0 <= dim and in_shape[dim] == out_shape[out_dim] else PARTIAL
+    return tuple(result)
+
+
+def through_view(decision, after: tuple, dst: tuple) -> tuple:
+    """The gradient a view hands its input, given its output's gradient ``after``: split
+    where ``after`` is (a slice DTensor took further on stays split back through the view:
+    the view strategy making that layout says where), partial where it is partial, else as
+    the view read its input (``dst``). An expand's backward sums over the dims it
+    broadcast: split there, that sum is partial."""
+    split = tuple(REPLICATE if is_partial(g) else g for g in after)
+    broadcast = broadcast_axes(decision.fx_node, split)
+    if broadcast:
+        split = tuple(REPLICATE if axis in broadcast else p for axis, p in enumerate(split))
+    if split != tuple(without_partial(dst)):
+        strategies = decision.strategies
+        back = next((s.inputs[0] for s in strategies if len(s.inputs) == 1 and tuple(s.outputs[0]) == split), None)
+        if back is not None:
+            dst = back
+    return tuple(PARTIAL if is_partial(g) or axis in broadcast else p for axis, (g, p) in enumerate(zip(after, dst)))
+
+
+def broadcast_axes(node, split: tuple) -> tuple[int, ...]:
+    """Mesh axes on which ``split`` divides a dim that the expand ``node`` broadcast."""
+    if node.target is not torch.ops.aten.expand.default:
+        return ()
+    before = tuple(node.args[0].meta["val"].shape)
+    after = tuple(node.meta["val"].shape)
+    lead = len(after) - len(before)
+    grown = {d for d in range(len(after)) if after[d] != 1 and (d < lead or before[d - lead] == 1)}
+    return tuple(axis for axis, p in enumerate(split) if is_shard(p) and shard_dim(p) in grown)
+
+
+def summed(parts: list, nbytes: float, mesh_shape, found: Counter) -> tuple:
+    """The layout of autograd's sum of gradients ``[(when ready, layout, module)]``, added
+    in the order they become ready (the last reader's first): per axis a common placement
+    stays; a replicated gradient added to a partial one makes a partial sum; one added to
+    a split one is sliced. A partial gradient added to a split one is reduce-scattered
+    first, by DTensor's add, each time (the collectives go into ``found``, charged to the
+    module whose backward hands over the part added: autograd adds it as it arrives)."""
+    ordered = sorted(parts, key=lambda part: -part[0])
+    total = ordered[0][1]
+    for _, part, module in ordered[1:]:
+        target = tuple(_added(a, b) for a, b in zip(total, part))
+        for side in (total, part):
+            for kind, axis, size in _moves(side, target, nbytes, mesh_shape):
+                found[(module, kind, axis, round(size))] += 1
+        total = target
+    return total
+
+
+def _added(a: str, b: str) -> str:
+    """One axis of the layout DTensor adds two gradients in."""
+    if a == b:
+        return a
+    if is_shard(a) or is_shard(b):
+        return a if is_shard(a) else b
+    return PARTIAL  # replicated and partial
