@@ -85,9 +85,11 @@ def test_torchtitan_is_sequence_parallel_over_fsdp(built):
     _, _, baselines = built
     baseline = baselines["torchtitan"]
     params, modules = baseline.plan.parameters, baseline.plan.modules
-    assert params[f"{LAYER}.self_attn.q_proj.weight"] == ("S(1)", "S(0)")
+    # FSDP2 over tensor parallel: dim 0 on dp, under tp's split of dim 0 (DTensor's _StridedShard).
+    assert params[f"{LAYER}.self_attn.q_proj.weight"] == ("_S(0, 4)", "S(0)")
     assert params[f"{LAYER}.mlp.down_proj.weight"] == ("S(0)", "S(1)")
-    assert params["lm_head.weight"] == ("S(1)", "S(0)")  # split by vocabulary on tp
+    assert params[f"{LAYER}.input_layernorm.weight"] == ("S(0)", "R")
+    assert params["lm_head.weight"] == ("_S(0, 4)", "S(0)")  # split by vocabulary on tp
     assert params["model.embed_tokens.weight"] == ("S(0)", "R")  # its masked partial lookup is not expressible
     # Norms run on sequence slices; the embedding and each block hand sequence slices on.
     for norm in (f"{LAYER}.input_layernorm", f"{LAYER}.post_attention_layernorm", "model.norm"):
@@ -101,8 +103,8 @@ def test_torchtitan_is_sequence_parallel_over_fsdp(built):
 def test_torchtitan_splits_a_fused_wqkv_and_runs_its_prediction():
     loaded = load_model_file(str(MODELS / "fused_qkv.py"))
     plan = build_baseline("torchtitan", loaded.model, loaded.example_inputs, profile="cpu-gloo").plan
-    assert plan.parameters["layers.0.attention.wqkv.weight"] == ("S(1)", "S(0)")
-    assert plan.parameters["output.weight"] == ("S(1)", "S(0)")
+    assert plan.parameters["layers.0.attention.wqkv.weight"] == ("_S(0, 4)", "S(0)")
+    assert plan.parameters["output.weight"] == ("_S(0, 4)", "S(0)")
     model_file = import_model_file(MODELS / "fused_qkv.py")
     result = verify_on_fake_world(build_seeded(model_file, "build_model", 0), seeded_batch(model_file, 1), plan)
     assert result.passed, "\n" + result.summary()

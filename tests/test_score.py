@@ -61,8 +61,11 @@ def test_plan_for_another_model_batch_or_mesh_is_refused(llama):
     with pytest.raises(PlanError, match="the plan is for a 2x4 mesh, got 4x2"):
         autoplan.score(loaded.model, loaded.example_inputs, plan, mesh=(4, 2))
     uneven = dict(plan.parameters)
-    uneven["lm_head.weight"] = ("S(0)", "S(0)")  # one dim on two mesh axes: not a placement autoplan runs
-    with pytest.raises(PlanError, match=r"parameter lm_head.weight as \[S\(0\), S\(0\)\] cannot be executed"):
+    uneven["lm_head.weight"] = ("S(1)", "S(1)")  # width 64 on 2 x 4 ways: fine; 3 ways would not be
+    autoplan.score(loaded.model, loaded.example_inputs, dataclasses.replace(plan, parameters=uneven))
+    uneven["lm_head.weight"] = ("_S(1, 2)", "S(1)")  # a strided split names the later axes' split: 4 ways
+    with pytest.raises(PlanError, match=r"lm_head.weight as \[_S\(1, 2\), S\(1\)\] cannot be executed on this mesh: "
+                                        r"_S\(1, 2\) must be followed by axes that split dim 1 2 ways \(they split it 4 ways\)"):
         autoplan.score(loaded.model, loaded.example_inputs, dataclasses.replace(plan, parameters=uneven))
 
 

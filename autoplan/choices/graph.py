@@ -77,8 +77,8 @@ def build_choices(traced: TracedGraph, mesh_shape: tuple[int, ...], axis_names: 
             value = node.meta["val"]
             if kind == BUFFER:
                 specs = [replicated(len(mesh_shape))]
-            else:
-                specs = candidate_specs(tuple(value.shape), mesh_shape, partial=False)
+            else:  # a parameter may be stored with a dim split over several axes (FSDP over TP)
+                specs = candidate_specs(tuple(value.shape), mesh_shape, partial=False, several_axes=kind == PARAMETER)
             graph.add_decision(Decision(
                 node.name, kind, node, module_of[node.name],
                 strategies=tuple(Strategy((spec,), ()) for spec in specs),

@@ -21,6 +21,11 @@ the tensor as the steps before it left it. Per step on an axis:
     S(i) -> S(j)       all_to_all (DTensor on a CPU mesh does it as an all_gather)
     R -> S(i), R -> P  free (a slice, a zero-fill)
 
+A spec that splits one dim over several axes (a parameter's FSDP storage over a
+tensor-parallel split, ``_S(d, k)``) is moved in the steps DTensor's own planner
+(``_gen_transform_infos``) chooses; the order of those steps depends on how the
+splits nest, which DTensor knows and this module does not restate.
+
 A value that carries a gradient has it sent back from ``dst`` to ``src`` the same way.
 The gradient reduction a consumer causes when it splits work over an axis on which one
 of its inputs is replicated is priced by the cost stage, not here.
@@ -29,9 +34,16 @@ of its inputs is replicated is priced by the cost stage, not here.
 from __future__ import annotations
 
 import math
+from functools import cache
+
+import torch
+from torch.distributed.tensor._dtensor_spec import DTensorSpec, TensorMeta
+from torch.distributed.tensor._redistribute import _gen_transform_infos
 
 from autoplan.cost.profile import ClusterProfile, LinkCost
-from autoplan.placements import REPLICATE, Spec, is_partial, is_shard, shard_factor
+from autoplan.placements import (
+    REPLICATE, Spec, is_partial, is_shard, shard_dim, shard_factor, strided_factor, to_placements, to_string,
+)
 
 
 def axis_link(mesh_shape: tuple[int, ...], axis: int, devices_per_node: int) -> str:
@@ -60,12 +72,15 @@ def link_cost(profile: ClusterProfile, kind: str, mesh_shape: tuple[int, ...], a
     return profile.links[axis_link(mesh_shape, axis, profile.devices_per_node)][kind]
 
 
-def transform_steps(src: Spec, dst: Spec) -> list[tuple[int, str, str]]:
+def transform_steps(src: Spec, dst: Spec, mesh_shape: tuple[int, ...]) -> list[tuple[int, str, str]]:
     """The per-axis steps ``(axis, from, to)`` DTensor takes from ``src`` to ``dst``, in its
     order (torch 2.13's greedy redistribute planner): when anything is sharded, first the
     axes from innermost to outermost, going through Replicate where a target shard would
     nest differently under the axes before it; then, outermost first, what is left.
-    The order matters: each step moves the tensor as the steps before it left it."""
+    The order matters: each step moves the tensor as the steps before it left it.
+    Where a dim is split over several axes, DTensor's planner is asked."""
+    if splits_a_dim_twice(src) or splits_a_dim_twice(dst):
+        return list(_dtensor_steps(tuple(src), tuple(dst), tuple(mesh_shape)))
     current, target = list(src), list(dst)
     steps = []
     if any(is_shard(p) for p in current):
@@ -84,6 +99,26 @@ def transform_steps(src: Spec, dst: Spec) -> list[tuple[int, str, str]]:
             steps.append((axis, current[axis], goal))
             current[axis] = goal
     return steps
+
+
+def splits_a_dim_twice(spec: Spec) -> bool:
+    dims = [shard_dim(p) for p in spec if is_shard(p)]
+    return len(set(dims)) < len(dims) or any(strided_factor(p) for p in spec)
+
+
+@cache
+def _dtensor_steps(src: Spec, dst: Spec, mesh_shape: tuple[int, ...]) -> tuple[tuple[int, str, str], ...]:
+    """DTensor's own plan for the move, on a tensor whose every dim divides by the whole mesh."""
+    from autoplan.choices.graph import planning_mesh  # the cost stage runs after choices
+
+    mesh = planning_mesh(mesh_shape, tuple(f"axis{i}" for i in range(len(mesh_shape))))
+    ndim = 1 + max([shard_dim(p) for p in (*src, *dst) if is_shard(p)], default=0)
+    shape = torch.Size([math.prod(mesh_shape)] * ndim)
+    meta = TensorMeta(shape, torch.empty(shape, device="meta").stride(), torch.float32)
+    infos = _gen_transform_infos(
+        DTensorSpec(mesh, to_placements(src), tensor_meta=meta), DTensorSpec(mesh, to_placements(dst), tensor_meta=meta),
+    )
+    return tuple((info.mesh_dim, to_string(info.src_dst_placements[0]), to_string(info.src_dst_placements[1])) for info in infos)
 
 
 def redistribute_collectives(
@@ -128,7 +163,7 @@ def moves_locally(src: Spec, dst: Spec) -> bool:
 def _moves(src: Spec, dst: Spec, global_bytes: float, mesh_shape: tuple[int, ...]) -> list[tuple[str, int, float]]:
     current = list(src)
     found = []
-    for axis, before_placement, target in transform_steps(src, dst):
+    for axis, before_placement, target in transform_steps(src, dst, mesh_shape):
         kind, size = _step_collective(before_placement, target)
         if kind and mesh_shape[axis] > 1:
             before = global_bytes / shard_factor(tuple(current), mesh_shape)

@@ -244,7 +244,7 @@ def _gathers(src: Spec, dst: Spec) -> bool:
     partial (reduced where the plan has no reduction). A partial value left unreduced
     through an op (a view of a matmul's partial output) is reduced at the next boundary
     by the same collective, and its gradient is the same."""
-    return any(a.startswith("S(") and a != b for a, b in zip(src, dst))
+    return any(is_shard(a) and a != b for a, b in zip(src, dst))
 
 
 def _not_run(src: Spec, members: list[int], frees: list[set]) -> bool:

@@ -33,9 +33,10 @@ a 3-D mesh) replicates everything in every baseline.
                     the loss runs on the logits split by vocabulary where that is cheapest,
                     as torchtitan's loss parallel does (``dtensor/loss_parallel.py``). Fused
                     ``wqkv`` is column-parallel.
-                    torchtitan's FSDP splits dim 0 again under tp (DTensor's _StridedShard),
-                    which plans cannot express: FSDP takes the next dim here, as in
-                    megatron_fsdp.
+                    FSDP as FSDP2 applies it: dim 0 on dp, split again under tp's split
+                    where tp splits dim 0 too (``_S(0, tp)`` on dp: DTensor's
+                    _StridedShard); where dim 0 does not divide (FSDP2 pads it), the next
+                    dim that does, as in megatron_fsdp.
 
 A baseline that does not apply (no transformer projections for megatron, a 1-D mesh for
 megatron_fsdp, a batch that does not divide the dp axis) raises NotApplicableError. On a
@@ -53,7 +54,7 @@ from autoplan.evaluate.score import pins_for_plan
 from autoplan.evaluate.sequence_parallel import HEADS, pin_sequence_parallel
 from autoplan.pipeline.pinning import Pins
 from autoplan.pipeline.problem import Problem, prepare_problem, solve_problem
-from autoplan.placements import Spec, replicated, shard
+from autoplan.placements import Spec, replicated, shard, strided
 from autoplan.plan.module_plan import Plan
 
 BASELINES = ("data_parallel", "fsdp", "megatron", "megatron_fsdp", "torchtitan")
@@ -199,7 +200,8 @@ def baseline_layout(name: str, problem: Problem) -> tuple[dict[str, Spec], tuple
         shape = shapes[node]
         if node in tensor_parallel:
             spec[tp] = shard(tensor_parallel[node])
-        if name in _FULLY_SHARDED and uses_dp:
+        fsdp2 = name == "torchtitan" and uses_dp and shape and _fsdp_over_tp(spec, shape, mesh, dp, tp)
+        if name in _FULLY_SHARDED and uses_dp and not fsdp2:
             taken = tensor_parallel.get(node)
             dim = next((d for d in range(len(shape)) if d != taken and shape[d] % mesh[dp] == 0), None)
             if dim is None:
@@ -211,6 +213,22 @@ def baseline_layout(name: str, problem: Problem) -> tuple[dict[str, Spec], tuple
     if problem.blocks:  # the layers that were not traced are laid out as the last traced one
         layout = problem.blocks.widen(layout)
     return layout, idle, notes
+
+
+def _fsdp_over_tp(spec: list[str], shape: tuple[int, ...], mesh: tuple[int, ...], dp: int, tp: int) -> bool:
+    """Set ``spec[dp]`` to FSDP2's storage, dim 0 split on dp, within tp's split where tp
+    splits dim 0 too (``_S(0, k)``, DTensor's ``_StridedShard``, where dp comes first on the
+    mesh), and say True; False, ``spec`` unchanged, where dim 0 does not divide (FSDP2 pads
+    it; a plan cannot)."""
+    if spec[tp] != shard(0):
+        if shape[0] % mesh[dp]:
+            return False
+        spec[dp] = shard(0)
+        return True
+    if shape[0] % (mesh[dp] * mesh[tp]):
+        return False
+    spec[dp] = strided(0, mesh[tp]) if dp < tp else shard(0)
+    return True
 
 
 def _dp_axis(problem: Problem, name: str) -> int | None:

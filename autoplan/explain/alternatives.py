@@ -28,7 +28,7 @@ import re
 from dataclasses import dataclass
 
 from autoplan.evaluate.baselines import WEIGHT_DIMS, _role
-from autoplan.placements import replicated, shard
+from autoplan.placements import is_shard, replicated, shard, shard_dim
 
 PLAN_OWN = "the plan's own"
 _INDEX = re.compile(r"\.(\d+)(?=\.|$)")
@@ -170,7 +170,7 @@ def _fsdp(unit: Unit, plan, dp: int, base: dict) -> tuple[dict, tuple[str, ...]]
     layout, notes = {}, []
     for fqn in unit.parameters:
         spec = list(base.get(fqn, replicated(len(mesh))))
-        taken = {int(p[2:-1]) for p in spec if p.startswith("S(")}
+        taken = {shard_dim(p) for p in spec if is_shard(p)}
         shape = _shape(plan, fqn)
         dim = next((d for d in range(len(shape)) if d not in taken and shape[d] % mesh[dp] == 0), None)
         if dim is None:

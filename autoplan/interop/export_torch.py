@@ -20,7 +20,9 @@ communication), and lists each such part, in the generated file and for the CLI:
 
 On the data axis every parameter is sharded by ``fully_shard`` (FSDP2: dim 0, padded),
 one group per module the plan shards on dp and one for the root; where the plan keeps a
-parameter replicated on dp, or shards another dim, that is listed. Axes other than tp and
+parameter replicated on dp, or shards another dim, that is listed. Over a tp split of dim 0,
+``fully_shard`` splits each tp piece (DTensor's ``_StridedShard``, ``_S(0, k)`` in a plan);
+a plan that splits dim 0 on dp first (``S(0)`` on both axes, dp before tp) is listed too. Axes other than tp and
 dp are not expressed.
 
 The modules the plan recomputes (``Plan.recompute``) are checkpointed as torchtitan does it:
@@ -35,7 +37,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from autoplan.placements import Spec
+from autoplan.placements import Spec, is_strided, shard_dim
 from autoplan.plan.module_plan import Plan
 from autoplan.plan.recompute import KEPT_BY_SELECTIVE
 
@@ -68,7 +70,7 @@ def export_torch(plan: Plan, source_name: str = "plan.json") -> TorchExport:
         styles = _tensor_parallel(plan, plan.axis_names.index(tp), notes, details)
     fsdp: tuple[str, ...] = ()
     if dp is not None:
-        fsdp = _data_parallel(plan, plan.axis_names.index(dp), notes)
+        fsdp = _data_parallel(plan, plan.axis_names.index(dp), notes, plan.axis_names.index(tp) if tp is not None else None)
     for i, axis in enumerate(plan.axis_names):
         if axis not in (tp, dp) and _any_split(plan, i):
             notes.append(f"axis {axis}: the plan splits tensors on it; only a tp and a dp axis are exported (it is left idle)")
@@ -89,7 +91,7 @@ def _axes(plan: Plan) -> tuple[str | None, str | None]:
 def _split(spec: Spec, axis: int) -> int | None:
     """The tensor dim ``spec`` splits on ``axis``, or None."""
     p = spec[axis]
-    return int(p[2:-1]) if p.startswith("S(") else None
+    return shard_dim(p)
 
 
 def _any_split(plan: Plan, axis: int) -> bool:
@@ -211,7 +213,7 @@ def _note_activations(plan: Plan, axis: int, paired: set[str], kinds: dict[str, 
         notes.append(f"the plan splits the batch on {name} ({'; '.join(batch)}); the export feeds every {name} rank the whole batch")
 
 
-def _data_parallel(plan: Plan, axis: int, notes: list[str]) -> tuple[str, ...]:
+def _data_parallel(plan: Plan, axis: int, notes: list[str], tp: int | None) -> tuple[str, ...]:
     name = plan.axis_names[axis]
     groups = []
     replicated = []
@@ -224,6 +226,10 @@ def _data_parallel(plan: Plan, axis: int, notes: list[str]) -> tuple[str, ...]:
                 replicated.append(fqn)
             elif d != 0:
                 notes.append(f"{fqn}: the plan splits dim {d} on {name}; fully_shard splits dim 0")
+            elif tp is not None and axis < tp and _split(plan.parameters[fqn], tp) == 0 and not is_strided(plan.parameters[fqn][axis]):
+                # fully_shard over a tp split of dim 0 splits each tp piece (``_S(0, k)``)
+                notes.append(f"{fqn}: the plan splits dim 0 on {name} before {plan.axis_names[tp]} splits it; "
+                             f"fully_shard splits it within each {plan.axis_names[tp]} piece")
     if replicated:
         notes.append(f"{len(replicated)} parameters the plan replicates on {name} are sharded by fully_shard all the same: {', '.join(replicated)}")
     batch = [f"{key} {b.placements[axis]}" for key, b in sorted(plan.inputs.items()) if b.placements[axis] not in ("S(0)",)]

@@ -24,7 +24,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from autoplan.placements import Spec
+from autoplan.placements import Spec, is_shard, shard_dim, strided_factor
 from autoplan.plan.module_plan import Plan
 
 _POSITIONAL = re.compile(r"^\[0\]\[(\d+)\]$")
@@ -72,8 +72,10 @@ def _pattern(fqn: str) -> str:
 def _placement(short: str) -> str:
     if short == "R":
         return "Replicate()"
-    if short.startswith("S("):
-        return f"Shard({short[2:-1]})"
+    if strided_factor(short):
+        return f"_StridedShard({shard_dim(short)}, split_factor={strided_factor(short)})"
+    if is_shard(short):
+        return f"Shard({shard_dim(short)})"
     if short.startswith("P("):
         return f'Partial("{short[2:-1]}")'
     raise ValueError(f"expected a placement R, S(d) or P(op), got {short!r}")

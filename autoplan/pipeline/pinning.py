@@ -25,11 +25,11 @@ from __future__ import annotations
 
 from typing import Callable
 
-from autoplan.choices.graph import OP
+from autoplan.choices.graph import OP, PARAMETER
 from autoplan.dtensor.strategies import Strategy
 from autoplan.errors import PlanError
 from autoplan.pipeline.problem import Problem
-from autoplan.placements import Spec, format_spec
+from autoplan.placements import Spec, format_spec, layout_problem
 from autoplan.plan.views import spec_after_views, view_chain
 
 
@@ -75,6 +75,15 @@ class Pins:
         node = self.problem.node_of(name)
         if node is None:
             raise PlanError(f"pinned name {name!r} is neither a parameter nor a batch input", hint="use FQNs from named_parameters() or batch key paths")
+        decision = self.problem.choices.graph.decision(node)
+        shape = tuple(decision.fx_node.meta["val"].shape)
+        problem = layout_problem(tuple(spec), shape, self.problem.choices.mesh_shape, several_axes=decision.kind == PARAMETER)
+        if problem:
+            raise PlanError(
+                f"{what or name} as {format_spec(tuple(spec))} cannot be executed on this mesh: {problem}",
+                hint="shard only dims the tensor has, by mesh axes whose sizes divide them"
+                + ("" if decision.kind == PARAMETER else " (one axis per dim; a stored parameter may use several)"),
+            )
         return self.value(node, 0, spec, what or name, strict=True)
 
     def _narrow(self, leader: str, keep: set[int]) -> bool:

@@ -68,7 +68,9 @@ from collections import Counter
 from dataclasses import dataclass
 
 from autoplan.choices.graph import OP, PARAMETER, planning_mesh
-from autoplan.cost.comm import gradient_collectives, moves_locally, redistribute_collectives, without_partial
+from autoplan.cost.comm import (
+    gradient_collectives, moves_locally, redistribute_collectives, splits_a_dim_twice, without_partial,
+)
 from autoplan.cost.estimate import CostedGraph, output_values, splits_work, tensor_bytes
 from autoplan.dtensor import overrides
 from autoplan.dtensor.loss_parallel import own_collectives
@@ -82,6 +84,7 @@ from autoplan.plan.loss_reductions import loss_output, loss_reductions
 from autoplan.plan.module_plan import ROOT_MODULE as ROOT, collective_table
 from autoplan.plan.recompute import recompute_collectives
 from autoplan.plan.runtime_choice import runtime_strategy
+from autoplan.plan.views import view_chain
 
 
 def step_collectives(
@@ -152,11 +155,13 @@ def step_collectives(
     # op -> {input index: (the layout autograd saved it in, the layout the op read it in)}:
     # a move DTensor makes inside an op runs below autograd, a module's hook moves above it
     operands: dict[str, dict[int, tuple]] = {}
+    hooked = _hooked_reads(graph, choice, made)
     for u, v, k, out_index in graph.reads():
         value = (u, out_index)
         attach, arrived = arrival(u, out_index, v)
         strategy = runs.get(v) or graph.decision(v).strategies[choice[v]]
         dst = strategy.inputs[k]
+        arrived, dst = hooked.get((u, v, k), (arrived, dst))
         nbytes = tensor_bytes(output_values(graph.decision(u))[out_index])
         for kind, axis, size, _ in redistribute_collectives(arrived, dst, nbytes, mesh_shape, backward=False):
             found[(module_of(v), kind, axis, round(size))] += 1
@@ -238,6 +243,36 @@ def step_collectives(
             found[(module_of(name), kind, axis, round(size))] += 1
     if recompute:
         found.update(recompute_collectives(choices, forward, recompute))
+    return found
+
+
+def _hooked_reads(graph, choice: dict[str, int], made) -> dict[tuple[str, str, int], tuple]:
+    """``(value, reader, input index) -> (arrived, read)`` for the reads of a parameter stored
+    with a dim split over several axes, and of the views between it and its compute op.
+
+    Its module's hook moves it straight to the layout the compute op reads, through the
+    views (``Plan.parameter_uses``); no view strategy takes a multi-axis layout, so the
+    views' planned strategies (merged into the parameter's decision as the cheapest move
+    of their own) are not the ones that run: each view runs on what the hook made."""
+    found = {}
+    for decision in graph.decisions():
+        stored = made(decision.name, 0) if decision.kind == PARAMETER else None
+        if stored is None or not splits_a_dim_twice(stored):
+            continue
+        for _, v, k in graph.out_edges(decision.name, keys=True):
+            chain = view_chain(graph, v, k)
+            last, last_key = chain[-1]
+            layouts = [graph.decision(last).strategies[choice[last]].inputs[last_key]]
+            for view, _ in reversed(chain[:-1]):  # the layout each view must read for that
+                strategies = graph.decision(view).strategies
+                layouts.insert(0, next((s.inputs[0] for s in strategies if s.outputs[0] == layouts[0]), None))
+                if layouts[0] is None:
+                    break
+            if layouts[0] is None:
+                continue
+            found[(decision.name, v, k)] = (stored, layouts[0])
+            for (view, _), (after, after_key), layout in zip(chain, chain[1:], layouts[1:]):
+                found[(view, after, after_key)] = (layout, layout)
     return found
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from autoplan._files import write_atomic
 from autoplan.errors import PlanError
-from autoplan.placements import Spec, format_spec, shard_dim
+from autoplan.placements import Spec, format_spec, layout_problem
 from autoplan.validation import check_schema, read_json
 
 SCHEMA_VERSION = 1
@@ -168,7 +168,8 @@ class Plan:
 
 def check_plan_data(data: dict, source: str) -> None:
     """What the schema cannot say: names and placements per mesh axis, shard dims in range,
-    a dim sharded by one axis at most and divisible by its size (``placements.fits_evenly``)."""
+    divisible by the axes that shard them, by one axis at most except in a parameter's
+    storage (``placements.layout_problem``)."""
     shape, names = tuple(data["mesh"]["shape"]), data["mesh"]["axis_names"]
 
     def fail(what: str, hint: str = _FIX):
@@ -191,26 +192,12 @@ def check_plan_data(data: dict, source: str) -> None:
         if len(spec) != len(shape):
             fail(f"{where}: expected one placement per mesh axis ({len(shape)}), got {spec!r}")
         if tensor_shape is not None:
-            problem = _uneven(spec, tuple(tensor_shape), shape, names)
+            stored = where.startswith("parameters.")  # only storage splits a dim over several axes
+            problem = layout_problem(tuple(spec), tuple(tensor_shape), shape, several_axes=stored)
             if problem:
                 fail(f"{where} {format_spec(tuple(spec))} on a tensor of shape {list(tensor_shape)}: {problem}",
-                     "shard only dims the tensor has, each on one mesh axis whose size divides it")
-
-
-def _uneven(spec, tensor_shape: tuple[int, ...], mesh_shape: tuple[int, ...], names) -> str | None:
-    seen: dict[int, str] = {}
-    for placement, size, name in zip(spec, mesh_shape, names):
-        dim = shard_dim(placement)
-        if dim is None:
-            continue
-        if dim >= len(tensor_shape):
-            return f"it has {len(tensor_shape)} dims, {placement} shards dim {dim}"
-        if dim in seen:
-            return f"dim {dim} is sharded on two mesh axes ({seen[dim]} and {name}); autoplan shards a dim on one"
-        if tensor_shape[dim] % size:
-            return f"dim {dim} ({tensor_shape[dim]}) does not divide by mesh axis {name} ({size})"
-        seen[dim] = name
-    return None
+                     "shard only dims the tensor has, by mesh axes whose sizes divide them"
+                     + ("" if stored else " (one axis per dim; a stored parameter may use several)"))
 
 
 def _build(data: dict) -> Plan:
