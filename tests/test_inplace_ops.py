@@ -47,3 +47,46 @@ def test_a_plan_that_moves_self_says_so():
     choice[name] = next(i for i, s in enumerate(strategies) if s.inputs[0] != made)
     warnings = _moved_inplace_selves(graph, choice)
     assert len(warnings) == 1 and name in warnings[0] and "in-place" in warnings[0]
+
+
+class NormedWidth(nn.Module):
+    """``nn.RMSNorm`` between two projections: on the CPU ``F.rms_norm`` decomposes into a
+    mean and an in-place ``add_`` of eps, which DTensor runs only on self as it was made."""
+
+    def __init__(self):
+        super().__init__()
+        self.up = nn.Linear(16, 64)
+        self.norm = nn.RMSNorm(64)
+        self.down = nn.Linear(64, 8)
+
+    def forward(self, x):
+        return self.down(self.norm(self.up(x))).sum()
+
+
+def test_an_in_place_op_is_never_handed_a_self_it_must_move():
+    """``add_`` follows the mean it adds eps to; every leader strategy the pins leave hands
+    it its self as it reads it, and some other would not (the mean partial where the width
+    is split: DTensor fails with "in-place operations that require placement changes")."""
+    from autoplan.pipeline.pinning import Pins
+    from autoplan.pipeline.problem import prepare_problem, solve_problem
+    from zoo import verify_on_fake_world
+
+    torch.manual_seed(0)
+    model, batch = NormedWidth(), (torch.randn(8, 16),)
+    problem = prepare_problem(model, batch, (2, 4), ("dp", "tp"), "cpu-gloo")
+    graph, followers = problem.choices.graph, problem.simplified.followers
+    name = next(d.name for d in graph.decisions() if d.fx_node.target == torch.ops.aten.add_.Scalar)
+    leader, pick = followers[name]
+    [(source, out_index, _)] = graph.inputs_of(name)
+
+    def as_read(i: int) -> bool:
+        own = followers[source][1][i] if source in followers else i
+        return graph.decision(source).strategies[own].output(out_index) == graph.decision(name).strategies[pick[i]].inputs[0]
+
+    pins = Pins(problem)
+    runnable = {i for i in range(len(pick)) if as_read(i)}
+    assert pins.allowed[problem.twins.get(leader, leader)] == runnable != set(range(len(pick)))
+    plan, _, _ = solve_problem(problem, pins)
+    assert not [w for w in plan.warnings if "in-place" in w], plan.warnings
+    result = verify_on_fake_world(model, batch, plan)
+    assert result.passed, "\n" + result.summary()

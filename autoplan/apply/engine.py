@@ -184,7 +184,7 @@ def _gather_parameters_for_use(modules: dict[str, nn.Module], plan: Plan, mesh: 
         owner, _, name = fqn.rpartition(".")
         if any(owner == region or owner.startswith(region + ".") for region in plan.opaque_modules):
             continue  # an opaque region gathers all its state itself (_run_replicated)
-        by_module.setdefault(owner, {})[name] = spec
+        by_module.setdefault(owner, {})[name] = to_placements(spec)  # parsed here, not in traced hooks
     for owner, specs in by_module.items():
         module = modules[owner]
         stored: dict[str, nn.Parameter] = {}
@@ -195,7 +195,7 @@ def _gather_parameters_for_use(modules: dict[str, nn.Module], plan: Plan, mesh: 
             for name, spec in specs.items():
                 param = module._parameters[name]
                 stored[name] = param
-                module._parameters[name] = param.redistribute(mesh, to_placements(spec))
+                module._parameters[name] = param.redistribute(mesh, spec)
 
         def swap_out(module, args, output, specs=specs, stored=stored):
             for name in specs:
@@ -256,17 +256,17 @@ def _as_dtensor(value, mesh: DeviceMesh):
     return DTensor.from_local(value, mesh, [Replicate()] * mesh.ndim, run_check=False)
 
 
-def _redistribute_tree(tree, layouts: dict[str, Spec], mesh: DeviceMesh, settle_gradients: bool = False):
-    """``tree`` with each tensor the plan lays out (by pytree path) in that layout."""
+def _redistribute_tree(tree, layouts: dict[str, tuple], mesh: DeviceMesh, settle_gradients: bool = False):
+    """``tree`` with each tensor the plan lays out (by pytree path, to DTensor placements)
+    in that layout."""
 
     def place(key: str, leaf):
         # Integer tensors too: position ids the model makes (plain, the same on every rank)
         # and looks up split, as planned, so that the embedding's gradient is partial there.
-        target = layouts.get(key)
-        if target is None or not isinstance(leaf, torch.Tensor):
+        placements = layouts.get(key)
+        if placements is None or not isinstance(leaf, torch.Tensor):
             return leaf
         leaf = _as_dtensor(leaf, mesh)
-        placements = to_placements(target)
         if tuple(leaf.placements) != placements:
             leaf = leaf.redistribute(mesh, placements)
         if settle_gradients and leaf.requires_grad:
@@ -307,6 +307,8 @@ def _settle_gradient(placements, mesh: DeviceMesh):
 
 
 def _redistribute_inputs(layouts: dict[str, Spec], mesh: DeviceMesh):
+    layouts = {key: to_placements(spec) for key, spec in layouts.items()}  # not in the traced hook
+
     def hook(module, args, kwargs):
         return _redistribute_tree((args, kwargs), layouts, mesh)
 
@@ -314,6 +316,8 @@ def _redistribute_inputs(layouts: dict[str, Spec], mesh: DeviceMesh):
 
 
 def _redistribute_outputs(layouts: dict[str, Spec], mesh: DeviceMesh):
+    layouts = {key: to_placements(spec) for key, spec in layouts.items()}  # not in the traced hook
+
     def hook(module, args, output):
         # The trace keys a single-tensor output as "" and a structure by its paths.
         return _redistribute_tree(output, layouts, mesh, settle_gradients=True)
@@ -323,6 +327,7 @@ def _redistribute_outputs(layouts: dict[str, Spec], mesh: DeviceMesh):
 
 def _wrap_root(model: nn.Module, plan: Plan, mesh: DeviceMesh, loss_fn=None) -> None:
     calls: list[list] = []  # per call in progress: [its plan_execution, the batch as DTensors]
+    batch_layouts = {key: to_placements(b.placements) for key, b in plan.inputs.items()}  # not in the traced hook
 
     def enter(module, args, kwargs):
         stack = ExitStack()
@@ -332,9 +337,9 @@ def _wrap_root(model: nn.Module, plan: Plan, mesh: DeviceMesh, loss_fn=None) -> 
         leaves, spec = tree_flatten_with_path((args, kwargs))
         out = []
         for path, leaf in leaves:
-            layout = plan.inputs.get(keystr(path))
+            layout = batch_layouts.get(keystr(path))
             if isinstance(leaf, torch.Tensor) and not isinstance(leaf, DTensor) and layout is not None:
-                leaf = DTensor.from_local(leaf, mesh, to_placements(layout.placements), run_check=False)
+                leaf = DTensor.from_local(leaf, mesh, layout, run_check=False)
             out.append(leaf)
         args, kwargs = tree_unflatten(out, spec)
         call[1] = batch_of(args, kwargs)  # what loss_fn gets: the batch, without the cache flag added below

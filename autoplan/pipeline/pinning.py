@@ -25,8 +25,10 @@ from __future__ import annotations
 
 from typing import Callable
 
+import torch
+
 from autoplan.choices.graph import OP, PARAMETER
-from autoplan.dtensor.strategies import Strategy
+from autoplan.dtensor.strategies import Strategy, is_inplace
 from autoplan.errors import PlanError
 from autoplan.pipeline.problem import Problem
 from autoplan.placements import Spec, format_spec, layout_problem
@@ -41,6 +43,31 @@ class Pins:
         self.allowed: dict[str, set[int]] = {}
         self.conflicts: list[str] = []
         """Pins that could not be honoured together with the ones before them."""
+        self._inplace_selves_as_made()
+
+    def _inplace_selves_as_made(self) -> None:
+        """An in-place op merged into its self's leader runs on self as it was made: DTensor
+        refuses to move an in-place op's self (``add_`` on the partial mean of an RMSNorm
+        split by its normalized dim, as ``F.rms_norm`` decomposes on the CPU). A leader
+        strategy that would hand such an op another layout than it reads is not allowed,
+        where some other is (else the plan says so in its warnings)."""
+        graph = self.problem.choices.graph
+        followers = self.problem.simplified.followers
+        for name, (leader, pick) in followers.items():
+            target = graph.decision(name).fx_node.target
+            if not isinstance(target, torch._ops.OpOverload) or not is_inplace(target):
+                continue
+            [(u, out_index, k)] = graph.inputs_of(name)
+            if k != 0:
+                continue
+
+            def handed(i: int) -> Spec:
+                own = followers[u][1][i] if u in followers else i
+                return graph.decision(u).strategies[own].output(out_index)
+
+            keep = {i for i, j in enumerate(pick) if handed(i) == graph.decision(name).strategies[j].inputs[0]}
+            if keep:
+                self._narrow(leader, keep)
 
     def _leader_options(self, node: str, test: Callable[[Strategy], bool]) -> tuple[str, set[int]]:
         graph = self.problem.choices.graph

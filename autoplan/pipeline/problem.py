@@ -271,7 +271,11 @@ def solve_problem(
     a mode's name holds it to that mode (scoring a plan that checkpoints).
     """
     seconds = {} if seconds is None else seconds
-    allowed = pins.allowed if pins is not None else {}
+    if pins is None:
+        from autoplan.pipeline.pinning import Pins  # pinning builds on this module
+
+        pins = Pins(problem)  # no pins but the ones every plan has (in-place selves)
+    allowed = pins.allowed
     unit = unit_for(problem.layers.unit if problem.layers is not None else None, recompute)
     fits = True
     with timed(seconds, "solve", progress):
