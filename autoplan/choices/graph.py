@@ -27,7 +27,7 @@ from autoplan.dtensor import strategies as registry
 from autoplan.dtensor.overrides import while_installed
 from autoplan.dtensor.strategies import Strategy
 from autoplan.placements import candidate_specs, replicated
-from autoplan.trace.opaque import OPAQUE_OP
+from autoplan.trace.opaque import DATA_DEPENDENT, OPAQUE_OP
 from autoplan.trace.tracer import TracedGraph
 
 PARAMETER, BUFFER, INPUT, OP, CONSTANT, FALLBACK = (
@@ -141,8 +141,8 @@ def build_choices(traced: TracedGraph, mesh_shape: tuple[int, ...], axis_names: 
         f"no DTensor sharding rule for {op} ({len(names)} node(s), e.g. {names[0]}): replicated"
         for op, names in sorted(uncovered.items())
     ) + tuple(
-        f"module {fqn} ({cls}) has data-dependent shapes: run replicated as one opaque region, "
-        "not searched; its compute cost is an upper bound"
+        f"module {fqn} ({cls}) {traced.opaque_reasons.get(fqn, DATA_DEPENDENT)}: run replicated as one opaque "
+        "region, not searched; its compute cost is an upper bound"
         for fqn, cls in sorted(traced.opaque_modules.items())
     )
     return ChoiceGraph(graph, traced, tuple(mesh_shape), tuple(axis_names), warnings, tuple(sorted(uncovered)))
@@ -170,7 +170,7 @@ def is_tensor_input(arg) -> bool:
 
 def _floating(node: fx.Node) -> bool:
     values = [v for v in tree_flatten(node.meta.get("val"))[0] if isinstance(v, torch.Tensor)]
-    return any(v.is_floating_point() for v in values)
+    return any(v.is_floating_point() or v.is_complex() for v in values)  # complex: rotary embeddings
 
 
 def _replicate_all(node: fx.Node, num_inputs: int, ndim: int) -> Strategy:

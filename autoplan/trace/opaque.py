@@ -15,10 +15,19 @@ element selected) and a tensor's truth value or ``.item()`` answers zero. The sh
 what the region returns do not depend on these answers (a MoE block returns one row per
 token); its FLOPs then count every token at every expert, an upper bound the plan's
 warning states.
+
+A module whose forward takes the local shards of its own DTensor parameters
+(``self.w1.to_local()``: torchtitan's grouped experts, written for the expert- and
+tensor-parallel layout torchtitan gives them) computes on whatever shard it holds, so no
+layout but whole parameters gives its result; it is an opaque region from the start
+(``takes_local_shards``), read from its class's source, since a trace on plain tensors
+never takes that branch.
 """
 
 from __future__ import annotations
 
+import inspect
+import re
 from dataclasses import dataclass, field
 
 import torch
@@ -59,6 +68,20 @@ class Region:
 
 
 _REGIONS: dict[str, Region] = {}
+
+
+_OWN_LOCAL_SHARD = re.compile(r"self\.\w+\.to_local\(")
+DATA_DEPENDENT, LOCAL_SHARDS = "has data-dependent shapes", "takes local shards of its own DTensor parameters"
+"""Why a module is an opaque region, as the plan's warning says it."""
+
+
+def takes_local_shards(cls: type) -> bool:
+    """Whether ``cls.forward`` calls ``to_local()`` on one of its module's own attributes."""
+    try:
+        source = inspect.getsource(cls.forward)
+    except (OSError, TypeError):  # built in, or defined where no source is kept
+        return False
+    return bool(_OWN_LOCAL_SHARD.search(source))
 
 
 def region(key: str) -> Region:

@@ -73,6 +73,8 @@ class TracedGraph:
     """Hash of the graph, parameter shapes and input shapes."""
     opaque_modules: dict[str, str] = field(default_factory=dict)
     """FQN -> class name of each module traced as one opaque region (``trace/opaque.py``)."""
+    opaque_reasons: dict[str, str] = field(default_factory=dict)
+    """FQN -> why it is opaque (``opaque.DATA_DEPENDENT`` or ``opaque.LOCAL_SHARDS``)."""
     opaque_flops: dict[str, float] = field(default_factory=dict)
     """Opaque-region node -> its forward FLOPs (an upper bound)."""
     saved: frozenset[str] = frozenset()
@@ -138,7 +140,8 @@ def trace_model(model: nn.Module, example_inputs, loss_fn=None) -> TracedGraph:
             summed.append(found.where)
         return found.tensor
 
-    opaque_classes: set[type] = set()
+    opaque_classes = {type(m) for m in model.modules() if m is not model and opaque.takes_local_shards(type(m))}
+    local_shards = set(opaque_classes)
     while True:
         model.train()
         regions = opaque.install(model, opaque_classes)
@@ -195,6 +198,10 @@ def trace_model(model: nn.Module, example_inputs, loss_fn=None) -> TracedGraph:
         batch_is_kwargs=isinstance(example_inputs, dict),
         fingerprint=_fingerprint(gm.graph, params, buffers),
         opaque_modules={fqn: type(m).__name__ for fqn, m in model.named_modules() if type(m) in opaque_classes},
+        opaque_reasons={
+            fqn: opaque.LOCAL_SHARDS if type(m) in local_shards else opaque.DATA_DEPENDENT
+            for fqn, m in model.named_modules() if type(m) in opaque_classes
+        },
         opaque_flops={
             node.name: opaque.region_flops(node.args[0])
             for node in gm.graph.nodes if node.target is opaque.OPAQUE_OP
