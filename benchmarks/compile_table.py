@@ -13,8 +13,10 @@ losses compare only eager with compiled; the gloo losses are real.
     python benchmarks/compile_table.py [--models mlp,cnn,transformer,gpt2,bert,llama,nanogpt]
                                        [--backend inductor] [--no-gloo]
 
-Models are ``examples/NAME.py``, and ``nanogpt`` is ``tests/models/nanogpt.py`` (a
-nanoGPT-style GPT in plain PyTorch).
+Models are ``examples/NAME.py``; ``nanogpt`` is ``tests/models/nanogpt.py`` (a nanoGPT-style
+GPT in plain PyTorch); ``torchtitan:FAMILY`` and ``litgpt:NAME`` are the rows of
+``plain_coverage.py`` (``plain_models.py``: built tiny, with their library's training loss;
+torchtitan and litgpt installed as the README says), e.g. ``torchtitan:llama3+sdpa``.
 """
 
 from __future__ import annotations
@@ -49,8 +51,22 @@ FAKE_MESH, GLOO_MESH = (2, 4), (2, 2)
 AXES = ("dp", "tp")
 
 
+_WRITTEN = Path(tempfile.mkdtemp(prefix="autoplan-compile-models-"))
+
+
 def model_path(name: str) -> Path:
-    return ROOT / "tests" / "models" / "nanogpt.py" if name == "nanogpt" else ROOT / "examples" / f"{name}.py"
+    """The model file of a row name (a plain-PyTorch row's is written once, for every process)."""
+    if name == "nanogpt":
+        return ROOT / "tests" / "models" / "nanogpt.py"
+    if ":" not in name:
+        return ROOT / "examples" / f"{name}.py"
+    from plain_models import model_file_text
+
+    source, _, row = name.partition(":")
+    path = _WRITTEN / f"{source}_{''.join(c if c.isalnum() else '_' for c in row)}.py"
+    if not path.exists():
+        path.write_text(model_file_text(source, row))
+    return path
 
 
 def compile_mode(model) -> str:
@@ -88,18 +104,18 @@ def fake_rows(name: str, plan, backend: str) -> dict:
 
 
 def gloo_worker(rank: int, world: int, port: int, jobs: list[tuple[str, str, str]], backend: str, out: str) -> None:
-    """Each job (model name, plan JSON, compile mode): one eager and one compiled step from the
+    """Each job (model file, plan JSON, compile mode): one eager and one compiled step from the
     same weights and batch; rank 0 writes the losses and the compile seconds."""
     torch.set_num_threads(1)
     results = []
     with process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world):
         mesh = init_device_mesh("cpu", GLOO_MESH, mesh_dim_names=AXES)
-        for name, plan_json, mode in jobs:
+        for path, plan_json, mode in jobs:
             torch._dynamo.reset()  # each model's compile timed from scratch
             plan = autoplan.Plan.from_dict(json.loads(plan_json))
-            path = model_path(name)
-            module = import_model_file(path)
-            loss_fn = load_model_file(str(path)).loss_fn
+            module = import_model_file(Path(path))
+            loss_fn = load_model_file(path).loss_fn
+            build_seeded(module, "build_model", 0)  # a plain-PyTorch row's inputs follow its model
             batch = seeded_batch(module, 1)
             try:
                 losses, seconds = [], []
@@ -128,20 +144,20 @@ def gloo_rows(jobs: list[tuple[str, str, str]], backend: str) -> list[dict]:
         return json.loads(out.read_text())
 
 
-HEADER = (f"{'model':12} {'mesh':12} {'compile':8} {'eager loss':>12} {'compiled loss':>14} {'rel diff':>9} "
+HEADER = (f"{'model':24} {'mesh':12} {'compile':8} {'eager loss':>12} {'compiled loss':>14} {'rel diff':>9} "
           f"{'compile s':>10}  collectives (eager, compiled)")
 
 
 def print_rows(rows: list[tuple[str, str, dict]]) -> None:
     for name, where, row in rows:
         if "error" in row:
-            print(f"{name:12} {where:12} {row.get('mode', ''):8} FAILED {row['error']}")
+            print(f"{name:24} {where:12} {row.get('mode', ''):8} FAILED {row['error']}")
             continue
         diff = abs(row["compiled"] - row["eager"]) / max(abs(row["eager"]), 1e-30)
         checks = ("as predicted" if row["eager_ok"] and row["compiled_ok"] else
                   f"eager {'ok' if row['eager_ok'] else 'DIFFERS'}, compiled {'ok' if row['compiled_ok'] else 'DIFFERS'}"
                   ) if "eager_ok" in row else "-"
-        print(f"{name:12} {where:12} {row.get('mode', ''):8} {row['eager']:12.6f} {row['compiled']:14.6f} "
+        print(f"{name:24} {where:12} {row.get('mode', ''):8} {row['eager']:12.6f} {row['compiled']:14.6f} "
               f"{diff:9.1e} {row['compile_s']:10.1f}  {checks}")
 
 
@@ -164,9 +180,9 @@ def main(argv=None) -> int:
         sys.stdout.flush()
         if not args.no_gloo:
             small, _, _ = plan_row(str(model_path(name)), GLOO_MESH, force_sharding=True)
-            jobs.append((name, small.to_json(), row["mode"]))
+            jobs.append((str(model_path(name)), small.to_json(), row["mode"]))
     if jobs:
-        for (name, _, mode), row in zip(jobs, gloo_rows(jobs, args.backend)):
+        for name, (_, _, mode), row in zip(names, jobs, gloo_rows(jobs, args.backend)):
             rows.append((name, "2x2 gloo", {**row, "mode": mode}))
     print()
     print(HEADER)
