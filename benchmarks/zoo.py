@@ -48,21 +48,22 @@ FAKE_PG_TIMEOUT_S = 180
 def plan_row(spec: str, mesh, force_sharding: bool):
     """(plan, report, budget in GiB or None). A forced budget asks for half of the model
     state sharded away; where no plan gets that low (activations that cannot be split on
-    this mesh), halfway between the least any plan needs and the unconstrained peak."""
+    this mesh), halfway between the least any plan needs and the unconstrained peak. The
+    plan is made for the model file's ``compute_loss`` where it has one."""
     names = AXIS_NAMES[len(mesh)]
     loaded = load_model_file(spec)
-    plan, report = suggest_with_report(loaded.model, loaded.example_inputs, mesh, names)
+    plan, report = suggest_with_report(loaded.model, loaded.example_inputs, mesh, names, loss_fn=loaded.loss_fn)
     if not force_sharding:
         return plan, report, None
     peak = plan.predicted.peak_memory_bytes
     budget = (peak - 0.5 * plan.predicted.model_state_bytes) / 2**30
     try:
         loaded = load_model_file(spec)
-        plan, report = suggest_with_report(loaded.model, loaded.example_inputs, mesh, names, memory_gb=budget)
+        plan, report = suggest_with_report(loaded.model, loaded.example_inputs, mesh, names, memory_gb=budget, loss_fn=loaded.loss_fn)
     except InfeasibleError as err:
         budget = (err.smallest_bytes + peak) / 2 / 2**30
         loaded = load_model_file(spec)
-        plan, report = suggest_with_report(loaded.model, loaded.example_inputs, mesh, names, memory_gb=budget)
+        plan, report = suggest_with_report(loaded.model, loaded.example_inputs, mesh, names, memory_gb=budget, loss_fn=loaded.loss_fn)
     return plan, report, budget
 
 
