@@ -74,14 +74,13 @@ def test_an_in_place_op_is_never_handed_a_self_it_must_move():
     torch.manual_seed(0)
     model, batch = NormedWidth(), (torch.randn(8, 16),)
     problem = prepare_problem(model, batch, (2, 4), ("dp", "tp"), "cpu-gloo")
-    graph, followers = problem.choices.graph, problem.simplified.followers
+    graph, simplified = problem.choices.graph, problem.simplified
     name = next(d.name for d in graph.decisions() if d.fx_node.target == torch.ops.aten.add_.Scalar)
-    leader, pick = followers[name]
+    leader, pick = simplified.followers[name]
     [(source, out_index, _)] = graph.inputs_of(name)
 
     def as_read(i: int) -> bool:
-        own = followers[source][1][i] if source in followers else i
-        return graph.decision(source).strategies[own].output(out_index) == graph.decision(name).strategies[pick[i]].inputs[0]
+        return simplified.output_under_leader(source, out_index, i) == graph.decision(name).strategies[pick[i]].inputs[0]
 
     pins = Pins(problem)
     runnable = {i for i in range(len(pick)) if as_read(i)}

@@ -66,7 +66,7 @@ def test_moves_are_priced_as_dtensor_runs_them(fake_world, stored, used):
     assert predicted == ran
 
 
-def test_plan_file_takes_dtensors_strided_form_and_refuses_a_wrong_factor(tmp_path):
+def test_plan_file_takes_dtensors_strided_form_and_refuses_a_wrong_factor():
     plan = build_baseline("torchtitan", *_llama(), mesh=(2, 4), profile="cpu-gloo").plan
     data = json.loads(plan.to_json())
     assert data["parameters"]["model.layers.0.self_attn.q_proj.weight"] == list(STRIDED)

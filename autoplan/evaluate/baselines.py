@@ -200,8 +200,10 @@ def baseline_layout(name: str, problem: Problem) -> tuple[dict[str, Spec], tuple
         shape = shapes[node]
         if node in tensor_parallel:
             spec[tp] = shard(tensor_parallel[node])
-        fsdp2 = name == "torchtitan" and uses_dp and shape and _fsdp_over_tp(spec, shape, mesh, dp, tp)
-        if name in _FULLY_SHARDED and uses_dp and not fsdp2:
+        fsdp2 = _fsdp_over_tp(spec[tp], shape, mesh, dp, tp) if name == "torchtitan" and uses_dp and shape else None
+        if fsdp2 is not None:
+            spec[dp] = fsdp2
+        elif name in _FULLY_SHARDED and uses_dp:
             taken = tensor_parallel.get(node)
             dim = next((d for d in range(len(shape)) if d != taken and shape[d] % mesh[dp] == 0), None)
             if dim is None:
@@ -215,20 +217,16 @@ def baseline_layout(name: str, problem: Problem) -> tuple[dict[str, Spec], tuple
     return layout, idle, notes
 
 
-def _fsdp_over_tp(spec: list[str], shape: tuple[int, ...], mesh: tuple[int, ...], dp: int, tp: int) -> bool:
-    """Set ``spec[dp]`` to FSDP2's storage, dim 0 split on dp, within tp's split where tp
-    splits dim 0 too (``_S(0, k)``, DTensor's ``_StridedShard``, where dp comes first on the
-    mesh), and say True; False, ``spec`` unchanged, where dim 0 does not divide (FSDP2 pads
-    it; a plan cannot)."""
-    if spec[tp] != shard(0):
-        if shape[0] % mesh[dp]:
-            return False
-        spec[dp] = shard(0)
-        return True
+def _fsdp_over_tp(on_tp: str, shape: tuple[int, ...], mesh: tuple[int, ...], dp: int, tp: int) -> str | None:
+    """FSDP2's storage on dp of a parameter laid out ``on_tp`` on tp: dim 0 split on dp,
+    within tp's split where tp splits dim 0 too (``_S(0, k)``, DTensor's ``_StridedShard``,
+    where dp comes first on the mesh); None where dim 0 does not divide (FSDP2 pads it; a
+    plan cannot)."""
+    if on_tp != shard(0):
+        return None if shape[0] % mesh[dp] else shard(0)
     if shape[0] % (mesh[dp] * mesh[tp]):
-        return False
-    spec[dp] = strided(0, mesh[tp]) if dp < tp else shard(0)
-    return True
+        return None
+    return strided(0, mesh[tp]) if dp < tp else shard(0)
 
 
 def _dp_axis(problem: Problem, name: str) -> int | None:

@@ -52,20 +52,16 @@ class Pins:
         strategy that would hand such an op another layout than it reads is not allowed,
         where some other is (else the plan says so in its warnings)."""
         graph = self.problem.choices.graph
-        followers = self.problem.simplified.followers
-        for name, (leader, pick) in followers.items():
+        simplified = self.problem.simplified
+        for name, (leader, pick) in simplified.followers.items():
             target = graph.decision(name).fx_node.target
             if not isinstance(target, torch._ops.OpOverload) or not is_inplace(target):
                 continue
             [(u, out_index, k)] = graph.inputs_of(name)
             if k != 0:
                 continue
-
-            def handed(i: int) -> Spec:
-                own = followers[u][1][i] if u in followers else i
-                return graph.decision(u).strategies[own].output(out_index)
-
-            keep = {i for i, j in enumerate(pick) if handed(i) == graph.decision(name).strategies[j].inputs[0]}
+            reads = graph.decision(name).strategies
+            keep = {i for i, j in enumerate(pick) if simplified.output_under_leader(u, out_index, i) == reads[j].inputs[0]}
             if keep:
                 self._narrow(leader, keep)
 

@@ -84,7 +84,7 @@ from autoplan.plan.loss_reductions import loss_output, loss_reductions
 from autoplan.plan.module_plan import ROOT_MODULE as ROOT, collective_table
 from autoplan.plan.recompute import recompute_collectives
 from autoplan.plan.runtime_choice import runtime_strategy
-from autoplan.plan.views import view_chain
+from autoplan.plan.views import layouts_along_views, view_chain
 
 
 def step_collectives(
@@ -262,13 +262,8 @@ def _hooked_reads(graph, choice: dict[str, int], made) -> dict[tuple[str, str, i
         for _, v, k in graph.out_edges(decision.name, keys=True):
             chain = view_chain(graph, v, k)
             last, last_key = chain[-1]
-            layouts = [graph.decision(last).strategies[choice[last]].inputs[last_key]]
-            for view, _ in reversed(chain[:-1]):  # the layout each view must read for that
-                strategies = graph.decision(view).strategies
-                layouts.insert(0, next((s.inputs[0] for s in strategies if s.outputs[0] == layouts[0]), None))
-                if layouts[0] is None:
-                    break
-            if layouts[0] is None:
+            layouts = layouts_along_views(graph, chain, graph.decision(last).strategies[choice[last]].inputs[last_key])
+            if layouts is None:
                 continue
             found[(decision.name, v, k)] = (stored, layouts[0])
             for (view, _), (after, after_key), layout in zip(chain, chain[1:], layouts[1:]):

@@ -26,11 +26,21 @@ def view_chain(graph, consumer: str, key: int, inside=lambda node: True) -> list
 def spec_before_views(graph, chain, wanted):
     """The layout at the start of ``chain`` that its views turn into ``wanted`` (the last
     node's input layout); None if no view strategy gives it."""
+    layouts = layouts_along_views(graph, chain, wanted)
+    return None if layouts is None else layouts[0]
+
+
+def layouts_along_views(graph, chain, wanted) -> list | None:
+    """The layout each node of ``chain`` reads for its views to turn the first into
+    ``wanted`` (the last node's input layout, the list's last); None if no view strategy
+    gives it."""
+    layouts = [wanted]
     for view, _ in reversed(chain[:-1]):
-        wanted = next((s.inputs[0] for s in graph.decision(view).strategies if s.outputs[0] == wanted), None)
-        if wanted is None:
+        layout = next((s.inputs[0] for s in graph.decision(view).strategies if s.outputs[0] == layouts[0]), None)
+        if layout is None:
             return None
-    return wanted
+        layouts.insert(0, layout)
+    return layouts
 
 
 def spec_after_views(graph, chain, spec):

@@ -43,6 +43,15 @@ class Simplified:
             full[name] = pick[choice[leader]]
         return full
 
+    def output_under_leader(self, node: str, out_index: int, leader_strategy: int):
+        """The layout ``node`` outputs at ``out_index`` when its leader runs ``leader_strategy``."""
+        return output_under_leader(self.costed.choices.graph, self.followers, node, out_index, leader_strategy)
+
+
+def output_under_leader(graph, followers: dict, node: str, out_index: int, leader_strategy: int):
+    own = followers[node][1][leader_strategy] if node in followers else leader_strategy
+    return graph.decision(node).strategies[own].output(out_index)
+
 
 def merge_followers(costed: CostedGraph, regions: dict | None = None, keep=frozenset()) -> Simplified:
     regions = regions or {}
@@ -54,11 +63,6 @@ def merge_followers(costed: CostedGraph, regions: dict | None = None, keep=froze
         + [list(row) for row in recompute_rows(c)] + [list(forward_row(c))]
         for name, c in costed.nodes.items()
     }
-
-    def spec_seen(node: str, out_index: int, leader_strategy: int):
-        """Spec ``node`` outputs at ``out_index`` when its leader uses ``leader_strategy``."""
-        own = followers[node][1][leader_strategy] if node in followers else leader_strategy
-        return graph.decision(node).strategies[own].output(out_index)
 
     for name in graph.nodes:  # graph order: producers first
         inputs = graph.inputs_of(name)
@@ -76,7 +80,7 @@ def merge_followers(costed: CostedGraph, regions: dict | None = None, keep=froze
         rerun_by_selective = graph.decision(name).fx_node.target not in keeps  # "selective" hands kept outputs back
         pick = []
         for i in range(len(graph.decision(leader).strategies)):
-            handed = spec_seen(u, out_index, i)
+            handed = output_under_leader(graph, followers, u, out_index, i)
             row = edge.rows.index(handed)
             as_is = [j for j in range(len(own)) if edge.cols[edge.col_of[j]] == handed]
             best = min(as_is or range(len(own)), key=lambda j: (own[j] + edge.seconds[row][edge.col_of[j]], j))
@@ -113,7 +117,7 @@ def merge_followers(costed: CostedGraph, regions: dict | None = None, keep=froze
         out_index = graph.out_index(u, v, k)
         rows: dict = {}
         row_of = tuple(
-            rows.setdefault(spec_seen(u, out_index, i), len(rows))
+            rows.setdefault(output_under_leader(graph, followers, u, out_index, i), len(rows))
             for i in range(len(graph.decision(leader).strategies))
         )
         specs = tuple(rows)
