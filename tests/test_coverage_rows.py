@@ -10,6 +10,10 @@ step each, collectives compared.
 - Llama, bfloat16: RMSNorm's weight, gathered for ``weight * x``, is not gathered again
   for the product's backward (``dtensor/saved_inputs.py``: autograd hands the backward an
   alias of the saved parameter).
+- BART masked LM, float32: dropout's ``x * mask``, made split on the hidden dim on dp, gets
+  its gradient split on tokens there; DTensor runs ``grad * mask`` in the gradient's layout,
+  moving the saved mask, and the gradient goes on split on tokens
+  (``plan/gradient_rules.resplit_through``).
 """
 
 import sys
@@ -21,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 
 import hf_row  # noqa: E402
 
-ROWS = [("causal_lm", "mixtral", "float32"), ("causal_lm", "llama", "bfloat16")]
+ROWS = [("causal_lm", "mixtral", "float32"), ("causal_lm", "llama", "bfloat16"), ("masked_lm", "bart", "float32")]
 
 
 @pytest.mark.slow  # plans each model three times

@@ -77,7 +77,8 @@ from autoplan.dtensor.loss_parallel import own_collectives
 from autoplan.dtensor.strategies import SHAPE_ONLY_OPS, Strategy
 from autoplan.placements import PARTIAL, REPLICATE, is_partial
 from autoplan.plan.gradient_rules import (
-    broadcast_axes, output_gradient, partial_axes, passes_gradient, split_input_gradient, split_through, summed,
+    broadcast_axes, gradient_reads, output_gradient, partial_axes, passes_gradient, resplit_moves, resplit_through,
+    split_input_gradient, split_through, summed,
     through_view, views_follow, whole_product_gradient,
 )
 from autoplan.plan.loss_reductions import loss_output, loss_reductions
@@ -222,7 +223,12 @@ def step_collectives(
         target = tuple(REPLICATE if c else (g if k else q) for c, k, g, q in zip(carried, kept, grad, src))
         # A parameter's gradient is settled by its module's hook (``Plan.parameter_uses``).
         where = _parameter_module(choices, u) if graph.decision(u).kind == PARAMETER else module_of(u)
+        times = 1 if u in exits else gradient_reads(graph, u)
         for kind, axis, size in gradient_collectives(reduced, target, nbytes, mesh_shape):
+            found[(where, kind, axis, round(size))] += times
+        # a product run on its gradient's split moves its saved operands there instead
+        resplit = resplit_through(graph, u, exits, grad, src)
+        for kind, axis, size in resplit_moves(graph, u, operands.get(u, {}), grad, resplit, mesh_shape):
             found[(where, kind, axis, round(size))] += 1
 
     loss = loss_output(choices)

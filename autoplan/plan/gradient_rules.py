@@ -11,9 +11,12 @@ rules it follows it by, one op at a time, as DTensor runs that op's backward:
   outputs' gradients (``output_gradient``); a product whose gradient came back whole
   hands whole gradients on (``whole_product_gradient``);
 - a pointwise op or a concatenation runs its backward on a split gradient split
-  (``split_through``, ``split_input_gradient``);
+  (``split_through``, ``split_input_gradient``), and so does an elementwise product made
+  split on another dim, moving its saved operands instead (``resplit_through``);
 - autograd sums a value's gradient parts in the order they are ready, in the layout
-  DTensor's add makes (``summed``).
+  DTensor's add makes (``summed``);
+- a product of two trained values reads its output's gradient twice, once per input's
+  gradient, and DTensor moves it for each (``gradient_reads``).
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ import torch
 
 from autoplan.choices.graph import OP
 from autoplan.cost.comm import _moves, without_partial
-from autoplan.cost.estimate import is_view, output_values
+from autoplan.cost.estimate import is_view, output_values, tensor_bytes
 from autoplan.dtensor.strategies import is_pointwise
 from autoplan.placements import PARTIAL, REPLICATE, is_partial, is_shard, shard, shard_dim
 
@@ -99,6 +102,17 @@ def carries_partial(graph, name: str) -> bool:
     return len(inputs) == 1 and (target in _REDUCTIONS or target in _WITH_A_SCALAR or is_pointwise(target))
 
 
+def gradient_reads(graph, name: str) -> int:
+    """How many ops of ``name``'s backward read its output's gradient, each moving it to
+    the layout it needs on its own: for ``a * b`` with both trained, ``grad * b`` and
+    ``grad * a`` (also for ``x * x``: autograd does not merge them; an RMSNorm's mean of
+    squares reduced its gradient twice on a batch split); one for every other op."""
+    decision = graph.decision(name)
+    if decision.kind != OP or decision.fx_node.target is not _aten.mul.Tensor:
+        return 1
+    return max(1, sum(graph.decision(u).requires_grad for u, _, _ in graph.inputs_of(name)))
+
+
 def output_gradient(graph, name: str, grads: dict) -> tuple | None:
     """The gradient ``name``'s backward starts from: its (first) output's, or for a split,
     the join of its outputs', per axis: partial where one is partial and none split (a
@@ -168,15 +182,59 @@ def split_through(graph, name: str, exits, grad: tuple, made: tuple) -> tuple[bo
     whole, stays split into its backward. A pointwise op's backward is pointwise too:
     DTensor runs it on the split gradient, slicing the saved inputs it multiplies by
     (no gather), so the gradient reaches the inputs split (``split_input_gradient``).
-    So does a concatenation's, which slices the gradient along the joined dim.
-    A module output's hook puts the gradient back in the layout DTensor made first."""
+    So does a concatenation's, which slices the gradient along the joined dim, and an
+    elementwise product's where the output was made split on another dim
+    (``resplit_through``). A module output's hook puts the gradient back in the layout
+    DTensor made first."""
     pointwise = _is_pointwise_op(graph, name)
     joined = None if pointwise else _cat_dim(graph, name)  # split on any other dim, a slice stays split
     if name in exits or not (pointwise or joined is not None):
         return (False,) * len(grad)
+    resplit = resplit_through(graph, name, exits, grad, made)
     return tuple(
-        is_shard(g) and shard_dim(g) != joined and not is_shard(q) and not is_partial(q) for g, q in zip(grad, made)
+        r or (is_shard(g) and shard_dim(g) != joined and not is_shard(q) and not is_partial(q))
+        for r, g, q in zip(resplit, grad, made)
     )
+
+
+def resplit_through(graph, name: str, exits, grad: tuple, made: tuple) -> tuple[bool, ...]:
+    """Per axis: whether the elementwise product ``name`` (``x * mask``: a dropout), made
+    split on one dim, runs its backward on a gradient split on another dim as it comes.
+    Both layouts cost DTensor the same move for ``grad * mask``, and it keeps the first
+    operand's: the saved mask moves to the gradient's split (``resplit_moves``), and the
+    input's gradient goes on split as the output's came (BART's dropout on a 2x4 fake
+    process group: the move back ran at the module hook further on). Only for operands
+    of the output's shape (a broadcast one has no such dim to split)."""
+    decision = graph.decision(name)
+    if name in exits or decision.kind != OP or decision.fx_node.target is not _aten.mul.Tensor:
+        return (False,) * len(grad)
+    shape = tuple(decision.fx_node.meta["val"].shape)
+    operands = [u.meta.get("val") for u in decision.fx_node.args if isinstance(u, torch.fx.Node)]
+    if len(operands) != 2 or any(getattr(v, "shape", None) != shape for v in operands):
+        return (False,) * len(grad)
+    return tuple(is_shard(g) and is_shard(q) and shard_dim(g) != shard_dim(q) for g, q in zip(grad, made))
+
+
+def resplit_moves(graph, name: str, operands: dict, grad: tuple, resplit: tuple, mesh_shape) -> list:
+    """``(kind, axis, bytes)`` of the saved operands ``name``'s backward moves to its
+    gradient's layout on the ``resplit`` axes: for each trained input, the product of the
+    gradient and the other operand as autograd saved it (``operands``: input index ->
+    (saved, read))."""
+    if not any(resplit):
+        return []
+    inputs = graph.inputs_of(name)
+    found = []
+    for u, _, k in inputs:
+        if not graph.decision(u).requires_grad:
+            continue
+        for other, index, j in inputs:
+            saved = operands.get(j, (None, None))[0] if j != k else None
+            if saved is None:
+                continue
+            target = tuple(g if r else p for r, g, p in zip(resplit, grad, saved))
+            nbytes = tensor_bytes(output_values(graph.decision(other))[index])
+            found += _moves(saved, target, nbytes, mesh_shape)
+    return found
 
 
 def _cat_dim(graph, name: str) -> int | None:
