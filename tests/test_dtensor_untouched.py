@@ -51,6 +51,17 @@ def test_plain_tensor_parallel_runs_the_same_collectives_after_autoplan_planned_
     assert alone["mlp"]["collectives"]  # the program does communicate
 
 
+def test_a_backward_that_raises_leaves_dtensor_as_found():
+    """The overrides a planned model's backward installs come off when that backward fails
+    (a device out of memory, say), not only when it ends: torch's own tensor parallelism
+    then runs as it does without autoplan."""
+    alone = _run("mlp")
+    after = _run("failed-backward")
+    assert after["error"] == "out of memory while reducing a gradient"
+    assert after["installs_left"] == 0 and after["changed"] == []
+    assert alone["mlp"] == after["mlp"]
+
+
 @pytest.mark.parametrize("what", ["select", "move"])
 def test_a_moved_internal_is_one_clear_line(what):
     found = _run("moved", what)

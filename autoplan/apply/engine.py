@@ -391,7 +391,9 @@ def _overrides_for_backward(output) -> None:
     moment autograd reaches the model's outputs to the end of that backward pass.
 
     Between the forward and the backward (the user's own loss code, say) torch is as it
-    was; an output nobody calls backward on leaves nothing installed."""
+    was; an output nobody calls backward on leaves nothing installed, and neither does a
+    backward that raises (a device out of memory, a hook's error): autograd drops the
+    callbacks of a failed pass unrun, and dropping this one uninstalls."""
     if not torch.is_grad_enabled():
         return
     tensors = [t for t in _tensors_in(output) if t.requires_grad]
@@ -400,9 +402,25 @@ def _overrides_for_backward(output) -> None:
 
     def reached(_grad):
         overrides.install()
-        torch.autograd.Variable._execution_engine.queue_callback(overrides.uninstall)
+        torch.autograd.Variable._execution_engine.queue_callback(_UninstallOnce())
 
     torch.autograd.graph.register_multi_grad_hook(tensors, reached, mode="any")
+
+
+class _UninstallOnce:
+    """``overrides.uninstall`` as the backward's final callback: called when the pass ends,
+    or, where it failed and autograd drops its callbacks unrun, when dropped."""
+
+    def __init__(self):
+        self._pending = True
+
+    def __call__(self):
+        if self._pending:
+            self._pending = False
+            overrides.uninstall()
+
+    def __del__(self):
+        self()
 
 
 def _tangents_for_compiled_outputs(output):

@@ -1,6 +1,6 @@
 """What autoplan leaves changed in DTensor, seen from a fresh interpreter (``test_dtensor_untouched.py``).
 
-    python tests/scripts/dtensor_state.py import|install|mlp|plan-then-mlp|moved WHAT
+    python tests/scripts/dtensor_state.py import|install|mlp|plan-then-mlp|failed-backward|moved WHAT
 
 Prints one JSON line. ``changed`` lists the DTensor internals that differ from a snapshot
 taken before autoplan was imported (functions compared by identity, registries entry by entry).
@@ -103,6 +103,35 @@ def plan_and_step() -> bool:
     return any("S(" in str(spec) for spec in plan.parameters.values())
 
 
+def failed_backward() -> str:
+    """A step of the tiny Llama under a plan whose backward raises part-way (a gradient hook
+    on the token embedding, the last parameter the backward reaches, fails as a device out
+    of memory would): the error the training loop sees."""
+    sys.path[:0] = [str(ROOT / "tests")]
+    from zoo import example_path, forced_plan
+
+    import autoplan
+    from autoplan.model_file import import_model_file
+
+    from torch.distributed.device_mesh import init_device_mesh
+
+    plan = forced_plan(example_path("llama"), (2, 4), ("dp", "tp"))
+    example = import_model_file(Path(example_path("llama")))
+    mesh = init_device_mesh("cpu", (2, 4), mesh_dim_names=("dp", "tp"))
+    model = autoplan.apply_plan(example.build_model(), plan, mesh)
+
+    def out_of_memory(grad):
+        raise torch.OutOfMemoryError("out of memory while reducing a gradient")
+
+    model.get_parameter("model.embed_tokens.weight").register_hook(out_of_memory)
+    output = model(**autoplan.shard_batch(example.example_inputs(), plan, mesh))
+    try:
+        autoplan.training_loss(output).backward()
+    except torch.OutOfMemoryError as err:
+        return str(err)
+    return "the backward did not raise"
+
+
 def main(mode: str, *rest: str) -> dict:
     from torch.testing._internal.distributed.fake_pg import FakeStore
 
@@ -127,6 +156,12 @@ def main(mode: str, *rest: str) -> dict:
     elif mode == "plan-then-mlp":
         found["weights_split"] = plan_and_step()
         found["planned_and_stepped"] = True
+        found["mlp"] = mlp_program()
+    elif mode == "failed-backward":
+        from autoplan.dtensor import overrides
+
+        found["error"] = failed_backward()
+        found["installs_left"] = overrides._depth
         found["mlp"] = mlp_program()
     elif mode == "moved":
         from autoplan.dtensor import overrides
