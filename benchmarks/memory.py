@@ -13,11 +13,24 @@ Budgets: "default" is the profile's device memory; "lean" is the least any plan 
 (``InfeasibleError.smallest_bytes``) plus 10 %, which forces sharding.
 
     python benchmarks/memory.py [--rows gpt2-8,llama-2x4-lean,...] [--json OUT] [--timeout 300]
+
+On a GPU the same plans are measured for real: ``--stage plan`` plans every row and writes
+its plan to ``--plans DIR`` (no GPU needed), and ``--stage measure --device cuda`` applies
+each plan on rank 0 of a fake process group whose tensors are real CUDA tensors, and reads
+``torch.cuda.max_memory_allocated()`` over one step after a warm-up step. The fake process
+group communicates nothing, but every collective allocates its output as NCCL's would, and
+every kernel runs at its real shapes, so rank 0 holds what it holds on a real cluster. The
+two stages can run on different machines (a GPU host with another torch measures plans made
+here):
+
+    python benchmarks/memory.py --stage plan --plans DIR
+    python benchmarks/memory.py --stage measure --device cuda --plans DIR [--json OUT]
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import math
 import signal
@@ -224,9 +237,14 @@ def measure_step(model: Model, plan, make=None) -> dict:
             tracker.track_external(net, optimizer)
             with tracker:
                 step()
-        peak = next(iter(tracker.get_tracker_snapshot("peak").values()))
     finally:
         dist.destroy_process_group()
+    return by_category(tracker)
+
+
+def by_category(tracker: MemTracker) -> dict:
+    """MemTracker's peak in this benchmark's categories (bytes), and their sum."""
+    peak = next(iter(tracker.get_tracker_snapshot("peak").values()))
     measured = dict.fromkeys(CATEGORIES, 0)
     for key, value in peak.items():
         name = str(getattr(key, "name", key))
@@ -234,6 +252,83 @@ def measure_step(model: Model, plan, make=None) -> dict:
             measured[_TRACKER_NAMES[name]] += int(value)
     measured["peak"] = int(sum(measured[c] for c in CATEGORIES))
     return measured
+
+
+def measure_on_device(model: Model, plan, device: str = "cuda") -> dict:
+    """Rank 0's peak on a real device, ``torch.cuda.max_memory_allocated`` over one training
+    step after a warm-up step, less what was allocated before the row began; and MemTracker's
+    split of the same step by category (``tracker``), on the real tensors."""
+    from torch.distributed.tensor.debug import _clear_sharding_prop_cache
+
+    from autoplan.dtensor import overrides
+
+    accelerator = getattr(torch, device)
+    _clear_sharding_prop_cache()
+    overrides._own_cache = None
+    accelerator.set_device(0)
+    runtime = _math_library_workspaces(device)
+    before = accelerator.memory_allocated()
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=math.prod(plan.mesh_shape))
+    try:
+        device_mesh = init_device_mesh(device, tuple(plan.mesh_shape), mesh_dim_names=tuple(plan.axis_names))
+        net, inputs, loss_fn = build(model)
+        torch.manual_seed(0)
+        batch = _on_device(batch_of(inputs), device)
+        # Weights are allocated shard by shard on the device and left as they are: the fake
+        # process group hands back every gathered or reduced tensor uninitialised anyway, so
+        # no value in the step is meaningful, and none decides a shape (top-k routing keeps k).
+        autoplan.apply_plan(net, plan, device_mesh, init=_values_unread, loss_fn=loss_fn)
+        optimizer = torch.optim.AdamW(net.parameters())
+        local_batch = autoplan.shard_batch(batch, plan, device_mesh)
+
+        def step():
+            loss = autoplan.training_loss(call_model(net, local_batch))
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+
+        step()
+        accelerator.synchronize()
+        accelerator.reset_peak_memory_stats()
+        tracker = MemTracker()
+        tracker.track_external(net, optimizer)
+        with tracker:
+            step()
+        accelerator.synchronize()
+        peak = accelerator.max_memory_allocated() - before
+    finally:
+        dist.destroy_process_group()
+    del net, optimizer, local_batch, batch
+    gc.collect()
+    accelerator.empty_cache()
+    return {"peak": int(peak), "runtime": int(runtime), "tracker": by_category(tracker)}
+
+
+def _math_library_workspaces(device: str) -> int:
+    """Bytes the device's math libraries hold once they have run a matmul (cuBLAS and
+    cuBLASLt allocate their workspaces through torch's allocator, once per process and
+    stream, whatever the model): allocated here before the row, so that the row's peak is
+    the step's own, and reported beside it."""
+    accelerator = getattr(torch, device)
+    start = accelerator.memory_allocated()
+    for dtype in (torch.float32, torch.bfloat16):
+        a = torch.ones(64, 64, device=device, dtype=dtype, requires_grad=True)
+        torch.nn.functional.linear(a, a, a[0]).sum().backward()  # addmm, mm and their backward
+    del a
+    accelerator.synchronize()
+    return accelerator.memory_allocated() - start
+
+
+def _values_unread(module) -> None:
+    """``apply_plan``'s initialiser for a measurement whose values are never read."""
+
+
+def _on_device(batch, device: str):
+    if isinstance(batch, dict):
+        return {key: _on_device(value, device) for key, value in batch.items()}
+    if isinstance(batch, tuple):
+        return tuple(_on_device(value, device) for value in batch)
+    return batch.to(device) if isinstance(batch, torch.Tensor) else batch
 
 
 def materialize_fake(net) -> None:
@@ -269,22 +364,34 @@ def _out_of_time(signum, frame):
     raise TimeoutError
 
 
-def run_row(row: str, timeout_s: int) -> dict:
+def run_row(row: str, timeout_s: int, stage: str = "all", plans: Path | None = None, device: str = "cpu") -> dict:
+    """One row: plan it (``stage`` "all" or "plan"; "plan" writes the plan to ``plans``) or
+    load its plan from ``plans`` ("measure"), then measure its step on ``device`` ("cpu":
+    fake tensors under MemTracker; "cuda": real tensors, the device's allocator)."""
     name, _, rest = row.partition("-")
     if name == "llama3":  # "llama3-8b-8x8[-lean]"
         size, _, rest = rest.partition("-")
         name = f"llama3-{size}"
     mesh_text, _, budget_kind = rest.partition("-")
     model, mesh = MODELS[name], MESHES[mesh_text]
-    result = {"row": row, "model": name, "mesh": mesh_text, "budget": budget_kind or "default"}
+    result = {"row": row, "model": name, "mesh": mesh_text, "budget": budget_kind or "default", "device": device}
     signal.signal(signal.SIGALRM, _out_of_time)
     signal.alarm(timeout_s)
     try:
-        plan, budget, plan_s = plan_row(model, mesh, budget_kind == "lean")
+        if stage == "measure":
+            plan, plan_s = autoplan.Plan.load(plans / f"{row}.json"), None
+            budget = plan.solver.memory_budget_bytes if budget_kind == "lean" else None
+        else:
+            plan, budget, plan_s = plan_row(model, mesh, budget_kind == "lean")
+            plan_s = round(plan_s, 1)
+        if stage == "plan":
+            plan.save(plans / f"{row}.json")
+            result.update(budget_bytes=budget, plan_s=plan_s, predicted=predicted_split(plan))
+            return result
         started = time.perf_counter()
-        measured = measure_step(model, plan)
+        measured = measure_step(model, plan) if device == "cpu" else measure_on_device(model, plan, device)
         result.update(
-            budget_bytes=budget, plan_s=round(plan_s, 1), step_s=round(time.perf_counter() - started, 1),
+            budget_bytes=budget, plan_s=plan_s, step_s=round(time.perf_counter() - started, 1),
             predicted=predicted_split(plan), measured=measured,
             error=predicted_split(plan)["peak"] / measured["peak"] - 1,
             recompute=f"{','.join(sorted(set(plan.recompute.values())))} x{len(plan.recompute)}" if plan.recompute else "-",
@@ -302,6 +409,32 @@ def _mib(value) -> str:
     return f"{value / 2**20:.1f}"
 
 
+def _pairs(predicted: dict, measured: dict) -> tuple[str, ...]:
+    """Predicted / measured MiB of model state (with buffers), gradients, optimizer state,
+    and activations with temporaries."""
+    def pair(*cats):
+        return f"{_mib(sum(predicted[c] for c in cats))} / {_mib(sum(measured[c] for c in cats))}"
+
+    return pair("parameters", "buffers"), pair("gradients"), pair("optimizer"), pair("activations", "temporaries")
+
+
+def format_device_table(results: list[dict]) -> str:
+    """Rows measured on a device: the allocator's peak beside the plan's prediction."""
+    head = ("row", "pred peak", "device peak", "error", "+ math libraries", "recompute", "param p/m", "grad p/m",
+            "optim p/m", "act+temp p/m", "step s")
+    lines = [" | ".join(head), " | ".join("---" for _ in head)]
+    for r in results:
+        if "failed" in r:
+            lines.append(f"{r['row']} | {r['failed']}")
+            continue
+        p, m = r["predicted"], r["measured"]["tracker"]
+        lines.append(" | ".join((
+            r["row"], _mib(p["peak"]), _mib(r["measured"]["peak"]), f"{r['error']:+.1%}",
+            _mib(r["measured"]["runtime"]), r.get("recompute", "-"), *_pairs(p, m), str(r["step_s"]),
+        )))
+    return "\n".join(lines)
+
+
 def format_table(results: list[dict]) -> str:
     head = ("row", "pred peak", "meas peak", "error", "recompute", "param p/m", "grad p/m", "optim p/m", "act+temp p/m",
             "plan s", "step s")
@@ -311,14 +444,9 @@ def format_table(results: list[dict]) -> str:
             lines.append(f"{r['row']} | {r['failed']}")
             continue
         p, m = r["predicted"], r["measured"]
-
-        def pair(*cats):
-            return f"{_mib(sum(p[c] for c in cats))} / {_mib(sum(m[c] for c in cats))}"
-
         lines.append(" | ".join((
             r["row"], _mib(p["peak"]), _mib(m["peak"]), f"{r['error']:+.1%}", r.get("recompute", "-"),
-            pair("parameters", "buffers"), pair("gradients"), pair("optimizer"),
-            pair("activations", "temporaries"), str(r["plan_s"]), str(r["step_s"]),
+            *_pairs(p, m), str(r["plan_s"]), str(r["step_s"]),
         )))
     return "\n".join(lines)
 
@@ -328,21 +456,49 @@ def main(argv=None) -> int:
     parser.add_argument("--rows", default=",".join(ROWS), help=f"comma-separated, from: {', '.join(ROWS)}")
     parser.add_argument("--json", help="write the results to this file (atomically)")
     parser.add_argument("--timeout", type=int, default=300, help="seconds per row (plan and step)")
+    parser.add_argument("--stage", choices=("all", "plan", "measure"), default="all",
+                        help="plan and measure (all), only plan and write the plans to --plans, or measure the plans there")
+    parser.add_argument("--plans", default=str(ROOT / "benchmarks" / "results" / "memory_plans"),
+                        help="where --stage plan writes the plans and --stage measure reads them")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                        help="cpu: fake tensors under MemTracker; cuda: real tensors on one GPU, its allocator's peak")
     args = parser.parse_args(argv)
     rows = [r for r in args.rows.split(",") if r]
     unknown = [r for r in rows if r not in ROWS]
     if unknown:
         parser.error(f"unknown rows {unknown}; expected some of {', '.join(ROWS)}")
+    if args.device == "cuda" and args.stage != "plan" and not torch.cuda.is_available():
+        parser.error("--device cuda needs a CUDA GPU; plan here with --stage plan and measure on the GPU host")
+    plans = Path(args.plans)
+    if args.stage == "plan":
+        plans.mkdir(parents=True, exist_ok=True)
+    elif args.stage == "measure":
+        missing = [r for r in rows if not (plans / f"{r}.json").is_file()]
+        if missing:
+            parser.error(f"no plan for {missing[:3]} in {plans}; write them with --stage plan --plans {plans}")
     results = []
     with rows_on_stderr(len(rows)) as progress:
         for row in rows:
             progress.started(row)
-            results.append(run_row(row, args.timeout))
+            results.append(run_row(row, args.timeout, args.stage, plans, args.device))
             r = results[-1]
-            print(f"{row}: {r.get('failed') or format(r['error'], '+.1%')}", file=sys.stderr, flush=True)
+            done = r.get("failed") or (format(r["error"], "+.1%") if "error" in r else f"planned in {r['plan_s']} s")
+            print(f"{row}: {done}", file=sys.stderr, flush=True)
             progress.finished(row)
-    print("memory per device in MiB; p/m = predicted / measured (MemTracker, rank 0, fake process group)")
-    print(format_table(results))
+    if args.stage == "plan":
+        print(f"plans of {sum('failed' not in r for r in results)} of {len(results)} rows written to {plans}")
+        for r in results:
+            if "failed" in r:
+                print(f"{r['row']}: {r['failed']}")
+    elif args.device == "cpu":
+        print("memory per device in MiB; p/m = predicted / measured (MemTracker, rank 0, fake process group)")
+        print(format_table(results))
+    else:
+        name = torch.cuda.get_device_name(0)
+        print(f"memory per device in MiB; device peak = torch.cuda.max_memory_allocated on rank 0 of a fake process "
+              f"group over one step, less the math libraries' workspaces (allocated once per process, shown apart); "
+              f"p/m = predicted / MemTracker's split of that step; one {name}, torch {torch.__version__}")
+        print(format_device_table(results))
     if args.json:
         write_atomic(args.json, json.dumps(results, indent=2) + "\n")
     return 0
