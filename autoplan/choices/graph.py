@@ -141,9 +141,10 @@ def build_choices(traced: TracedGraph, mesh_shape: tuple[int, ...], axis_names: 
         f"no DTensor sharding rule for {op} ({len(names)} node(s), e.g. {names[0]}): replicated"
         for op, names in sorted(uncovered.items())
     ) + tuple(
-        f"module {fqn} ({cls}) {traced.opaque_reasons.get(fqn, DATA_DEPENDENT)}: run replicated as one opaque "
-        "region, not searched; its compute cost is an upper bound"
+        f"module {fqn} ({cls}) {reason}: run replicated as one opaque region, not searched"
+        + ("; its compute cost is an upper bound" if reason == DATA_DEPENDENT else "")
         for fqn, cls in sorted(traced.opaque_modules.items())
+        for reason in (traced.opaque_reasons.get(fqn, DATA_DEPENDENT),)
     )
     return ChoiceGraph(graph, traced, tuple(mesh_shape), tuple(axis_names), warnings, tuple(sorted(uncovered)))
 

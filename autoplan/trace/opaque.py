@@ -16,6 +16,10 @@ what the region returns do not depend on these answers (a MoE block returns one 
 token); its FLOPs then count every token at every expert, an upper bound the plan's
 warning states.
 
+A module that restrides a tensor (``as_strided``; torch's own ``adaptive_avg_pool2d`` does
+so to a channels-last input pooled to one element, which Swin's pooler hands it) runs as
+an opaque region too: DTensor has no layout in which to run it, forward or backward.
+
 A module whose forward takes the local shards of its own DTensor parameters
 (``self.w1.to_local()``: torchtitan's grouped experts, written for the expert- and
 tensor-parallel layout torchtitan gives them) computes on whatever shard it holds, so no
@@ -72,7 +76,11 @@ _REGIONS: dict[str, Region] = {}
 
 _OWN_LOCAL_SHARD = re.compile(r"self\.\w+\.to_local\(")
 DATA_DEPENDENT, LOCAL_SHARDS = "has data-dependent shapes", "takes local shards of its own DTensor parameters"
+RESTRIDES = "restrides a tensor (as_strided), which DTensor runs in no layout"
 """Why a module is an opaque region, as the plan's warning says it."""
+RESTRIDING_OPS = frozenset({aten.as_strided.default, aten.as_strided_.default})
+"""Ops that give a tensor strides of the caller's choosing: DTensor refuses them unless they
+change nothing (its ``as_strided`` handler), and their backward restrides the gradient."""
 
 
 def takes_local_shards(cls: type) -> bool:

@@ -142,6 +142,7 @@ def trace_model(model: nn.Module, example_inputs, loss_fn=None) -> TracedGraph:
 
     opaque_classes = {type(m) for m in model.modules() if m is not model and opaque.takes_local_shards(type(m))}
     local_shards = set(opaque_classes)
+    restriding: set[type] = set()
     while True:
         model.train()
         regions = opaque.install(model, opaque_classes)
@@ -154,6 +155,12 @@ def trace_model(model: nn.Module, example_inputs, loss_fn=None) -> TracedGraph:
             culprit = _module_with_unknown_sizes(gm, recorder, model)
             if culprit is not None and type(culprit) not in opaque_classes:
                 opaque_classes.add(type(culprit))  # traced, but with sizes no cost can be put on
+                recorder.reset()
+                continue
+            culprit = _module_restriding(gm, recorder, model)
+            if culprit is not None and type(culprit) not in opaque_classes:
+                opaque_classes.add(type(culprit))  # traced, but with an op no layout runs
+                restriding.add(type(culprit))
                 recorder.reset()
                 continue
             break
@@ -199,7 +206,8 @@ def trace_model(model: nn.Module, example_inputs, loss_fn=None) -> TracedGraph:
         fingerprint=_fingerprint(gm.graph, params, buffers),
         opaque_modules={fqn: type(m).__name__ for fqn, m in model.named_modules() if type(m) in opaque_classes},
         opaque_reasons={
-            fqn: opaque.LOCAL_SHARDS if type(m) in local_shards else opaque.DATA_DEPENDENT
+            fqn: opaque.LOCAL_SHARDS if type(m) in local_shards else opaque.RESTRIDES if type(m) in restriding
+            else opaque.DATA_DEPENDENT
             for fqn, m in model.named_modules() if type(m) in opaque_classes
         },
         opaque_flops={
@@ -251,6 +259,22 @@ def _module_with_unknown_sizes(gm: fx.GraphModule, recorder: "_CallRecorder", mo
         if any(not isinstance(size, int) for v in values for size in v.shape):
             fqn = owners.get(node.name, "")
             return model.get_submodule(fqn) if fqn else None
+    return None
+
+
+def _module_restriding(gm: fx.GraphModule, recorder: "_CallRecorder", model: nn.Module) -> nn.Module | None:
+    """The innermost module (not the model itself) that restrides a tensor
+    (``opaque.RESTRIDING_OPS``) other than to the strides it has, or None."""
+    owners = recorder.node_owners(gm.graph)
+    for node in gm.graph.nodes:
+        if node.target not in opaque.RESTRIDING_OPS or not owners.get(node.name):
+            continue
+        source, size, stride = node.args[0].meta.get("val"), node.args[1], node.args[2]
+        offset = node.args[3] if len(node.args) > 3 else None
+        if isinstance(source, torch.Tensor) and (tuple(source.shape), source.stride()) == (tuple(size), tuple(stride)) \
+                and offset in (None, source.storage_offset()):
+            continue  # changes nothing: DTensor runs it as an alias
+        return model.get_submodule(owners[node.name])
     return None
 
 

@@ -201,7 +201,11 @@ def _in_float64(model: torch.nn.Module):
 class _WithoutDropout(TorchFunctionMode):
     """Dropout as the identity on both sides: its random masks differ between a rank's shard
     and the whole tensor by design, and are not what is compared (configs ship with
-    dropout on, T5's at 0.1). Everything else a training-mode forward does still runs."""
+    dropout on, T5's at 0.1). Masks a model draws itself keep everything too: a uniform
+    draw is just below one and a Bernoulli draw is one, so stochastic depth (Swin's
+    ``keep_prob + torch.rand(...)``, floored) keeps every path, as its scaling by
+    ``1 / keep_prob`` does on both sides alike. Everything else a training-mode forward
+    does still runs."""
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -209,10 +213,17 @@ class _WithoutDropout(TorchFunctionMode):
             return args[0]
         if func is F.scaled_dot_product_attention:  # its own dropout, on the attention weights
             return sdpa_call(args, kwargs)._replace(dropout_p=0.0).run()
+        if func in _UNIFORM_DRAWS:
+            drawn = func(*args, **kwargs)
+            return drawn.fill_(1 - torch.finfo(drawn.dtype).eps)
+        if func in _BERNOULLI_DRAWS:
+            return func(*args, **kwargs).fill_(1)
         return func(*args, **kwargs)
 
 
 _DROPOUTS = {F.dropout, F.dropout1d, F.dropout2d, F.dropout3d, F.alpha_dropout, F.feature_alpha_dropout}
+_UNIFORM_DRAWS = {torch.rand, torch.rand_like, torch.Tensor.uniform_}
+_BERNOULLI_DRAWS = {torch.bernoulli, torch.Tensor.bernoulli, torch.Tensor.bernoulli_}
 
 
 def _relative(value: torch.Tensor, reference: torch.Tensor, floor: float = 0.0) -> float:
