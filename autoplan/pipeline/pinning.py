@@ -32,7 +32,7 @@ from autoplan.dtensor.strategies import Strategy, is_inplace
 from autoplan.errors import PlanError
 from autoplan.pipeline.problem import Problem
 from autoplan.placements import Spec, format_spec, layout_problem
-from autoplan.plan.views import spec_after_views, view_chain
+from autoplan.plan.views import reshaping_readers, spec_after_views, view_chain
 
 
 class Pins:
@@ -229,6 +229,10 @@ class Pins:
                 source, out_index = traced.value_of(node)
                 if spec is None or source not in graph:
                     continue
-                ok = self.value(source, out_index, spec, f"module {call.fqn} output {key or '<out>'}")
+                what = f"module {call.fqn} output {key or '<out>'}"
+                # Read only by reshaping views: handed over as they read it, whatever made it.
+                readers = reshaping_readers(graph, owners, source, out_index, call.fqn)
+                ok = all([self.consumed(v, k, spec, what) for v, k in readers]) if readers else \
+                    self.value(source, out_index, spec, what)
                 pinned, skipped = pinned + ok, skipped + (not ok)
         return pinned, skipped

@@ -13,7 +13,7 @@ from autoplan.dtensor.strategies import is_inplace
 from autoplan.placements import format_spec
 from autoplan.plan.collectives import module_table, step_collectives
 from autoplan.plan.module_plan import MEMORY_CATEGORIES, BatchInput, ModuleLayout, Plan, Predicted, SolverReport, rounded, total_table
-from autoplan.plan.views import spec_before_views, view_chain
+from autoplan.plan.views import reshaping_readers, spec_before_views, view_chain
 from autoplan.solve.ilp import Solution
 from autoplan.solve.recompute import freed_bytes, rerun_parts
 from autoplan.trace.tracer import ModuleCall
@@ -300,5 +300,17 @@ def _call_layout(costed: CostedGraph, choice, call: ModuleCall, output_spec, ord
     for key, node in call.outputs:
         source, out_index = costed.choices.traced.value_of(node)
         if source in graph:
-            outputs[key] = output_spec(source, out_index)
+            reshaped = _reshaped_outside(graph, owners, choice, source, out_index, call.fqn)
+            outputs[key] = reshaped or output_spec(source, out_index)
     return ModuleLayout(inputs, outputs)
+
+
+def _reshaped_outside(graph, owners, choice, source: str, out_index: int, fqn: str):
+    """The layout the readers outside a module read its output in, where they are all
+    reshaping views (``views.reshaping_readers``) reading one layout other than the one
+    the module makes, or None. Falcon's fused q/k/v, split by columns on tp, is viewed as
+    ``num_heads + 2`` heads, 6 on a tiny config, which 4 ranks cannot split."""
+    readers = reshaping_readers(graph, owners, source, out_index, fqn)
+    wanted = {graph.decision(v).strategies[choice[v]].inputs[k] for v, k in readers}
+    made = graph.decision(source).strategies[choice[source]].output(out_index)
+    return wanted.pop() if len(wanted) == 1 and made not in wanted else None

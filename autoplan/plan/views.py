@@ -8,7 +8,9 @@ say which layout each view maps to which.
 
 from __future__ import annotations
 
+from autoplan.choices.graph import OP
 from autoplan.cost.estimate import is_view
+from autoplan.dtensor.view_rules import RESHAPING_VIEWS
 
 
 def view_chain(graph, consumer: str, key: int, inside=lambda node: True) -> list[tuple[str, int]]:
@@ -51,3 +53,29 @@ def spec_after_views(graph, chain, spec):
         if spec is None:
             return None
     return spec
+
+
+def reshaping_readers(graph, owners: dict, source: str, out_index: int, fqn: str) -> list[tuple[str, int]]:
+    """``[(reader, input index), ...]`` of the output of module ``fqn`` where every reader
+    outside the module is a reshaping view in a module enclosing it (no input hook of
+    another module between them); [] otherwise. DTensor moves an op's inputs to the layout
+    its strategy wants, but not a view's: its rule takes the input as it comes and refuses
+    a split it cannot carry through the reshape, so such an output is handed over in the
+    layout the views read (the module's output hook moves it; ``plan/builder.py``,
+    ``pipeline/pinning.py``). ``owners``: node -> the FQN of the module it runs in."""
+
+    def encloses(node: str) -> bool:
+        owner = owners.get(node) or ""
+        return owner == "" or fqn.startswith(owner + ".")
+
+    readers = [(v, k) for _, v, k, read in graph.reads(source) if read == out_index and not _within(owners, v, fqn)]
+    fits = all(
+        encloses(v) and graph.decision(v).kind == OP and graph.decision(v).fx_node.target in RESHAPING_VIEWS
+        for v, _ in readers
+    )
+    return readers if fits else []
+
+
+def _within(owners: dict, node: str, fqn: str) -> bool:
+    owner = owners.get(node) or ""
+    return owner == fqn or owner.startswith(fqn + ".")

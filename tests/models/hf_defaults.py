@@ -9,7 +9,8 @@ cannot shift its labels into decoder inputs, on any device).
 
 import torch
 from transformers import (
-    BartConfig, BartForConditionalGeneration, DeepseekV3Config, DeepseekV3ForCausalLM, GPTNeoXConfig, GPTNeoXForCausalLM, LlamaConfig, LlamaForCausalLM, MixtralConfig, MixtralForCausalLM,
+    BartConfig, BartForConditionalGeneration, DeepseekV3Config, DeepseekV3ForCausalLM, FalconConfig, FalconForCausalLM,
+    GPTNeoXConfig, GPTNeoXForCausalLM, LlamaConfig, LlamaForCausalLM, MixtralConfig, MixtralForCausalLM,
     PhiConfig, PhiForCausalLM, Qwen2Config, Qwen2ForCausalLM, T5Config, T5ForConditionalGeneration,
 )
 
@@ -58,6 +59,12 @@ def deepseek_v3():
         qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=16,
     )
     return DeepseekV3ForCausalLM(config)
+
+
+def falcon():
+    # Multi-query attention: one fused q/k/v projection of num_heads + 2 heads.
+    config = FalconConfig(vocab_size=VOCAB, hidden_size=64, num_hidden_layers=2, num_attention_heads=4)
+    return FalconForCausalLM(config)
 
 
 def example_inputs():
