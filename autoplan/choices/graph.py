@@ -69,6 +69,7 @@ def build_choices(traced: TracedGraph, mesh_shape: tuple[int, ...], axis_names: 
     requires_grad: set[str] = set()
     cache: dict[tuple, tuple[Strategy, ...] | None] = {}
     uncovered: dict[str, list[str]] = {}
+    without_backward: set[str] = set()  # ops with a rule whose backward op has none
     module_of = traced.node_modules
 
     for node in traced.graph_module.graph.nodes:
@@ -123,6 +124,9 @@ def build_choices(traced: TracedGraph, mesh_shape: tuple[int, ...], axis_names: 
             kind = FALLBACK  # replicated: the planner cannot see inside (see opaque.py)
         elif depends:
             options = _strategies_for(node, mesh, cache)
+            if options and grad and backward_without_rule(node.target):
+                options = None  # replicated, so that its backward's fallback gathers nothing
+                without_backward.add(str(node.target))
             buffer_inputs = [i for i, (source, _) in enumerate(sources) if source in traced.buffers]
             if options and buffer_inputs:
                 options = _keep_buffers_in_place(options, buffer_inputs) or None
@@ -138,7 +142,8 @@ def build_choices(traced: TracedGraph, mesh_shape: tuple[int, ...], axis_names: 
             graph.add_read(source, node.name, index, out_index)
 
     warnings = traced.warnings + tuple(
-        f"no DTensor sharding rule for {op} ({len(names)} node(s), e.g. {names[0]}): replicated"
+        f"no DTensor sharding rule for {op}{' backward' if op in without_backward else ''} ({len(names)} node(s), "
+        f"e.g. {names[0]}): replicated"
         for op, names in sorted(uncovered.items())
     ) + tuple(
         f"module {fqn} ({cls}) {reason}: run replicated as one opaque region, not searched"
@@ -193,6 +198,21 @@ def _signature(node: fx.Node) -> tuple:
 
     args = tree_map(describe, (node.args, node.kwargs))
     return (node.target, repr(args))
+
+
+def backward_without_rule(op) -> bool:
+    """Whether ``op`` has a backward op (``<name>_backward``: ``hardtanh_backward``,
+    ``avg_pool2d_backward``) with no sharding rule, which DTensor could not run on what the
+    forward's rule would hand it; ``dtensor/rules.fallback_rules`` gives it one that
+    gathers everything, so the forward is planned replicated, and the gathers are none."""
+    if not isinstance(op, torch._ops.OpOverload):
+        return False
+    backward = getattr(torch.ops.aten, f"{op._schema.name.split('::')[1]}_backward", None)
+    if backward is None or "default" not in backward.overloads():
+        return False
+    # A composite backward (``embedding_backward``) reaches DTensor as the ops it is made of.
+    composite = torch._C._dispatch_has_kernel_for_dispatch_key(backward.default.name(), "CompositeImplicitAutograd")
+    return not composite and not registry.has_rule(backward.default)
 
 
 def _strategies_for(node: fx.Node, mesh: DeviceMesh, cache: dict) -> tuple[Strategy, ...] | None:

@@ -10,6 +10,11 @@
   with a 0-dim tensor; DTensor has a rule for ``fill_.Scalar`` only. The tensor keeps its
   layout (a partial one is gathered first: filling a share would not fill the sum) and the
   value is read replicated.
+- Backward ops of pointwise ops. DTensor rules every op tagged pointwise, but not the
+  backward ops of some (``hardtanh_backward`` of ReLU6, ``hardswish_backward``,
+  ``softplus_backward``): they read the output's gradient and the forward's input, of one
+  shape, element by element, and get the same rule: every tensor replicated or split
+  alike on each mesh axis (``_elementwise``).
 - Replicate fallback. An op DTensor has no rule for is planned replicated (the plan lists
   it in ``fallback_ops`` and in its warnings); ``fallback_rules`` let DTensor
   run it that way: every input is gathered to Replicate and the op runs on whole tensors,
@@ -21,6 +26,8 @@ deletes them again; a rule DTensor already has is never replaced.
 """
 
 from __future__ import annotations
+
+import functools
 
 import torch
 from torch.distributed.tensor import Replicate, Shard
@@ -97,9 +104,42 @@ def _fill_with_tensor(op_schema: OpSchema) -> OpStrategy:
     return OpStrategy(strategies)
 
 
+def _elementwise(op_schema: OpSchema) -> OpStrategy:
+    """Every tensor argument and the output replicated or split on one dim alike, per mesh
+    axis; replicated only where the arguments' shapes differ (a broadcast)."""
+    from torch.distributed.tensor._ops.utils import expand_to_full_mesh_op_strategy
+
+    mesh = op_schema.get_mesh_from_args()
+    shapes = {tuple(arg.strategies[0].output_spec.tensor_meta.shape) for arg in _tensor_args(op_schema)}
+    width = 1 + len(_tensor_args(op_schema))
+    rows = [[Replicate()] * width]
+    if len(shapes) == 1:
+        rows += [[Shard(dim)] * width for dim in range(len(next(iter(shapes))))]
+    return expand_to_full_mesh_op_strategy(mesh, op_schema, rows, input_index=1)
+
+
+@functools.cache
+def _pointwise_backward_ops() -> tuple:
+    """``<name>_backward.default`` of every op DTensor rules as pointwise."""
+    from autoplan.dtensor.strategies import is_pointwise
+
+    found = set()
+    for name in dir(aten):
+        packet = getattr(aten, name)
+        if not isinstance(packet, torch._ops.OpOverloadPacket) or "default" not in packet.overloads():
+            continue
+        if any(is_pointwise(getattr(packet, overload)) for overload in packet.overloads()):
+            backward = getattr(aten, f"{name}_backward", None)
+            if backward is not None and "default" in backward.overloads():
+                found.add(backward.default)
+    return tuple(sorted(found, key=str))
+
+
 def builtin_rules() -> list[tuple]:
-    """(op, strategy function, schema info) of the rules autoplan always adds."""
+    """(op, strategy function, schema info) of the rules autoplan always adds (where DTensor
+    has none: ``overrides.py`` never replaces one)."""
     return [
+        *((op, _elementwise, RuntimeSchemaInfo(1)) for op in _pointwise_backward_ops()),
         (
             aten._scaled_dot_product_flash_attention_for_cpu.default,
             _cpu_attention_forward,

@@ -91,10 +91,19 @@ def splits_back(view_shape: tuple, source_shape: tuple, dim: int, ways: int) -> 
     grouped-query attention's key heads, repeated by an expand and merged from
     ``(kv_heads, groups)``, then split by heads); the backward must then split the merged
     dim again, and DTensor puts the split on its first factor, which must divide evenly
-    ("Cannot unflatten unevenly sharded tensor"). Merges of other dims are not affected."""
-    from torch.distributed.tensor._ops._view_ops import Split, view_groups
+    ("Cannot unflatten unevenly sharded tensor"). Merges of other dims are not affected.
+    Where dims are merged and split again in other sizes (Funnel's pooled attention), the
+    split lands on the first factor only if ``dim`` leads the merged dims; a split of a
+    later one would need a strided shard, and cannot go back."""
+    from torch.distributed.tensor._ops._view_ops import Flatten, InputDim, Split, view_groups
 
     for rule in view_groups(list(view_shape), list(source_shape)):
-        if isinstance(rule, Split) and rule.input_dim.input_dim == dim and rule.split_id == 0:
+        if not isinstance(rule, Split) or rule.split_id != 0:
+            continue
+        merged = rule.input_dim.input_dims if isinstance(rule.input_dim, Flatten) else (rule.input_dim,)
+        dims = [d.input_dim for d in merged if isinstance(d, InputDim)]
+        if dims[:1] == [dim]:
             return rule.group_shape[0] % ways == 0
+        if dim in dims:
+            return False
     return True

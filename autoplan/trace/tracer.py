@@ -140,9 +140,10 @@ def trace_model(model: nn.Module, example_inputs, loss_fn=None) -> TracedGraph:
             summed.append(found.where)
         return found.tensor
 
-    opaque_classes = {type(m) for m in model.modules() if m is not model and opaque.takes_local_shards(type(m))}
-    local_shards = set(opaque_classes)
-    restriding: set[type] = set()
+    # Class -> why its modules are traced as opaque regions (``trace/opaque.py``).
+    opaque_classes = {
+        type(m): opaque.LOCAL_SHARDS for m in model.modules() if m is not model and opaque.takes_local_shards(type(m))
+    }
     while True:
         model.train()
         regions = opaque.install(model, opaque_classes)
@@ -152,15 +153,10 @@ def trace_model(model: nn.Module, example_inputs, loss_fn=None) -> TracedGraph:
                 # Tensors the forward builds from Python data on the meta device (``torch.tensor``
                 # in a module's forward) become graph constants instead of failing the trace.
                 gm = make_fx(step, tracing_mode="fake", _allow_non_fake_inputs=True)(params, buffers, args, kwargs)
-            culprit = _module_with_unknown_sizes(gm, recorder, model)
+            # Traced, but with sizes no cost can be put on, or with an op no layout runs.
+            culprit, reason = _module_to_isolate(gm, recorder, model)
             if culprit is not None and type(culprit) not in opaque_classes:
-                opaque_classes.add(type(culprit))  # traced, but with sizes no cost can be put on
-                recorder.reset()
-                continue
-            culprit = _module_restriding(gm, recorder, model)
-            if culprit is not None and type(culprit) not in opaque_classes:
-                opaque_classes.add(type(culprit))  # traced, but with an op no layout runs
-                restriding.add(type(culprit))
+                opaque_classes[type(culprit)] = reason
                 recorder.reset()
                 continue
             break
@@ -169,7 +165,7 @@ def trace_model(model: nn.Module, example_inputs, loss_fn=None) -> TracedGraph:
         except Exception as err:  # tracing errors come from anywhere in user code
             culprit = opaque.failing_module(err, model) if opaque.is_data_dependent(err) else None
             if culprit is not None and type(culprit) not in opaque_classes and culprit is not model:
-                opaque_classes.add(type(culprit))  # trace again with that region opaque
+                opaque_classes[type(culprit)] = opaque.DATA_DEPENDENT  # trace again with that region opaque
                 recorder.reset()
                 continue
             raise TraceError(
@@ -205,11 +201,7 @@ def trace_model(model: nn.Module, example_inputs, loss_fn=None) -> TracedGraph:
         batch_is_kwargs=isinstance(example_inputs, dict),
         fingerprint=_fingerprint(gm.graph, params, buffers),
         opaque_modules={fqn: type(m).__name__ for fqn, m in model.named_modules() if type(m) in opaque_classes},
-        opaque_reasons={
-            fqn: opaque.LOCAL_SHARDS if type(m) in local_shards else opaque.RESTRIDES if type(m) in restriding
-            else opaque.DATA_DEPENDENT
-            for fqn, m in model.named_modules() if type(m) in opaque_classes
-        },
+        opaque_reasons={fqn: opaque_classes[type(m)] for fqn, m in model.named_modules() if type(m) in opaque_classes},
         opaque_flops={
             node.name: opaque.region_flops(node.args[0])
             for node in gm.graph.nodes if node.target is opaque.OPAQUE_OP
@@ -249,33 +241,30 @@ def _autocast_warnings(enabled: list[bool]) -> tuple[str, ...]:
     )
 
 
-def _module_with_unknown_sizes(gm: fx.GraphModule, recorder: "_CallRecorder", model: nn.Module) -> nn.Module | None:
-    """The innermost module that made a value whose size depends on the data (``torch.where``
-    traced with an unbacked size), or None. Such a module is traced again as an opaque
-    region, as one whose trace fails on a data-dependent size is."""
+def _module_to_isolate(gm: fx.GraphModule, recorder: "_CallRecorder", model: nn.Module):
+    """(the innermost module to trace again as an opaque region, why), or (None, None):
+    one that made a value whose size depends on the data (``torch.where`` traced with an
+    unbacked size), as one whose trace fails on such a size is; or one that restrides a
+    tensor (``opaque.RESTRIDING_OPS``) other than to the strides it has. Never the model
+    itself: a value of unknown size made by no module's node leaves the trace as it is."""
     owners = recorder.node_owners(gm.graph)
     for node in gm.graph.nodes:
+        fqn = owners.get(node.name, "")
         values = [v for v in tree_flatten(node.meta.get("val"))[0] if isinstance(v, torch.Tensor)]
         if any(not isinstance(size, int) for v in values for size in v.shape):
-            fqn = owners.get(node.name, "")
-            return model.get_submodule(fqn) if fqn else None
-    return None
+            return (model.get_submodule(fqn), opaque.DATA_DEPENDENT) if fqn else (None, None)
+        if fqn and node.target in opaque.RESTRIDING_OPS and not _restrides_as_it_is(node):
+            return model.get_submodule(fqn), opaque.RESTRIDES
+    return None, None
 
 
-def _module_restriding(gm: fx.GraphModule, recorder: "_CallRecorder", model: nn.Module) -> nn.Module | None:
-    """The innermost module (not the model itself) that restrides a tensor
-    (``opaque.RESTRIDING_OPS``) other than to the strides it has, or None."""
-    owners = recorder.node_owners(gm.graph)
-    for node in gm.graph.nodes:
-        if node.target not in opaque.RESTRIDING_OPS or not owners.get(node.name):
-            continue
-        source, size, stride = node.args[0].meta.get("val"), node.args[1], node.args[2]
-        offset = node.args[3] if len(node.args) > 3 else None
-        if isinstance(source, torch.Tensor) and (tuple(source.shape), source.stride()) == (tuple(size), tuple(stride)) \
-                and offset in (None, source.storage_offset()):
-            continue  # changes nothing: DTensor runs it as an alias
-        return model.get_submodule(owners[node.name])
-    return None
+def _restrides_as_it_is(node: fx.Node) -> bool:
+    """Whether an ``as_strided`` node asks for the size, strides and offset its input has
+    (DTensor runs that as an alias)."""
+    source, size, stride = node.args[0].meta.get("val"), node.args[1], node.args[2]
+    offset = node.args[3] if len(node.args) > 3 else None
+    return isinstance(source, torch.Tensor) and (tuple(source.shape), source.stride()) == (tuple(size), tuple(stride)) \
+        and offset in (None, source.storage_offset())
 
 
 def _tied_parameter_names(model: nn.Module) -> dict[str, tuple[str, ...]]:

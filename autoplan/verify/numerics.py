@@ -222,7 +222,7 @@ class _WithoutDropout(TorchFunctionMode):
 
 
 _DROPOUTS = {F.dropout, F.dropout1d, F.dropout2d, F.dropout3d, F.alpha_dropout, F.feature_alpha_dropout}
-_UNIFORM_DRAWS = {torch.rand, torch.rand_like, torch.Tensor.uniform_}
+_UNIFORM_DRAWS = {torch.rand, torch.rand_like}
 _BERNOULLI_DRAWS = {torch.bernoulli, torch.Tensor.bernoulli, torch.Tensor.bernoulli_}
 
 
