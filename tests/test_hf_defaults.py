@@ -1,7 +1,8 @@
 """HuggingFace models with their configs as shipped (only sizes changed) plan, train and match.
 
 Their defaults used to break the trace: the key/value cache on, ``return_dict`` on, the
-default ``sdpa`` attention and Mixtral's ``grouped_mm`` experts in float32. Each model
+default ``sdpa`` attention and Mixtral's ``grouped_mm`` experts in float32 (and GraniteMoE,
+whose causal LM passes ``use_cache`` on to its inner model only through ``**kwargs``). Each model
 below (``tests/models/hf_defaults.py``) is planned on 2x4 under a budget that forces
 sharding, runs one training step on a fake process group with exactly the predicted
 collectives, and matches one device on 8 gloo processes.
@@ -16,7 +17,7 @@ from autoplan.verify.numerics import NumericsJob, build_seeded, check_numerics, 
 from conftest import ROOT
 from zoo import forced_plan, verify_on_fake_world
 
-MODELS = ("llama", "qwen2", "mixtral", "gpt_neox", "t5", "bart")
+MODELS = ("llama", "qwen2", "mixtral", "gpt_neox", "t5", "bart", "granitemoe")
 MODEL_FILE = ROOT / "tests" / "models" / "hf_defaults.py"
 MESH, AXIS_NAMES = (2, 4), ("dp", "tp")
 TOLERANCE = 1e-5
@@ -28,7 +29,7 @@ def plans():
 
 
 @pytest.mark.parametrize("name", MODELS)
-@pytest.mark.slow  # plans five models twice
+@pytest.mark.slow  # plans seven models twice
 def test_plan_shards_and_a_step_runs_the_predicted_collectives(plans, name):
     plan = plans[name]
     assert any(p.startswith("S(") for spec in plan.parameters.values() for p in spec), f"{name}: nothing sharded"
@@ -59,3 +60,5 @@ def test_the_cache_stays_on_outside_training():
     assert training_kwargs(model.train(), {"use_cache": True}) == {"use_cache": True}  # the caller's word wins
     assert training_kwargs(model.eval(), {}) == {}
     assert training_kwargs(torch.nn.Linear(2, 2).train(), {}) == {}  # no such argument: nothing added
+    # A forward that passes **kwargs on, of a model whose config has the flag: it reaches the inner model.
+    assert training_kwargs(import_model_file(MODEL_FILE).granitemoe().train(), {}) == {"use_cache": False}

@@ -10,8 +10,9 @@ cannot shift its labels into decoder inputs, on any device).
 import torch
 from transformers import (
     BartConfig, BartForConditionalGeneration, DeepseekV3Config, DeepseekV3ForCausalLM, FalconConfig, FalconForCausalLM,
-    GPTNeoXConfig, GPTNeoXForCausalLM, LlamaConfig, LlamaForCausalLM, MixtralConfig, MixtralForCausalLM,
-    PhiConfig, PhiForCausalLM, Qwen2Config, Qwen2ForCausalLM, T5Config, T5ForConditionalGeneration,
+    GPTNeoXConfig, GPTNeoXForCausalLM, GraniteMoeConfig, GraniteMoeForCausalLM, LlamaConfig, LlamaForCausalLM,
+    MixtralConfig, MixtralForCausalLM, PhiConfig, PhiForCausalLM, Qwen2Config, Qwen2ForCausalLM, T5Config,
+    T5ForConditionalGeneration,
 )
 
 VOCAB, BATCH, SEQ = 256, 8, 16
@@ -65,6 +66,11 @@ def falcon():
     # Multi-query attention: one fused q/k/v projection of num_heads + 2 heads.
     config = FalconConfig(vocab_size=VOCAB, hidden_size=64, num_hidden_layers=2, num_attention_heads=4)
     return FalconForCausalLM(config)
+
+
+def granitemoe():
+    # Its causal LM's forward passes **kwargs on; the inner model reads use_cache from the config.
+    return GraniteMoeForCausalLM(GraniteMoeConfig(**_DECODER, num_key_value_heads=2, num_local_experts=4))
 
 
 def example_inputs():
