@@ -222,14 +222,7 @@ def measure_step(model: Model, plan, make=None) -> dict:
         autoplan.apply_plan(net, plan, device_mesh, loss_fn=loss_fn)
         local = next(p for p in net.parameters())
         assert type(local.to_local()).__name__ == "FakeTensor", "the measured step must run on fake tensors"
-        optimizer = torch.optim.AdamW(net.parameters())
-        local_batch = autoplan.shard_batch(batch, plan, device_mesh)
-
-        def step():
-            loss = autoplan.training_loss(call_model(net, local_batch))
-            loss.backward()
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
+        step, optimizer = training_step(net, plan, device_mesh, batch)
 
         with alltoall_as_on_gpus():
             step()
@@ -252,6 +245,21 @@ def by_category(tracker: MemTracker) -> dict:
             measured[_TRACKER_NAMES[name]] += int(value)
     measured["peak"] = int(sum(measured[c] for c in CATEGORIES))
     return measured
+
+
+def training_step(net, plan, device_mesh, batch):
+    """(a function running one training step of the applied ``net`` on this rank's slice of
+    ``batch``: forward, backward, ``AdamW.step()``, ``zero_grad``; its optimizer)."""
+    optimizer = torch.optim.AdamW(net.parameters())
+    local_batch = autoplan.shard_batch(batch, plan, device_mesh)
+
+    def step():
+        loss = autoplan.training_loss(call_model(net, local_batch))
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    return step, optimizer
 
 
 def measure_on_device(model: Model, plan, device: str = "cuda") -> dict:
@@ -278,14 +286,7 @@ def measure_on_device(model: Model, plan, device: str = "cuda") -> dict:
         # process group hands back every gathered or reduced tensor uninitialised anyway, so
         # no value in the step is meaningful, and none decides a shape (top-k routing keeps k).
         autoplan.apply_plan(net, plan, device_mesh, init=_values_unread, loss_fn=loss_fn)
-        optimizer = torch.optim.AdamW(net.parameters())
-        local_batch = autoplan.shard_batch(batch, plan, device_mesh)
-
-        def step():
-            loss = autoplan.training_loss(call_model(net, local_batch))
-            loss.backward()
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
+        step, optimizer = training_step(net, plan, device_mesh, batch)
 
         step()
         accelerator.synchronize()
@@ -298,7 +299,7 @@ def measure_on_device(model: Model, plan, device: str = "cuda") -> dict:
         peak = accelerator.max_memory_allocated() - before
     finally:
         dist.destroy_process_group()
-    del net, optimizer, local_batch, batch
+    del net, optimizer, step, batch
     gc.collect()
     accelerator.empty_cache()
     return {"peak": int(peak), "runtime": int(runtime), "tracker": by_category(tracker)}
