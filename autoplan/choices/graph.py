@@ -25,6 +25,7 @@ from torch.utils._pytree import tree_flatten, tree_map
 from autoplan.choices.decision import Decision, DecisionGraph
 from autoplan.dtensor import strategies as registry
 from autoplan.dtensor.overrides import while_installed
+from autoplan.dtensor.rules import backward_op
 from autoplan.dtensor.strategies import Strategy
 from autoplan.placements import candidate_specs, replicated
 from autoplan.trace.opaque import DATA_DEPENDENT, OPAQUE_OP
@@ -207,7 +208,7 @@ def backward_without_rule(op) -> bool:
     gathers everything, so the forward is planned replicated, and the gathers are none."""
     if not isinstance(op, torch._ops.OpOverload):
         return False
-    backward = getattr(torch.ops.aten, f"{op._schema.name.split('::')[1]}_backward", None)
+    backward = backward_op(op)
     if backward is None or "default" not in backward.overloads():
         return False
     # A composite backward (``embedding_backward``) reaches DTensor as the ops it is made of.

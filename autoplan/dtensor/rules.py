@@ -104,14 +104,20 @@ def _fill_with_tensor(op_schema: OpSchema) -> OpStrategy:
     return OpStrategy(strategies)
 
 
+def backward_op(op):
+    """The packet of ``op``'s backward op (``aten.<name>_backward``), or None."""
+    return getattr(aten, f"{op._schema.name.split('::')[1]}_backward", None)
+
+
 def _elementwise(op_schema: OpSchema) -> OpStrategy:
     """Every tensor argument and the output replicated or split on one dim alike, per mesh
     axis; replicated only where the arguments' shapes differ (a broadcast)."""
     from torch.distributed.tensor._ops.utils import expand_to_full_mesh_op_strategy
 
     mesh = op_schema.get_mesh_from_args()
-    shapes = {tuple(arg.strategies[0].output_spec.tensor_meta.shape) for arg in _tensor_args(op_schema)}
-    width = 1 + len(_tensor_args(op_schema))
+    tensors = _tensor_args(op_schema)
+    shapes = {tuple(arg.strategies[0].output_spec.tensor_meta.shape) for arg in tensors}
+    width = 1 + len(tensors)
     rows = [[Replicate()] * width]
     if len(shapes) == 1:
         rows += [[Shard(dim)] * width for dim in range(len(next(iter(shapes))))]
@@ -129,7 +135,7 @@ def _pointwise_backward_ops() -> tuple:
         if not isinstance(packet, torch._ops.OpOverloadPacket) or "default" not in packet.overloads():
             continue
         if any(is_pointwise(getattr(packet, overload)) for overload in packet.overloads()):
-            backward = getattr(aten, f"{name}_backward", None)
+            backward = backward_op(packet.default)
             if backward is not None and "default" in backward.overloads():
                 found.add(backward.default)
     return tuple(sorted(found, key=str))
@@ -181,7 +187,7 @@ def fallback_rules(ops, has_rule) -> list[tuple]:
     found = []
     for op in sorted(ops, key=str):
         found.append((op, _replicate_everything, static))
-        backward = getattr(aten, f"{op._schema.name.split('::')[1]}_backward", None)
+        backward = backward_op(op)
         if backward is not None:
             for overload in backward.overloads():
                 if not has_rule(getattr(backward, overload)):

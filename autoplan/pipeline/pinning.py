@@ -32,7 +32,7 @@ from autoplan.dtensor.strategies import Strategy, is_inplace
 from autoplan.errors import PlanError
 from autoplan.pipeline.problem import Problem
 from autoplan.placements import Spec, format_spec, layout_problem
-from autoplan.plan.views import reshaping_readers, spec_after_views, view_chain
+from autoplan.plan.views import reshaping_readers, spec_after_views, view_chain, within
 
 
 class Pins:
@@ -199,8 +199,7 @@ class Pins:
                 continue
 
             def inside(node: str, fqn=call.fqn) -> bool:
-                owner = owners.get(node, "")
-                return owner == fqn or owner.startswith(fqn + ".")
+                return within(owners.get(node, ""), fqn)
 
             for key, node in call.inputs:
                 spec = layout.inputs.get(key)

@@ -13,7 +13,7 @@ from autoplan.dtensor.strategies import is_inplace
 from autoplan.placements import format_spec
 from autoplan.plan.collectives import module_table, step_collectives
 from autoplan.plan.module_plan import MEMORY_CATEGORIES, BatchInput, ModuleLayout, Plan, Predicted, SolverReport, rounded, total_table
-from autoplan.plan.views import reshaping_readers, spec_before_views, view_chain
+from autoplan.plan.views import reshaping_readers, spec_before_views, view_chain, within
 from autoplan.solve.ilp import Solution
 from autoplan.solve.recompute import freed_bytes, rerun_parts
 from autoplan.trace.tracer import ModuleCall
@@ -279,8 +279,7 @@ def _call_layout(costed: CostedGraph, choice, call: ModuleCall, output_spec, ord
     owners = costed.choices.traced.node_modules
 
     def inside(node: str) -> bool:
-        owner = owners.get(node, "")
-        return owner == call.fqn or owner.startswith(call.fqn + ".")
+        return within(owners.get(node, ""), call.fqn)
 
     inputs = {}
     for key, node in call.inputs:

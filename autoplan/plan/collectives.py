@@ -85,7 +85,7 @@ from autoplan.plan.loss_reductions import loss_output, loss_reductions
 from autoplan.plan.module_plan import ROOT_MODULE as ROOT, collective_table
 from autoplan.plan.recompute import recompute_collectives
 from autoplan.plan.runtime_choice import runtime_strategy
-from autoplan.plan.views import layouts_along_views, view_chain
+from autoplan.plan.views import layouts_along_views, view_chain, within
 
 
 def step_collectives(
@@ -372,10 +372,6 @@ class _Boundary:
         return self.fqn.count(".") + 1
 
 
-def _inside(owner: str, fqn: str) -> bool:
-    return owner == fqn or owner.startswith(fqn + ".")
-
-
 def _planned_calls(choices, modules: dict):
     """``(call, layout)`` for each call of a module the plan lays out (the root's layout is
     the batch's, not a hook's)."""
@@ -401,7 +397,7 @@ def _boundaries(choices, modules: dict) -> dict[tuple[str, int], list[_Boundary]
             found.setdefault(value, []).append(_Boundary(value, call.fqn, tuple(spec)))
     for chain in found.values():
         for b in chain:
-            enclosing = [a for a in chain if a is not b and _inside(b.fqn, a.fqn) and a.fqn != b.fqn]
+            enclosing = [a for a in chain if a is not b and within(b.fqn, a.fqn) and a.fqn != b.fqn]
             b.parent = max(enclosing, key=lambda a: a.depth) if enclosing else None
     return found
 
@@ -410,7 +406,7 @@ def _attach(chain, reader_module: str, producer_module: str):
     """The innermost boundary of ``chain`` the reader sits behind (None: it reads the value
     as its producer left it). A boundary of a module that made the value is not crossed."""
     owner = "" if reader_module == ROOT else reader_module
-    inner = [b for b in chain if _inside(owner, b.fqn) and not _inside(producer_module, b.fqn)]
+    inner = [b for b in chain if within(owner, b.fqn) and not within(producer_module, b.fqn)]
     return max(inner, key=lambda b: b.depth) if inner else None
 
 

@@ -68,7 +68,9 @@ def reshaping_readers(graph, owners: dict, source: str, out_index: int, fqn: str
         owner = owners.get(node) or ""
         return owner == "" or fqn.startswith(owner + ".")
 
-    readers = [(v, k) for _, v, k, read in graph.reads(source) if read == out_index and not _within(owners, v, fqn)]
+    readers = [
+        (v, k) for _, v, k, read in graph.reads(source) if read == out_index and not within(owners.get(v) or "", fqn)
+    ]
     fits = all(
         encloses(v) and graph.decision(v).kind == OP and graph.decision(v).fx_node.target in RESHAPING_VIEWS
         for v, _ in readers
@@ -76,6 +78,6 @@ def reshaping_readers(graph, owners: dict, source: str, out_index: int, fqn: str
     return readers if fits else []
 
 
-def _within(owners: dict, node: str, fqn: str) -> bool:
-    owner = owners.get(node) or ""
+def within(owner: str, fqn: str) -> bool:
+    """Whether module ``owner`` is module ``fqn`` or inside it."""
     return owner == fqn or owner.startswith(fqn + ".")

@@ -8,8 +8,8 @@ The trace (``trace/tracer.py``) and the applied model (``apply/engine.py``) ther
 whose forward takes a ``use_cache`` argument with ``use_cache=False`` while it is in
 training mode, unless the batch sets it. So too a model whose forward only passes
 ``**kwargs`` on to its inner model but whose config has ``use_cache`` (GraniteMoE's causal
-LM, in transformers 5: its inner model reads the flag from the config when not given). The loss and gradients are the same; a model in
-``eval()`` mode (generation) keeps its cache.
+LM, in transformers 5: its inner model reads the flag from the config when not given).
+The loss and gradients are the same; a model in ``eval()`` mode (generation) keeps its cache.
 """
 
 from __future__ import annotations
@@ -26,39 +26,23 @@ def training_kwargs(model: nn.Module, kwargs: dict) -> dict:
     """``kwargs`` for a training-mode call of ``model``, with the inference cache off."""
     if not model.training or CACHE_ARGUMENT in kwargs:
         return kwargs
-    passed_on = _takes_any_keyword(model) and getattr(getattr(model, "config", None), CACHE_ARGUMENT, None) is not None
-    if not (_names_argument(model, CACHE_ARGUMENT) or passed_on):
-        return kwargs
-    return {**kwargs, CACHE_ARGUMENT: False}
-
-
-def _names_argument(model: nn.Module, name: str) -> bool:
-    """Whether ``model.forward`` declares ``name`` (not merely accepts ``**kwargs``)."""
-    forward = model.forward
-    # The applied model asks on every step: read each forward function's signature once.
-    return _declares(getattr(forward, "__func__", forward), name)
-
-
-def _takes_any_keyword(model: nn.Module) -> bool:
-    """Whether ``model.forward`` takes ``**kwargs``."""
-    forward = model.forward
-    return _has_var_keyword(getattr(forward, "__func__", forward))
+    forward = getattr(model.forward, "__func__", model.forward)
+    names, passes_on = _arguments(forward)
+    has_flag = getattr(getattr(model, "config", None), CACHE_ARGUMENT, None) is not None
+    if CACHE_ARGUMENT in names or (passes_on and has_flag):
+        return {**kwargs, CACHE_ARGUMENT: False}
+    return kwargs
 
 
 @functools.lru_cache(maxsize=256)
-def _has_var_keyword(forward) -> bool:
+def _arguments(forward) -> tuple[frozenset, bool]:
+    """(the names ``forward`` declares as keyword arguments, whether it takes ``**kwargs``);
+    read once per forward function: the applied model asks on every step."""
     try:
-        return any(p.kind is inspect.Parameter.VAR_KEYWORD for p in inspect.signature(forward).parameters.values())
-    except (TypeError, ValueError):
-        return False
-
-
-@functools.lru_cache(maxsize=256)
-def _declares(forward, name: str) -> bool:
-    try:
-        parameter = inspect.signature(forward).parameters.get(name)
+        parameters = inspect.signature(forward).parameters.values()
     except (TypeError, ValueError):  # a forward with no inspectable signature
-        return False
-    return parameter is not None and parameter.kind in (
-        inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY,
+        return frozenset(), False
+    named = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    return frozenset(p.name for p in parameters if p.kind in named), any(
+        p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters
     )
