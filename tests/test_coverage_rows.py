@@ -14,6 +14,10 @@ step each, collectives compared.
   its gradient split on tokens there; DTensor runs ``grad * mask`` in the gradient's layout,
   moving the saved mask, and the gradient goes on split on tokens
   (``plan/gradient_rules.resplit_through``).
+- SmolLM3, bfloat16: RMSNorm upcasts to float32 and casts back; the cast's backward runs on
+  a gradient split by hidden as it comes, and carries a partial one on unreduced, as a
+  pointwise op's does (``plan/gradient_rules._CASTS``): the split gradient's sum with the
+  variance's partial one is reduce-scattered on the float32 side.
 """
 
 import sys
@@ -25,7 +29,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 
 import hf_row  # noqa: E402
 
-ROWS = [("causal_lm", "mixtral", "float32"), ("causal_lm", "llama", "bfloat16"), ("masked_lm", "bart", "float32")]
+ROWS = [("causal_lm", "mixtral", "float32"), ("causal_lm", "llama", "bfloat16"), ("masked_lm", "bart", "float32"),
+        ("causal_lm", "smollm3", "bfloat16")]
 
 
 @pytest.mark.slow  # plans each model three times

@@ -10,9 +10,10 @@ rules it follows it by, one op at a time, as DTensor runs that op's backward:
   gradient on unreduced (``carries_partial``, ``partial_axes``), and a split joins its
   outputs' gradients (``output_gradient``); a product whose gradient came back whole
   hands whole gradients on (``whole_product_gradient``);
-- a pointwise op or a concatenation runs its backward on a split gradient split
-  (``split_through``, ``split_input_gradient``), and so does an elementwise product made
-  split on another dim, moving its saved operands instead (``resplit_through``);
+- a pointwise op (a dtype cast included, ``_CASTS``) or a concatenation runs its backward
+  on a split gradient split (``split_through``, ``split_input_gradient``), and so does an
+  elementwise product made split on another dim, moving its saved operands instead
+  (``resplit_through``);
 - autograd sums a value's gradient parts in the order they are ready, in the layout
   DTensor's add makes (``summed``);
 - a product of two trained values reads its output's gradient twice, once per input's
@@ -74,6 +75,9 @@ _WITH_A_SCALAR = (  # DTensor registers these apart from its pointwise list
     _aten.add.Tensor, _aten.sub.Tensor, _aten.mul.Tensor, _aten.div.Tensor,
     _aten.add.Scalar, _aten.sub.Scalar, _aten.mul.Scalar, _aten.div.Scalar,
 )
+_CASTS = (_aten._to_copy.default,)
+"""A dtype cast (an RMSNorm's upcast to float32 and back, in a bfloat16 model): element by
+element, but ruled by DTensor apart from its pointwise list."""
 
 
 def carries_partial(graph, name: str) -> bool:
@@ -99,7 +103,8 @@ def carries_partial(graph, name: str) -> bool:
         return False
     if target in _INDEXING or target in _SPLITS:  # an index's other inputs are its integer indices
         return True
-    return len(inputs) == 1 and (target in _REDUCTIONS or target in _WITH_A_SCALAR or is_pointwise(target))
+    elementwise = target in _WITH_A_SCALAR or target in _CASTS or is_pointwise(target)
+    return len(inputs) == 1 and (target in _REDUCTIONS or elementwise)
 
 
 def gradient_reads(graph, name: str) -> int:
@@ -174,7 +179,7 @@ def _is_pointwise_op(graph, name: str) -> bool:
     if decision.kind != OP:
         return False
     target = decision.fx_node.target
-    return target in _WITH_A_SCALAR or is_pointwise(target)
+    return target in _WITH_A_SCALAR or target in _CASTS or is_pointwise(target)
 
 
 def split_through(graph, name: str, exits, grad: tuple, made: tuple) -> tuple[bool, ...]:
