@@ -18,6 +18,9 @@ step each, collectives compared.
   a gradient split by hidden as it comes, and carries a partial one on unreduced, as a
   pointwise op's does (``plan/gradient_rules._CASTS``): the split gradient's sum with the
   variance's partial one is reduce-scattered on the float32 side.
+- GPT-J, float32: its output head's weight is stored with its hidden dim split over both
+  axes, and DTensor reduces the weight's gradient into that storage by a path it picks for
+  the tensor's real sizes (``cost/comm._dtensor_steps``).
 """
 
 import sys
@@ -30,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 import hf_row  # noqa: E402
 
 ROWS = [("causal_lm", "mixtral", "float32"), ("causal_lm", "llama", "bfloat16"), ("masked_lm", "bart", "float32"),
-        ("causal_lm", "smollm3", "bfloat16")]
+        ("causal_lm", "smollm3", "bfloat16"), ("causal_lm", "gptj", "float32")]
 
 
 @pytest.mark.slow  # plans each model three times

@@ -3,12 +3,13 @@ tensor-parallel split, in both orders (DTensor's default, and ``_StridedShard``,
 layout torchtitan's FSDP2-over-TP stores), from the plan format to the run."""
 
 import json
+import math
 
 import pytest
 import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import init_device_mesh
-from torch.distributed.tensor import DTensor, Partial, Shard, distribute_tensor
+from torch.distributed.tensor import DTensor, Partial, Replicate, Shard, distribute_tensor
 from torch.distributed.tensor.debug import CommDebugMode
 from torch.testing._internal.distributed.fake_pg import FakeStore
 
@@ -19,6 +20,7 @@ from autoplan.evaluate.baselines import build_baseline
 from autoplan.pipeline.suggest import suggest_with_report
 from autoplan.placements import candidate_specs, layout_problem, to_placements
 from autoplan.verify.numerics import NumericsJob, build_seeded, check_numerics, seeded_batch
+from autoplan.verify.observe import CollectiveCounter
 from conftest import EXAMPLES, example_module
 from zoo import verify_on_fake_world
 
@@ -65,6 +67,26 @@ def test_moves_are_priced_as_dtensor_runs_them(fake_world, stored, used):
         predicted[name] = predicted.get(name, 0) + 1
     assert predicted == ran
 
+
+
+@pytest.mark.parametrize("shape", [(50257, 64), (64, 64)])
+def test_a_move_over_several_axes_takes_dtensors_path_for_its_sizes(fake_world, shape):
+    # An output head's weight gradient, partial on tp, into its FSDP-over-TP storage. For
+    # (50257, 64) DTensor first slices rows on dp, reduce-scatters half as much on tp, then
+    # moves the rows to the storage on dp (rank 0 holding the larger half of the odd rows);
+    # for (64, 64) it reduce-scatters the whole on tp and slices on dp.
+    stored = ("_S(1, 4)", "S(1)")
+    gradient = DTensor.from_local(torch.randn(shape), fake_world, [Replicate(), Partial()], run_check=False)
+    with CollectiveCounter(torch.nn.Linear(1, 1), fake_world) as counter:
+        gradient.redistribute(fake_world, to_placements(stored))
+    ran = sorted((c.kind, c.axis, c.nbytes) for c in counter.collectives)
+    predicted = redistribute_collectives(("R", "P(sum)"), stored, math.prod(shape) * 4, (2, 4), False, shape=shape)
+    axes = ("dp", "tp")
+    on_cpu = sorted(  # gloo has no all_to_all: DTensor all-gathers and keeps its chunk
+        ("all_gather", axes[axis], round(size) * 2) if kind == "all_to_all" else (kind, axes[axis], round(size))
+        for kind, axis, size, _ in predicted
+    )
+    assert on_cpu == ran
 
 def test_plan_file_takes_dtensors_strided_form_and_refuses_a_wrong_factor():
     plan = build_baseline("torchtitan", *_llama(), mesh=(2, 4), profile="cpu-gloo").plan

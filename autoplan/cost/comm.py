@@ -24,7 +24,15 @@ the tensor as the steps before it left it. Per step on an axis:
 A spec that splits one dim over several axes (a parameter's FSDP storage over a
 tensor-parallel split, ``_S(d, k)``) is moved in the steps DTensor's own planner
 (``_gen_transform_infos``) chooses; the order of those steps depends on how the
-splits nest, which DTensor knows and this module does not restate.
+splits nest, which DTensor knows and this module does not restate. The planner weighs
+its paths by the tensor's sizes: a (50257, 64) output head's gradient, partial on tp and
+stored ``(_S(1, 4), S(1))`` on 2x4, is first sliced by rows on dp, reduce-scattered on
+tp at half the size, and all-to-all'ed to its storage on dp, where a small one is
+reduce-scattered whole and sliced. The prediction of a plan's collectives asks it with
+each value's real shape (``shape``), and counts rank 0's bytes, whose share of a dim that
+does not divide evenly is the larger one; the cost stage asks once per pair of layouts,
+on a stand-in whose every dim divides by the mesh (asking per tensor made planning a
+Qwen2-MoE a third slower).
 
 A value that carries a gradient has it sent back from ``dst`` to ``src`` the same way.
 The gradient reduction a consumer causes when it splits work over an axis on which one
@@ -107,13 +115,16 @@ def splits_a_dim_twice(spec: Spec) -> bool:
 
 
 @cache
-def _dtensor_steps(src: Spec, dst: Spec, mesh_shape: tuple[int, ...]) -> tuple[tuple[int, str, str], ...]:
-    """DTensor's own plan for the move, on a tensor whose every dim divides by the whole mesh."""
+def _dtensor_steps(
+    src: Spec, dst: Spec, mesh_shape: tuple[int, ...], shape: tuple[int, ...] | None = None
+) -> tuple[tuple[int, str, str], ...]:
+    """DTensor's own plan for the move of a tensor of ``shape`` (default: one whose every
+    dim divides by the whole mesh)."""
     from autoplan.choices.graph import planning_mesh  # the cost stage runs after choices
 
     mesh = planning_mesh(mesh_shape, tuple(f"axis{i}" for i in range(len(mesh_shape))))
     ndim = 1 + max([shard_dim(p) for p in (*src, *dst) if is_shard(p)], default=0)
-    shape = torch.Size([math.prod(mesh_shape)] * ndim)
+    shape = torch.Size(shape if shape is not None else [math.prod(mesh_shape)] * ndim)
     meta = TensorMeta(shape, torch.empty(shape, device="meta").stride(), torch.float32)
     infos = _gen_transform_infos(
         DTensorSpec(mesh, to_placements(src), tensor_meta=meta), DTensorSpec(mesh, to_placements(dst), tensor_meta=meta),
@@ -127,25 +138,30 @@ def redistribute_collectives(
     global_bytes: float,
     mesh_shape: tuple[int, ...],
     backward: bool,
+    shape: tuple[int, ...] | None = None,
 ) -> list[tuple[str, int, float, str]]:
     """The collectives that move a tensor from ``src`` to ``dst`` (and, if ``backward``, its
     gradient back): ``(kind, axis, bytes, "forward" | "backward")``.
 
     The gradient goes back the way ``Redistribute``'s backward takes it: from ``dst`` to
     ``src``, a partial placement on either side standing for Replicate (the gradient of a
-    partial value is replicated, and a gradient is never made partial)."""
-    found = [(kind, axis, nbytes, "forward") for kind, axis, nbytes in _moves(src, dst, global_bytes, mesh_shape)]
+    partial value is replicated, and a gradient is never made partial). ``shape``: the
+    tensor's, where known (see the module doc)."""
+    found = [(kind, axis, nbytes, "forward") for kind, axis, nbytes in _moves(src, dst, global_bytes, mesh_shape, shape)]
     if backward:
         grad = without_partial(dst)
-        found += [(kind, axis, nbytes, "backward") for kind, axis, nbytes in gradient_collectives(grad, src, global_bytes, mesh_shape)]
+        back = gradient_collectives(grad, src, global_bytes, mesh_shape, shape)
+        found += [(kind, axis, nbytes, "backward") for kind, axis, nbytes in back]
     return found
 
 
-def gradient_collectives(grad: Spec, src: Spec, global_bytes: float, mesh_shape: tuple[int, ...]) -> list[tuple[str, int, float]]:
+def gradient_collectives(
+    grad: Spec, src: Spec, global_bytes: float, mesh_shape: tuple[int, ...], shape: tuple[int, ...] | None = None
+) -> list[tuple[str, int, float]]:
     """``(kind, axis, bytes)`` that bring a gradient laid out as ``grad`` (partial where the
     reader split its work over a replicated input) back to the value's layout ``src``: a
     ``Redistribute``'s backward, in DTensor's order of axes."""
-    return _moves(grad, without_partial(src), global_bytes, mesh_shape)
+    return _moves(grad, without_partial(src), global_bytes, mesh_shape, shape)
 
 
 def without_partial(spec: Spec) -> Spec:
@@ -160,16 +176,43 @@ def moves_locally(src: Spec, dst: Spec) -> bool:
     return all(a == b or (a == REPLICATE and is_shard(b)) for a, b in zip(src, dst))
 
 
-def _moves(src: Spec, dst: Spec, global_bytes: float, mesh_shape: tuple[int, ...]) -> list[tuple[str, int, float]]:
+def _moves(
+    src: Spec, dst: Spec, global_bytes: float, mesh_shape: tuple[int, ...], shape: tuple[int, ...] | None = None
+) -> list[tuple[str, int, float]]:
+    several = bool(shape) and (splits_a_dim_twice(src) or splits_a_dim_twice(dst))
+    if several:
+        steps = _dtensor_steps(tuple(src), tuple(dst), tuple(mesh_shape), tuple(shape))
+        item_bytes = global_bytes / max(1, math.prod(shape))
+    else:
+        steps = transform_steps(src, dst, mesh_shape)
     current = list(src)
     found = []
-    for axis, before_placement, target in transform_steps(src, dst, mesh_shape):
+    for axis, before_placement, target in steps:
         kind, size = _step_collective(before_placement, target)
         if kind and mesh_shape[axis] > 1:
-            before = global_bytes / shard_factor(tuple(current), mesh_shape)
+            if several:  # rank 0's share, the larger one of an uneven split (padded to scatter)
+                scattered = shard_dim(target) if kind == "reduce_scatter" else None
+                before = item_bytes * _first_share(shape, current, mesh_shape, scattered, axis)
+            else:
+                before = global_bytes / shard_factor(tuple(current), mesh_shape)
             found.append((kind, axis, before * mesh_shape[axis] if size == "after" else before))
         current[axis] = target
     return found
+
+
+def _first_share(shape, spec, mesh_shape, scattered: int | None = None, axis: int = 0) -> int:
+    """Elements of rank 0's share of a tensor of ``shape`` laid out as ``spec``: each split
+    dim cut into ceiling-sized chunks, axis after axis. ``scattered``: a dim about to be
+    reduce-scattered over ``axis``, padded to a multiple of that axis (as DTensor pads it)."""
+    sizes = list(shape)
+    for placement, n in zip(spec, mesh_shape):
+        if is_shard(placement):
+            dim = shard_dim(placement)
+            sizes[dim] = -(-sizes[dim] // n)
+    if scattered is not None:
+        n = mesh_shape[axis]
+        sizes[scattered] = -(-sizes[scattered] // n) * n
+    return math.prod(sizes)
 
 
 def _step_collective(src: str, dst: str) -> tuple[str | None, str]:

@@ -55,8 +55,10 @@ hook gathers them (``Plan.parameter_uses``).
 
 The cost stage prices the same collectives, except that it charges each reader a share
 of a shared gradient reduction and a move of its own (where a module boundary moves a
-value once for all its readers), ignores the order of axes on a gradient's way back, and
-leaves out the loss's all_reduces (``plan/loss_reductions.py`` says why).
+value once for all its readers), ignores the order of axes on a gradient's way back,
+prices a move over several axes on a stand-in shape (``cost/comm.py``; here each value's
+own shape decides DTensor's path), and leaves out the loss's all_reduces
+(``plan/loss_reductions.py`` says why).
 
 For a tied plan (``solve/tie.py``) the table covers the traced layers; ``plan/expand.py``
 copies the last one's entries to every later layer.
@@ -163,29 +165,31 @@ def step_collectives(
         strategy = runs.get(v) or graph.decision(v).strategies[choice[v]]
         dst = strategy.inputs[k]
         arrived, dst = hooked.get((u, v, k), (arrived, dst))
-        nbytes = tensor_bytes(output_values(graph.decision(u))[out_index])
-        for kind, axis, size, _ in redistribute_collectives(arrived, dst, nbytes, mesh_shape, backward=False):
+        nbytes, shape = _size(graph, value)
+        for kind, axis, size, _ in redistribute_collectives(arrived, dst, nbytes, mesh_shape, backward=False, shape=shape):
             found[(module_of(v), kind, axis, round(size))] += 1
             forward.append((("gather", module_of(v)) if u in weights else ("read", v), (module_of(v), kind, axis, round(size))))
         readers.setdefault(value, []).append((v, k, strategy, arrived, dst, attach, nbytes))
         operands.setdefault(v, {})[k] = (dst if u in weights else arrived, dst)
     for value, chain in boundaries.items():
-        nbytes = tensor_bytes(output_values(graph.decision(value[0]))[value[1]])
+        nbytes, shape = _size(graph, value)
         for b in chain:
-            for kind, axis, size, _ in redistribute_collectives(parent_spec(b), b.spec, nbytes, mesh_shape, backward=False):
+            for kind, axis, size, _ in redistribute_collectives(
+                parent_spec(b), b.spec, nbytes, mesh_shape, backward=False, shape=shape
+            ):
                 found[(b.fqn, kind, axis, round(size))] += 1
                 forward.append((("boundary", b.fqn), (b.fqn, kind, axis, round(size))))
     for name in exits:  # a module output hook puts what DTensor made back in the plan's layout
         if name in runs and runs[name].output(0) != planned_out(name, 0):
-            nbytes = tensor_bytes(output_values(graph.decision(name))[0])
+            nbytes, shape = _size(graph, (name, 0))
             ran, planned = runs[name].output(0), planned_out(name, 0)
-            for kind, axis, size, _ in redistribute_collectives(ran, planned, nbytes, mesh_shape, backward=False):
+            for kind, axis, size, _ in redistribute_collectives(ran, planned, nbytes, mesh_shape, backward=False, shape=shape):
                 found[(module_of(name), kind, axis, round(size))] += 1
                 forward.append((("exit", name), (module_of(name), kind, axis, round(size))))
             if not graph.decision(name).requires_grad:
                 continue
             # and its backward brings the gradient back to the layout DTensor made
-            for kind, axis, size in gradient_collectives(without_partial(planned), ran, nbytes, mesh_shape):
+            for kind, axis, size in gradient_collectives(without_partial(planned), ran, nbytes, mesh_shape, shape):
                 found[(module_of(name), kind, axis, round(size))] += 1
 
     # Backward: each value's gradient, summed over its readers, goes back through the
@@ -209,7 +213,7 @@ def step_collectives(
         if grad is None or (passes_gradient(graph, u) and u not in exits):
             continue  # a view's or add's gradient goes on to its inputs (a module output's, once its hook settled it)
         src = made(*value)
-        nbytes = tensor_bytes(output_values(graph.decision(u))[value[1]])
+        nbytes, shape = _size(graph, value)
         # A partial gradient goes on unreduced through an op that carries it (``carries_partial``).
         through = partial_axes(graph, u, operands.get(u, {}), src)
         carried = [u not in exits and c and is_partial(g) for c, g in zip(through, grad)]
@@ -224,7 +228,7 @@ def step_collectives(
         # A parameter's gradient is settled by its module's hook (``Plan.parameter_uses``).
         where = _parameter_module(choices, u) if graph.decision(u).kind == PARAMETER else module_of(u)
         times = 1 if u in exits else gradient_reads(graph, u)
-        for kind, axis, size in gradient_collectives(reduced, target, nbytes, mesh_shape):
+        for kind, axis, size in gradient_collectives(reduced, target, nbytes, mesh_shape, shape):
             found[(where, kind, axis, round(size))] += times
         # a product run on its gradient's split moves its saved operands there instead
         resplit = resplit_through(graph, u, exits, grad, src)
@@ -337,11 +341,11 @@ def _value_gradient(value, readers, chain, graph, order, grads, mesh_shape, pare
             # gathered or reduced on the way in: its backward brings the gradient back. A
             # slice DTensor takes inside the op leaves no autograd node: the gradient stays
             # split, into the sum
-            for kind, axis, size in gradient_collectives(grad, arrived, nbytes, mesh_shape):
+            for kind, axis, size in gradient_collectives(grad, arrived, nbytes, mesh_shape, shape):
                 found[(module_of(v), kind, axis, round(size))] += 1
             grad = without_partial(arrived)
         into.setdefault(attach, []).append((order[v], grad, module_of(v)))
-    nbytes = tensor_bytes(output_values(graph.decision(value[0]))[value[1]])
+    nbytes, _ = _size(graph, value)
     for b in sorted(chain, key=lambda b: -b.depth):  # inner boundaries first
         parts = into.pop(b, [])
         before = parent_spec(b)
@@ -351,11 +355,17 @@ def _value_gradient(value, readers, chain, graph, order, grads, mesh_shape, pare
             into.setdefault(b.parent, []).extend(parts)
             continue
         grad = summed(parts, nbytes, mesh_shape, found)
-        for kind, axis, size in gradient_collectives(grad, before, nbytes, mesh_shape):
+        for kind, axis, size in gradient_collectives(grad, before, nbytes, mesh_shape, shape):
             found[(b.fqn, kind, axis, round(size))] += 1
         into.setdefault(b.parent, []).append((min(part[0] for part in parts), without_partial(before), b.fqn))
     parts = into.get(None, [])
     return summed(parts, nbytes, mesh_shape, found) if parts else None
+
+
+def _size(graph, value: tuple[str, int]) -> tuple[float, tuple[int, ...] | None]:
+    """The bytes and shape of ``value`` (DTensor plans a move over several axes by its sizes)."""
+    tensor = output_values(graph.decision(value[0]))[value[1]]
+    return tensor_bytes(tensor), tuple(getattr(tensor, "shape", ())) or None
 
 
 @dataclass(eq=False)
