@@ -21,6 +21,9 @@ step each, collectives compared.
 - GPT-J, float32: its output head's weight is stored with its hidden dim split over both
   axes, and DTensor reduces the weight's gradient into that storage by a path it picks for
   the tensor's real sizes (``cost/comm._dtensor_steps``).
+- OLMoE, float32: its experts' weighted output, partial on tp, is viewed before it is
+  reduced; the view hands back a whole gradient (``plan/gradient_rules.through_view``),
+  where the prediction had it partial and all-reduced twice.
 """
 
 import sys
@@ -33,7 +36,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 import hf_row  # noqa: E402
 
 ROWS = [("causal_lm", "mixtral", "float32"), ("causal_lm", "llama", "bfloat16"), ("masked_lm", "bart", "float32"),
-        ("causal_lm", "smollm3", "bfloat16"), ("causal_lm", "gptj", "float32")]
+        ("causal_lm", "smollm3", "bfloat16"), ("causal_lm", "gptj", "float32"),
+        ("causal_lm", "olmoe", "float32")]
 
 
 @pytest.mark.slow  # plans each model three times

@@ -274,17 +274,20 @@ def through_view(decision, after: tuple, dst: tuple) -> tuple:
     """The gradient a view hands its input, given its output's gradient ``after``: split
     where ``after`` is (a slice DTensor took further on stays split back through the view:
     the view strategy making that layout says where), partial where it is partial, else as
-    the view read its input (``dst``). An expand's backward sums over the dims it
+    the view read its input (``dst``; replicated where it read it partial: the gradient of
+    a partial value is whole, as OLMoE's experts' weighted output, viewed partial on tp
+    and reduced after the view, gets it back). An expand's backward sums over the dims it
     broadcast: split there, that sum is partial."""
     split = tuple(REPLICATE if is_partial(g) else g for g in after)
     broadcast = broadcast_axes(decision.fx_node, split)
     if broadcast:
         split = tuple(REPLICATE if axis in broadcast else p for axis, p in enumerate(split))
-    if split != tuple(without_partial(dst)):
+    dst = without_partial(dst)
+    if split != tuple(dst):
         strategies = decision.strategies
         back = next((s.inputs[0] for s in strategies if len(s.inputs) == 1 and tuple(s.outputs[0]) == split), None)
         if back is not None:
-            dst = back
+            dst = without_partial(back)
     return tuple(PARTIAL if is_partial(g) or axis in broadcast else p for axis, (g, p) in enumerate(zip(after, dst)))
 
 
