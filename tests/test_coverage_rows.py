@@ -24,6 +24,10 @@ step each, collectives compared.
 - OLMoE, float32: its experts' weighted output, partial on tp, is viewed before it is
   reduced; the view hands back a whole gradient (``plan/gradient_rules.through_view``),
   where the prediction had it partial and all-reduced twice.
+- Cohere, float32 (both budgets): its layer norm on a hidden dim its embedding split on tp
+  makes ``x - mean(x)`` averaged-partial; the whole ``x`` gets a whole gradient from the
+  subtraction, and the weight's and ``rsqrt``'s gradients are all-reduced at the
+  activation's size before their broadcast sums (``plan/gradient_rules.averaged_*``).
 """
 
 import sys
@@ -37,7 +41,7 @@ import hf_row  # noqa: E402
 
 ROWS = [("causal_lm", "mixtral", "float32"), ("causal_lm", "llama", "bfloat16"), ("masked_lm", "bart", "float32"),
         ("causal_lm", "smollm3", "bfloat16"), ("causal_lm", "gptj", "float32"),
-        ("causal_lm", "olmoe", "float32")]
+        ("causal_lm", "olmoe", "float32"), ("causal_lm", "cohere", "float32")]
 
 
 @pytest.mark.slow  # plans each model three times

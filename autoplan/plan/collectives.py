@@ -79,7 +79,8 @@ from autoplan.dtensor.loss_parallel import own_collectives
 from autoplan.dtensor.strategies import SHAPE_ONLY_OPS, Strategy
 from autoplan.placements import PARTIAL, REPLICATE, is_partial
 from autoplan.plan.gradient_rules import (
-    broadcast_axes, gradient_reads, output_gradient, partial_axes, passes_gradient, resplit_moves, resplit_through,
+    averaged_product_axes, averaged_sum_axes, broadcast_axes, gradient_reads, output_gradient, partial_axes,
+    passes_gradient, resplit_moves, resplit_through,
     split_input_gradient, split_through, summed,
     through_view, views_follow, whole_product_gradient,
 )
@@ -310,12 +311,21 @@ def _value_gradient(value, readers, chain, graph, order, grads, mesh_shape, pare
         # read replicated by an op that splits its work: each rank's gradient is a partial
         # sum; read partial: its gradient is the output's, replicated (a partial value's
         # backward only copies the gradient to each rank's share)
+        averaged_sum = averaged_sum_axes(graph, v, strategy) or (False,) * len(dst)
         grad = tuple(
-            PARTIAL if p == REPLICATE and n > 1 and splits_work(strategy, axis) else (REPLICATE if is_partial(p) else p)
-            for axis, (p, n) in enumerate(zip(dst, mesh_shape))
+            PARTIAL if p == REPLICATE and n > 1 and splits_work(strategy, axis) and not whole
+            else (REPLICATE if is_partial(p) else p)
+            for axis, (p, n, whole) in enumerate(zip(dst, mesh_shape, averaged_sum))
         )
         after = output_gradient(graph, v, grads)
         v_made, v_operands = made(v, 0), operands.get(v, {})
+        averaged = averaged_product_axes(graph, v, k, v_operands)
+        if any(averaged):  # the full-size product is all-reduced before the broadcast sum
+            whole = without_partial(after or v_made)
+            product = tuple(PARTIAL if a else p for a, p in zip(averaged, whole))
+            for kind, axis, size in gradient_collectives(product, whole, _size(graph, (v, 0))[0], mesh_shape):
+                found[(module_of(v), kind, axis, round(size))] += 1
+            grad = tuple(REPLICATE if a else g for a, g in zip(averaged, grad))
         if after is not None:
             # a split output gradient runs this pointwise op's backward split (``split_through``)
             grad = split_input_gradient(graph, v, shape, after, v_made, exits, grad)

@@ -17,7 +17,11 @@ rules it follows it by, one op at a time, as DTensor runs that op's backward:
 - autograd sums a value's gradient parts in the order they are ready, in the layout
   DTensor's add makes (``summed``);
 - a product of two trained values reads its output's gradient twice, once per input's
-  gradient, and DTensor moves it for each (``gradient_reads``).
+  gradient, and DTensor moves it for each (``gradient_reads``);
+- an averaged-partial operand (``x - mean(x)`` with the mean taken over a split dim): an
+  add or subtraction hands its whole operands whole gradients (``averaged_sum_axes``),
+  and a product's broadcast operand gets its gradient whole after an all-reduce of the
+  full-size product (``averaged_product_axes``).
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ from autoplan.choices.graph import OP
 from autoplan.cost.comm import _moves, without_partial
 from autoplan.cost.estimate import is_view, output_values, tensor_bytes
 from autoplan.dtensor.strategies import is_pointwise
-from autoplan.placements import PARTIAL, REPLICATE, is_partial, is_shard, shard, shard_dim
+from autoplan.placements import PARTIAL, PARTIAL_AVG, REPLICATE, is_partial, is_shard, shard, shard_dim
 
 
 def views_follow(graph, name: str) -> bool:
@@ -105,6 +109,45 @@ def carries_partial(graph, name: str) -> bool:
         return True
     elementwise = target in _WITH_A_SCALAR or target in _CASTS or is_pointwise(target)
     return len(inputs) == 1 and (target in _REDUCTIONS or elementwise)
+
+
+def averaged_product_axes(graph, name: str, k: int, operands: dict) -> tuple[bool, ...]:
+    """Per mesh axis: whether the product ``name`` read another operand averaged-partial
+    there (``P(avg)``) while its input ``k`` is broadcast against the output. DTensor's
+    product of a whole gradient and that operand is averaged-partial at the output's full
+    size, and the sum over the broadcast dims that makes input ``k``'s gradient cannot
+    keep an average partial: it all-reduces the full-size product first, and hands input
+    ``k`` a whole gradient (Cohere's layer norm, on a hidden dim split by its embedding:
+    ``x - mean(x)`` is averaged-partial on tp, and both the weight's and the ``rsqrt``'s
+    gradients are all-reduced at the activation's size). ``operands``: as
+    ``partial_axes`` takes them."""
+    decision = graph.decision(name)
+    node = decision.fx_node
+    if decision.kind != OP or node.target is not _aten.mul.Tensor:
+        return ()
+    args = [a for a in node.args if isinstance(a, torch.fx.Node)]
+    if k >= len(args) or tuple(args[k].meta["val"].shape) == tuple(node.meta["val"].shape):
+        return ()
+    others = _operand_layouts(operands, but=k)
+    if not others:
+        return ()
+    return tuple(any(layout[axis] == PARTIAL_AVG for layout in others) for axis in range(len(others[0])))
+
+
+def averaged_sum_axes(graph, name: str, strategy) -> tuple[bool, ...]:
+    """Per mesh axis: whether the add or subtraction ``name`` runs there on whole operands
+    and averaged-partial ones only (``x - mean(x)`` with the mean partial: each rank adds
+    its share of the mean to the whole ``x``, and the average of the sums is the sum).
+    Its whole operands' gradients are whole there: the output's gradient, not a partial
+    sum (``splits_work`` would call it split work)."""
+    decision = graph.decision(name)
+    if decision.kind != OP or decision.fx_node.target not in _PASS_THROUGH:
+        return ()
+    return tuple(
+        any(spec[axis] == PARTIAL_AVG for spec in strategy.inputs)
+        and all(spec[axis] in (REPLICATE, PARTIAL_AVG) for spec in strategy.inputs)
+        for axis in range(len(strategy.inputs[0]) if strategy.inputs else 0)
+    )
 
 
 def gradient_reads(graph, name: str) -> int:
