@@ -313,9 +313,9 @@ def _value_gradient(value, readers, chain, graph, order, grads, mesh_shape, pare
         # backward only copies the gradient to each rank's share)
         averaged_sum = averaged_sum_axes(graph, v, strategy) or (False,) * len(dst)
         grad = tuple(
-            PARTIAL if p == REPLICATE and n > 1 and splits_work(strategy, axis) and not whole
+            PARTIAL if p == REPLICATE and n > 1 and splits_work(strategy, axis) and not by_average
             else (REPLICATE if is_partial(p) else p)
-            for axis, (p, n, whole) in enumerate(zip(dst, mesh_shape, averaged_sum))
+            for axis, (p, n, by_average) in enumerate(zip(dst, mesh_shape, averaged_sum))
         )
         after = output_gradient(graph, v, grads)
         v_made, v_operands = made(v, 0), operands.get(v, {})
