@@ -170,7 +170,7 @@ def step_collectives(
         for kind, axis, size, _ in redistribute_collectives(arrived, dst, nbytes, mesh_shape, backward=False, shape=shape):
             found[(module_of(v), kind, axis, round(size))] += 1
             forward.append((("gather", module_of(v)) if u in weights else ("read", v), (module_of(v), kind, axis, round(size))))
-        readers.setdefault(value, []).append((v, k, strategy, arrived, dst, attach, nbytes))
+        readers.setdefault(value, []).append((v, k, strategy, arrived, dst, attach))
         operands.setdefault(v, {})[k] = (dst if u in weights else arrived, dst)
     for value, chain in boundaries.items():
         nbytes, shape = _size(graph, value)
@@ -288,8 +288,8 @@ def _value_gradient(value, readers, chain, graph, order, grads, mesh_shape, pare
     ``order``: node -> its position in the graph (when its gradient part is ready);
     ``operands``: op -> its inputs' layouts, as saved and as read."""
     into: dict[object, list] = {}  # attach point -> [(when the part is ready, gradient)]
-    shape = tuple(getattr(output_values(graph.decision(value[0]))[value[1]], "shape", ()))
-    for v, k, strategy, arrived, dst, attach, nbytes in readers:
+    nbytes, shape = _size(graph, value)
+    for v, k, strategy, arrived, dst, attach in readers:
         if not graph.decision(v).requires_grad:
             continue
         if passes_gradient(graph, v):
@@ -319,7 +319,7 @@ def _value_gradient(value, readers, chain, graph, order, grads, mesh_shape, pare
         )
         after = output_gradient(graph, v, grads)
         v_made, v_operands = made(v, 0), operands.get(v, {})
-        averaged = averaged_product_axes(graph, v, k, v_operands)
+        averaged = averaged_product_axes(graph, v, k, shape, v_operands)
         if any(averaged):  # the full-size product is all-reduced before the broadcast sum
             whole = without_partial(after or v_made)
             product = tuple(PARTIAL if a else p for a, p in zip(averaged, whole))
@@ -355,7 +355,6 @@ def _value_gradient(value, readers, chain, graph, order, grads, mesh_shape, pare
                 found[(module_of(v), kind, axis, round(size))] += 1
             grad = without_partial(arrived)
         into.setdefault(attach, []).append((order[v], grad, module_of(v)))
-    nbytes, _ = _size(graph, value)
     for b in sorted(chain, key=lambda b: -b.depth):  # inner boundaries first
         parts = into.pop(b, [])
         before = parent_spec(b)
@@ -372,10 +371,10 @@ def _value_gradient(value, readers, chain, graph, order, grads, mesh_shape, pare
     return summed(parts, nbytes, mesh_shape, found) if parts else None
 
 
-def _size(graph, value: tuple[str, int]) -> tuple[float, tuple[int, ...] | None]:
+def _size(graph, value: tuple[str, int]) -> tuple[float, tuple[int, ...]]:
     """The bytes and shape of ``value`` (DTensor plans a move over several axes by its sizes)."""
     tensor = output_values(graph.decision(value[0]))[value[1]]
-    return tensor_bytes(tensor), tuple(getattr(tensor, "shape", ())) or None
+    return tensor_bytes(tensor), tuple(getattr(tensor, "shape", ()))
 
 
 @dataclass(eq=False)

@@ -111,9 +111,10 @@ def carries_partial(graph, name: str) -> bool:
     return len(inputs) == 1 and (target in _REDUCTIONS or elementwise)
 
 
-def averaged_product_axes(graph, name: str, k: int, operands: dict) -> tuple[bool, ...]:
+def averaged_product_axes(graph, name: str, k: int, in_shape: tuple, operands: dict) -> tuple[bool, ...]:
     """Per mesh axis: whether the product ``name`` read another operand averaged-partial
-    there (``P(avg)``) while its input ``k`` is broadcast against the output. DTensor's
+    there (``P(avg)``) while its input ``k``, of shape ``in_shape``, is broadcast against
+    the output. DTensor's
     product of a whole gradient and that operand is averaged-partial at the output's full
     size, and the sum over the broadcast dims that makes input ``k``'s gradient cannot
     keep an average partial: it all-reduces the full-size product first, and hands input
@@ -123,10 +124,7 @@ def averaged_product_axes(graph, name: str, k: int, operands: dict) -> tuple[boo
     ``partial_axes`` takes them."""
     decision = graph.decision(name)
     node = decision.fx_node
-    if decision.kind != OP or node.target is not _aten.mul.Tensor:
-        return ()
-    args = [a for a in node.args if isinstance(a, torch.fx.Node)]
-    if k >= len(args) or tuple(args[k].meta["val"].shape) == tuple(node.meta["val"].shape):
+    if decision.kind != OP or node.target is not _aten.mul.Tensor or tuple(in_shape) == tuple(node.meta["val"].shape):
         return ()
     others = _operand_layouts(operands, but=k)
     if not others:
