@@ -28,6 +28,16 @@ step each, collectives compared.
   makes ``x - mean(x)`` averaged-partial; the whole ``x`` gets a whole gradient from the
   subtraction, and the weight's and ``rsqrt``'s gradients are all-reduced at the
   activation's size before their broadcast sums (``plan/gradient_rules.averaged_*``).
+- DeBERTa-v2 masked LM, float32: its attention's ``.contiguous()`` copy hands a partial
+  gradient on unreduced, and the view that split the heads copies it back in its
+  backward, where DTensor's ``clone`` all-reduces it (``plan/gradient_strides.py``).
+- XGLM, float32: its attention scores, made whole on dp, get their gradient split by
+  query rows; the batched matrix product's backward runs on it as it comes, the query's
+  gradient split and the key's partial (``plan/gradient_rules.matmul_split_axes``), and
+  a transpose hands the split back on its input's own dim (``through_view``).
+- Gemma 2, float32: its softmax reads scores split by key gathered inside the op; the
+  gather has no backward, so the whole gradient goes back through the mask's add
+  (``plan/gradient_rules.passes_gradient``) unsplit.
 """
 
 import sys
@@ -41,7 +51,8 @@ import hf_row  # noqa: E402
 
 ROWS = [("causal_lm", "mixtral", "float32"), ("causal_lm", "llama", "bfloat16"), ("masked_lm", "bart", "float32"),
         ("causal_lm", "smollm3", "bfloat16"), ("causal_lm", "gptj", "float32"),
-        ("causal_lm", "olmoe", "float32"), ("causal_lm", "cohere", "float32")]
+        ("causal_lm", "olmoe", "float32"), ("causal_lm", "cohere", "float32"), ("masked_lm", "deberta-v2", "float32"),
+        ("causal_lm", "xglm", "float32"), ("causal_lm", "gemma2", "float32")]
 
 
 @pytest.mark.slow  # plans each model three times

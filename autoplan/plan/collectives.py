@@ -20,10 +20,12 @@ hook gathers them (``Plan.parameter_uses``).
   move;
 - gradients go back the same way (each op's rule: ``plan/gradient_rules.py``): each
   reader's gradient is partial on each axis over which it splits its work while reading
-  the value replicated, a view or an add passes
+  the value replicated, a view, a copy or an add passes
   its output's gradient on to its input as it is (split where a slice further on split
-  it; an expand's sum over a split broadcast dim is partial), a slice DTensor took
-  inside an op sends it back split, autograd sums the readers' gradients in the order
+  it; an expand's sum over a split broadcast dim is partial; reduced where a view's
+  backward copies it, ``plan/gradient_strides.py``), a move DTensor made inside an op
+  (a gather, a reduction, a slice) has no backward, so the op's gradient goes back as its
+  backward made it, autograd sums the readers' gradients in the order
   they are ready (DTensor adds a replicated one to a partial one as partial, and reduce-scatters a partial one added
   to a split one, each time; a boundary hook that moved nothing makes no sum of its
   own), and each move sends the sum back in DTensor's order of axes
@@ -69,6 +71,8 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
+import networkx as nx
+
 from autoplan.choices.graph import OP, PARAMETER, planning_mesh
 from autoplan.cost.comm import (
     gradient_collectives, moves_locally, redistribute_collectives, splits_a_dim_twice, without_partial,
@@ -79,11 +83,11 @@ from autoplan.dtensor.loss_parallel import own_collectives
 from autoplan.dtensor.strategies import SHAPE_ONLY_OPS, Strategy
 from autoplan.placements import PARTIAL, REPLICATE, is_partial
 from autoplan.plan.gradient_rules import (
-    averaged_product_axes, averaged_sum_axes, broadcast_axes, gradient_reads, output_gradient, partial_axes,
-    passes_gradient, resplit_moves, resplit_through,
-    split_input_gradient, split_through, summed,
-    through_view, views_follow, whole_product_gradient,
+    averaged_product_axes, averaged_sum_axes, gradient_reads, matmul_input_gradient, matmul_split_axes,
+    output_gradient, partial_axes, passes_gradient, resplit_moves, resplit_through, split_input_gradient, split_through,
+    summed, through_view, views_follow, whole_product_gradient,
 )
+from autoplan.plan.gradient_strides import copies_gradient
 from autoplan.plan.loss_reductions import loss_output, loss_reductions
 from autoplan.plan.module_plan import ROOT_MODULE as ROOT, collective_table
 from autoplan.plan.recompute import recompute_collectives
@@ -170,7 +174,7 @@ def step_collectives(
         for kind, axis, size, _ in redistribute_collectives(arrived, dst, nbytes, mesh_shape, backward=False, shape=shape):
             found[(module_of(v), kind, axis, round(size))] += 1
             forward.append((("gather", module_of(v)) if u in weights else ("read", v), (module_of(v), kind, axis, round(size))))
-        readers.setdefault(value, []).append((v, k, strategy, arrived, dst, attach))
+        readers.setdefault(value, []).append((v, k, strategy, arrived, dst, attach, u in weights))
         operands.setdefault(v, {})[k] = (dst if u in weights else arrived, dst)
     for value, chain in boundaries.items():
         nbytes, shape = _size(graph, value)
@@ -180,6 +184,7 @@ def step_collectives(
             ):
                 found[(b.fqn, kind, axis, round(size))] += 1
                 forward.append((("boundary", b.fqn), (b.fqn, kind, axis, round(size))))
+    reached = _reached_by_backward(choices)
     for name in exits:  # a module output hook puts what DTensor made back in the plan's layout
         if name in runs and runs[name].output(0) != planned_out(name, 0):
             nbytes, shape = _size(graph, (name, 0))
@@ -187,7 +192,7 @@ def step_collectives(
             for kind, axis, size, _ in redistribute_collectives(ran, planned, nbytes, mesh_shape, backward=False, shape=shape):
                 found[(module_of(name), kind, axis, round(size))] += 1
                 forward.append((("exit", name), (module_of(name), kind, axis, round(size))))
-            if not graph.decision(name).requires_grad:
+            if name not in reached:
                 continue
             # and its backward brings the gradient back to the layout DTensor made
             for kind, axis, size in gradient_collectives(without_partial(planned), ran, nbytes, mesh_shape, shape):
@@ -198,16 +203,17 @@ def step_collectives(
     grads: dict[tuple[str, int], tuple | None] = {}
     order = {name: i for i, name in enumerate(graph.nodes)}
     for decision in reversed(list(graph.decisions())):
-        if not decision.requires_grad:
-            continue
         name = decision.name
+        if name not in reached:
+            continue
         for out_index in range(max(1, len(output_values(decision)))):
             value = (name, out_index)
-            if value not in readers:
+            backward_readers = [r for r in readers.get(value, ()) if r[0] in reached]
+            if not backward_readers:
                 continue
             grads[value] = _value_gradient(
-                value, readers[value], boundaries.get(value, ()), graph, order, grads, mesh_shape, parent_spec, found, module_of,
-                made, exits, operands,
+                value, backward_readers, boundaries.get(value, ()), graph, order, grads, mesh_shape, parent_spec, found,
+                module_of, made, exits, operands,
             )
     for value, grad in grads.items():
         u = value[0]
@@ -220,10 +226,12 @@ def step_collectives(
         carried = [u not in exits and c and is_partial(g) for c, g in zip(through, grad)]
         # A gradient summed split where the value was made whole is gathered there (by the
         # producer's backward op, or the hook on a module output or a parameter), except
-        # into a pointwise op's backward, which runs split (``split_through``); a partial
+        # into a pointwise op's backward, which runs split (``split_through``), or a matrix
+        # product's that saved its operands whole (``matmul_split_axes``); a partial
         # one is reduced there. One redistribute, in DTensor's order of steps: where the
         # value's dim is split over two axes, it may reduce first and split after.
         kept = split_through(graph, u, exits, grad, src)
+        kept = tuple(a or b for a, b in zip(kept, matmul_split_axes(graph, u, exits, grad, src, operands.get(u, {}))))
         reduced = tuple(REPLICATE if c else g for c, g in zip(carried, grad))
         target = tuple(REPLICATE if c else (g if k else q) for c, k, g, q in zip(carried, kept, grad, src))
         # A parameter's gradient is settled by its module's hook (``Plan.parameter_uses``).
@@ -255,6 +263,16 @@ def step_collectives(
     if recompute:
         found.update(recompute_collectives(choices, forward, recompute))
     return found
+
+
+def _reached_by_backward(choices) -> set[str]:
+    """The decisions whose outputs get a gradient: those that need one and lead to the loss
+    (a pooler whose output the loss never reads, BigBird's under its causal-LM head, gets
+    none, and its module hooks move nothing back)."""
+    graph = choices.graph
+    loss = loss_output(choices)
+    leading = nx.ancestors(graph, loss[0]) | {loss[0]} if loss is not None else set(graph.nodes)
+    return {name for name in leading if graph.decision(name).requires_grad}
 
 
 def _hooked_reads(graph, choice: dict[str, int], made) -> dict[tuple[str, str, int], tuple]:
@@ -289,7 +307,7 @@ def _value_gradient(value, readers, chain, graph, order, grads, mesh_shape, pare
     ``operands``: op -> its inputs' layouts, as saved and as read."""
     into: dict[object, list] = {}  # attach point -> [(when the part is ready, gradient)]
     nbytes, shape = _size(graph, value)
-    for v, k, strategy, arrived, dst, attach in readers:
+    for v, k, strategy, arrived, dst, attach, hooked in readers:
         if not graph.decision(v).requires_grad:
             continue
         if passes_gradient(graph, v):
@@ -303,6 +321,12 @@ def _value_gradient(value, readers, chain, graph, order, grads, mesh_shape, pare
             if v in exits:
                 grad = without_partial(dst)
             elif views_follow(graph, v):
+                if any(is_partial(a) for a in after) and copies_gradient(graph, v):
+                    # the backward's reshape copies the gradient: DTensor's clone reduces it
+                    whole = without_partial(after)
+                    for kind, axis, size in gradient_collectives(after, whole, _size(graph, (v, 0))[0], mesh_shape):
+                        found[(module_of(v), kind, axis, round(size))] += 1
+                    after = whole
                 grad = through_view(graph.decision(v), after, dst)
             else:
                 grad = after
@@ -329,31 +353,24 @@ def _value_gradient(value, readers, chain, graph, order, grads, mesh_shape, pare
         if after is not None:
             # a split output gradient runs this pointwise op's backward split (``split_through``)
             grad = split_input_gradient(graph, v, shape, after, v_made, exits, grad)
+            grad = matmul_input_gradient(graph, v, k, after, v_made, exits, v_operands, grad)
             if v not in exits:
                 grad = whole_product_gradient(graph, v, v_operands, k, after, v_made, grad)
         if after is not None and v not in exits:  # an output hook settles it first
             # a partial output gradient goes through this op's backward unreduced where it
             # reads nothing split: DTensor reduces it at the first backward op that does
             carried = [is_partial(a) and c for a, c in zip(after, partial_axes(graph, v, v_operands, v_made))]
-            if any(carried):
-                # DTensor's forward move of this input ran below autograd: nothing to undo
-                grad = tuple(PARTIAL if c else g for c, g in zip(carried, grad))
-                into.setdefault(attach, []).append((order[v], grad, module_of(v)))
-                continue
-        if attach is None and (value[0] in exits or broadcast_axes(graph.decision(value[0]).fx_node, grad)):
-            # DTensor moved the value below autograd, so nothing brings the gradient back
-            # here: a module's output hook settles the summed gradient in that module
-            # (``apply._settle_gradient``); an expand hands it on summed over the dims it
-            # broadcast, partial where split there (ViT's class token)
-            into.setdefault(attach, []).append((order[v], grad, module_of(v)))
-            continue
-        if arrived != dst and not moves_locally(arrived, dst):
-            # gathered or reduced on the way in: its backward brings the gradient back. A
-            # slice DTensor takes inside the op leaves no autograd node: the gradient stays
-            # split, into the sum
+            grad = tuple(PARTIAL if c else g for c, g in zip(carried, grad))
+        if hooked and arrived != dst and not moves_locally(arrived, dst):
+            # a parameter (or a view of one) its module's hook moved above autograd: the
+            # move's backward brings each use's gradient back to the storage
             for kind, axis, size in gradient_collectives(grad, arrived, nbytes, mesh_shape, shape):
                 found[(module_of(v), kind, axis, round(size))] += 1
             grad = without_partial(arrived)
+        # Any other input DTensor moved below autograd (gathered, reduced or sliced inside
+        # the op): nothing brings the gradient back to the layout it arrived in, so it goes
+        # into the sum as the op's backward made it (Gemma 2's softmax, reading scores
+        # split by key gathered, hands back a whole gradient)
         into.setdefault(attach, []).append((order[v], grad, module_of(v)))
     for b in sorted(chain, key=lambda b: -b.depth):  # inner boundaries first
         parts = into.pop(b, [])

@@ -3,9 +3,10 @@
 ``plan/collectives.py`` follows each gradient back through the traced step; these are the
 rules it follows it by, one op at a time, as DTensor runs that op's backward:
 
-- a view, or an add of values of one shape, hands the gradient on as it is
+- a view, a copy, or an add of values of one shape, hands the gradient on as it is
   (``passes_gradient``); a view maps its layout back (``through_view``), and an expand's
-  sum over a split broadcast dim is partial (``broadcast_axes``);
+  sum over a split broadcast dim is partial (``broadcast_axes``); a view whose backward
+  copies the gradient reduces a partial one (``plan/gradient_strides.py``);
 - an op linear in its output's gradient that reads nothing split carries a partial
   gradient on unreduced (``carries_partial``, ``partial_axes``), and a split joins its
   outputs' gradients (``output_gradient``); a product whose gradient came back whole
@@ -13,7 +14,8 @@ rules it follows it by, one op at a time, as DTensor runs that op's backward:
 - a pointwise op (a dtype cast included, ``_CASTS``) or a concatenation runs its backward
   on a split gradient split (``split_through``, ``split_input_gradient``), and so does an
   elementwise product made split on another dim, moving its saved operands instead
-  (``resplit_through``);
+  (``resplit_through``), and a matrix product whose operands were saved whole
+  (``matmul_split_axes``, ``matmul_input_gradient``);
 - autograd sums a value's gradient parts in the order they are ready, in the layout
   DTensor's add makes (``summed``);
 - a product of two trained values reads its output's gradient twice, once per input's
@@ -44,24 +46,34 @@ def views_follow(graph, name: str) -> bool:
 
 
 _PASS_THROUGH = (torch.ops.aten.add.Tensor, torch.ops.aten.sub.Tensor)
+_COPIES = (torch.ops.aten.clone.default,)
+"""A copy's backward hands the gradient on as it is: autograd's ``CloneBackward`` runs no
+op (a ``.contiguous()`` before attention's batched matmul; DeBERTa-v2's partial gradient
+went on through it unreduced)."""
 
 
 def passes_gradient(graph, name: str) -> bool:
     """Whether ``name``'s backward hands its output's gradient to its inputs as it is,
-    running no DTensor op that could move it: a view of one value, or an add or
-    subtraction of values of its own shape (autograd's AddBackward passes the gradient on;
-    the move DTensor made of an input for the forward, below autograd, has no backward)."""
+    running no DTensor op that could move it: a view or a copy of one value, or an add or
+    subtraction whose trained operands have its own shape (autograd's AddBackward passes
+    the gradient on; the move DTensor made of an input for the forward, below autograd,
+    has no backward). A broadcast operand that takes no gradient (a mask, fixed positions)
+    changes nothing: Gemma 2's scores plus a mask, made split by key on dp, hand the scores
+    the whole gradient the softmax's backward made."""
     decision = graph.decision(name)
     if decision.kind != OP:
         return False
     if is_view(decision):
         return len(list(graph.predecessors(name))) == 1
     node = decision.fx_node
+    if node.target in _COPIES:
+        return len(list(graph.predecessors(name))) == 1
     if node.target not in _PASS_THROUGH or node.kwargs.get("alpha", 1) != 1:
         return False
     shape = getattr(node.meta.get("val"), "shape", None)
     args = [a for a in node.args if hasattr(a, "meta")]
-    return len(args) == 2 and all(getattr(a.meta.get("val"), "shape", None) == shape for a in args)
+    trained = [a for a in args if a.name in graph and graph.decision(a.name).requires_grad]
+    return len(args) == 2 and bool(trained) and all(getattr(a.meta.get("val"), "shape", None) == shape for a in trained)
 
 
 _aten = torch.ops.aten
@@ -215,7 +227,9 @@ def _operand_layouts(operands: dict, but: int | None = None) -> list[tuple]:
     return [layout for i, pair in operands.items() if i != but for layout in pair if layout is not None]
 
 
-def _is_pointwise_op(graph, name: str) -> bool:
+def is_elementwise(graph, name: str) -> bool:
+    """Whether ``name`` computes element by element (DTensor's pointwise list, the ops it
+    registers with a scalar apart, dtype casts)."""
     decision = graph.decision(name)
     if decision.kind != OP:
         return False
@@ -232,7 +246,7 @@ def split_through(graph, name: str, exits, grad: tuple, made: tuple) -> tuple[bo
     elementwise product's where the output was made split on another dim
     (``resplit_through``). A module output's hook puts the gradient back in the layout
     DTensor made first."""
-    pointwise = _is_pointwise_op(graph, name)
+    pointwise = is_elementwise(graph, name)
     joined = None if pointwise else _cat_dim(graph, name)  # split on any other dim, a slice stays split
     if name in exits or not (pointwise or joined is not None):
         return (False,) * len(grad)
@@ -283,6 +297,45 @@ def resplit_moves(graph, name: str, operands: dict, grad: tuple, resplit: tuple,
     return found
 
 
+_MATMULS = (_aten.mm.default, _aten.bmm.default)
+
+
+def matmul_split_axes(graph, name: str, exits, grad: tuple, made: tuple, operands: dict) -> tuple[bool, ...]:
+    """Per axis: whether the matrix product ``name``, made whole there, runs its backward
+    on its output's gradient split there as it comes. With both operands saved whole on
+    that axis, DTensor's products of the split gradient and the saved operands need no
+    move: ``grad @ b.T`` is split as the gradient's rows are, ``a.T @ grad`` is a partial
+    sum over them (XGLM's attention scores, made whole on dp where the softmax's gradient
+    came back split by query rows). ``operands``: as ``partial_axes`` takes them."""
+    decision = graph.decision(name)
+    if name in exits or decision.kind != OP or decision.fx_node.target not in _MATMULS:
+        return (False,) * len(grad)
+    layouts = _operand_layouts(operands)
+    return tuple(
+        is_shard(g) and m == REPLICATE and all(layout[axis] == REPLICATE for layout in layouts)
+        for axis, (g, m) in enumerate(zip(grad, made))
+    )
+
+
+def matmul_input_gradient(graph, name: str, k: int, after: tuple, made: tuple, exits, operands: dict, grad: tuple) -> tuple:
+    """The gradient the matrix product ``name`` hands its input ``k`` on the axes where it
+    runs its backward on a split gradient (``matmul_split_axes``): split on the batch
+    dim where the gradient is, split on the rows of the first operand (the columns of the
+    second) where the gradient's rows (columns) are, and partial on the other operand,
+    whose gradient sums over the split dim."""
+    split = matmul_split_axes(graph, name, exits, after, made, operands)
+    if not any(split):
+        return grad
+    rows = graph.decision(name).fx_node.meta["val"].dim() - 2
+    own = rows if k == 0 else rows + 1  # the output dim this operand's gradient keeps
+    result = list(grad)
+    for axis, through in enumerate(split):
+        if through:
+            dim = shard_dim(after[axis])
+            result[axis] = shard(dim) if dim < rows or dim == own else PARTIAL
+    return tuple(result)
+
+
 def _cat_dim(graph, name: str) -> int | None:
     """The dim a ``cat`` joins its inputs along (non-negative), or None for any other op."""
     decision = graph.decision(name)
@@ -323,12 +376,12 @@ def through_view(decision, after: tuple, dst: tuple) -> tuple:
     broadcast = broadcast_axes(decision.fx_node, split)
     if broadcast:
         split = tuple(REPLICATE if axis in broadcast else p for axis, p in enumerate(split))
-    dst = without_partial(dst)
-    if split != tuple(dst):
-        strategies = decision.strategies
-        back = next((s.inputs[0] for s in strategies if len(s.inputs) == 1 and tuple(s.outputs[0]) == split), None)
-        if back is not None:
-            dst = without_partial(back)
+    dst = tuple(without_partial(dst))
+    # the layouts of the input that make ``split``, compared input to input: a transpose
+    # reads its heads split as S(2) and makes its rows split as S(2)
+    back = [tuple(s.inputs[0]) for s in decision.strategies if len(s.inputs) == 1 and tuple(s.outputs[0]) == split]
+    if back and dst not in back:
+        dst = tuple(without_partial(back[0]))
     return tuple(PARTIAL if is_partial(g) or axis in broadcast else p for axis, (g, p) in enumerate(zip(after, dst)))
 
 
