@@ -38,6 +38,10 @@ step each, collectives compared.
 - Gemma 2, float32: its softmax reads scores split by key gathered inside the op; the
   gather has no backward, so the whole gradient goes back through the mask's add
   (``plan/gradient_rules.passes_gradient``) unsplit.
+- Gemma 2, bfloat16: its rotary embedding's ``cat(-x2, x1)`` hands a partial gradient on
+  unreduced (a concatenation's backward slices it; ``carries_partial``).
+- Bloom, bfloat16: its attention scores are ``baddbmm(alibi, q, k)``, whose backward runs
+  on a split gradient as a batched product's does (``matmul_split_axes``).
 """
 
 import sys
@@ -52,7 +56,8 @@ import hf_row  # noqa: E402
 ROWS = [("causal_lm", "mixtral", "float32"), ("causal_lm", "llama", "bfloat16"), ("masked_lm", "bart", "float32"),
         ("causal_lm", "smollm3", "bfloat16"), ("causal_lm", "gptj", "float32"),
         ("causal_lm", "olmoe", "float32"), ("causal_lm", "cohere", "float32"), ("masked_lm", "deberta-v2", "float32"),
-        ("causal_lm", "xglm", "float32"), ("causal_lm", "gemma2", "float32")]
+        ("causal_lm", "xglm", "float32"), ("causal_lm", "gemma2", "float32"), ("causal_lm", "gemma2", "bfloat16"),
+        ("causal_lm", "bloom", "bfloat16")]
 
 
 @pytest.mark.slow  # plans each model three times

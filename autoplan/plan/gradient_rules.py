@@ -82,9 +82,9 @@ _INDEXING = (_aten.index.Tensor, _aten.index_select.default, _aten.gather.defaul
 """Rows picked by integer indices: the backward adds the gradient back into those rows."""
 _PRODUCTS = (_aten.mul.Tensor, _aten._grouped_mm.default)
 """Linear in each operand: a partial gradient times the other operand, replicated, is partial.
-Not ``mm`` or ``bmm``: where an attention's ``probs @ v`` read its operands whole on dp,
-DTensor still reduced the gradient before it reached ``v`` (Bloom under the forcing budget),
-and why is not yet understood."""
+Not ``mm`` or ``bmm`` yet: the one row that seemed to ask for them (Bloom's attention,
+whose gradient was reduced before it reached ``v``) was a view's backward copying it
+(``plan/gradient_strides.py``), and listing them changes no row of the coverage sample."""
 _SPLITS = (_aten.split.Tensor, _aten.split_with_sizes.default, _aten.unbind.int)
 """Several outputs of one input: the backward joins their gradients."""
 _WITH_A_SCALAR = (  # DTensor registers these apart from its pointwise list
@@ -100,8 +100,9 @@ def carries_partial(graph, name: str) -> bool:
     """Whether ``name``'s backward is linear in its output's gradient and reads at most
     what it was given as it was made: a pointwise op or a sum or mean of one tensor (an
     RMSNorm's rsqrt, its eps add, its mean of squares), rows picked by index (a mixture
-    of experts' routed tokens), a split (its backward joins its outputs' gradients), or a
-    product (a gated MLP's ``act(gate) * up``, an experts' grouped matrix product: each
+    of experts' routed tokens), a split (its backward joins its outputs' gradients), a
+    concatenation (its backward slices the gradient: a rotary embedding's
+    ``cat(-x2, x1)``, Gemma 2's in bf16), or a product (a gated MLP's ``act(gate) * up``, an experts' grouped matrix product: each
     input's gradient is the output's times the other operands, and DTensor's product of a
     partial and a replicated operand is partial). Its input's gradient is partial where
     the output's is, on every axis where its output was not made split (and, for a
@@ -114,6 +115,8 @@ def carries_partial(graph, name: str) -> bool:
     inputs = graph.inputs_of(name)
     trained = sum(graph.decision(u).requires_grad for u, _, _ in inputs)
     if target in _PRODUCTS and len(inputs) >= 2:
+        return trained >= 1
+    if target is _aten.cat.default:
         return trained >= 1
     if trained != 1:
         return False
@@ -297,7 +300,9 @@ def resplit_moves(graph, name: str, operands: dict, grad: tuple, resplit: tuple,
     return found
 
 
-_MATMULS = (_aten.mm.default, _aten.bmm.default)
+_MATMULS = {_aten.mm.default: 0, _aten.bmm.default: 0, _aten.baddbmm.default: 1}
+"""Matrix products -> the input index of their first matrix operand (``baddbmm`` adds its
+first input: Bloom's ALiBi bias)."""
 
 
 def matmul_split_axes(graph, name: str, exits, grad: tuple, made: tuple, operands: dict) -> tuple[bool, ...]:
@@ -308,9 +313,10 @@ def matmul_split_axes(graph, name: str, exits, grad: tuple, made: tuple, operand
     sum over them (XGLM's attention scores, made whole on dp where the softmax's gradient
     came back split by query rows). ``operands``: as ``partial_axes`` takes them."""
     decision = graph.decision(name)
-    if name in exits or decision.kind != OP or decision.fx_node.target not in _MATMULS:
+    first = _MATMULS.get(decision.fx_node.target) if decision.kind == OP else None
+    if name in exits or first is None:
         return (False,) * len(grad)
-    layouts = _operand_layouts(operands)
+    layouts = _operand_layouts({k: pair for k, pair in operands.items() if k in (first, first + 1)})
     return tuple(
         is_shard(g) and m == REPLICATE and all(layout[axis] == REPLICATE for layout in layouts)
         for axis, (g, m) in enumerate(zip(grad, made))
@@ -318,16 +324,17 @@ def matmul_split_axes(graph, name: str, exits, grad: tuple, made: tuple, operand
 
 
 def matmul_input_gradient(graph, name: str, k: int, after: tuple, made: tuple, exits, operands: dict, grad: tuple) -> tuple:
-    """The gradient the matrix product ``name`` hands its input ``k`` on the axes where it
-    runs its backward on a split gradient (``matmul_split_axes``): split on the batch
-    dim where the gradient is, split on the rows of the first operand (the columns of the
-    second) where the gradient's rows (columns) are, and partial on the other operand,
-    whose gradient sums over the split dim."""
+    """The gradient the matrix product ``name`` hands its matrix operand ``k`` on the axes
+    where it runs its backward on a split gradient (``matmul_split_axes``): split on the
+    batch dim where the gradient is, split on the rows of the first operand (the columns
+    of the second) where the gradient's rows (columns) are, and partial on the other
+    operand, whose gradient sums over the split dim."""
     split = matmul_split_axes(graph, name, exits, after, made, operands)
-    if not any(split):
+    first = _MATMULS.get(graph.decision(name).fx_node.target)
+    if not any(split) or k not in (first, first + 1):
         return grad
     rows = graph.decision(name).fx_node.meta["val"].dim() - 2
-    own = rows if k == 0 else rows + 1  # the output dim this operand's gradient keeps
+    own = rows if k == first else rows + 1  # the output dim this operand's gradient keeps
     result = list(grad)
     for axis, through in enumerate(split):
         if through:
