@@ -13,7 +13,7 @@ step each, collectives compared.
 - BART masked LM, float32: dropout's ``x * mask``, made split on the hidden dim on dp, gets
   its gradient split on tokens there; DTensor runs ``grad * mask`` in the gradient's layout,
   moving the saved mask, and the gradient goes on split on tokens
-  (``plan/gradient_rules.resplit_through``).
+  (``plan/split_gradients.resplit_through``).
 - SmolLM3, bfloat16: RMSNorm upcasts to float32 and casts back; the cast's backward runs on
   a gradient split by hidden as it comes, and carries a partial one on unreduced, as a
   pointwise op's does (``plan/gradient_rules._CASTS``): the split gradient's sum with the
@@ -33,7 +33,7 @@ step each, collectives compared.
   backward, where DTensor's ``clone`` all-reduces it (``plan/gradient_strides.py``).
 - XGLM, float32: its attention scores, made whole on dp, get their gradient split by
   query rows; the batched matrix product's backward runs on it as it comes, the query's
-  gradient split and the key's partial (``plan/gradient_rules.matmul_split_axes``), and
+  gradient split and the key's partial (``plan/split_gradients.matmul_split_axes``), and
   a transpose hands the split back on its input's own dim (``through_view``).
 - Gemma 2, float32: its softmax reads scores split by key gathered inside the op; the
   gather has no backward, so the whole gradient goes back through the mask's add

@@ -83,13 +83,15 @@ from autoplan.dtensor.loss_parallel import own_collectives
 from autoplan.dtensor.strategies import SHAPE_ONLY_OPS, Strategy
 from autoplan.placements import PARTIAL, REPLICATE, is_partial
 from autoplan.plan.gradient_rules import (
-    averaged_product_axes, averaged_sum_axes, gradient_reads, matmul_input_gradient, matmul_split_axes,
-    output_gradient, partial_axes, passes_gradient, resplit_moves, resplit_through, split_input_gradient, split_through,
-    summed, through_view, views_follow, whole_product_gradient,
+    averaged_product_axes, averaged_sum_axes, gradient_reads, output_gradient, partial_axes, passes_gradient, summed,
+    through_view, views_follow, whole_product_gradient,
 )
 from autoplan.plan.gradient_strides import copies_gradient
 from autoplan.plan.loss_reductions import loss_output, loss_reductions
 from autoplan.plan.module_plan import ROOT_MODULE as ROOT, collective_table
+from autoplan.plan.split_gradients import (
+    matmul_input_gradient, matmul_split_axes, resplit_moves, resplit_through, split_input_gradient, split_through,
+)
 from autoplan.plan.recompute import recompute_collectives
 from autoplan.plan.runtime_choice import runtime_strategy
 from autoplan.plan.views import layouts_along_views, view_chain, within

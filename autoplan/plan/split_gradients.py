@@ -1,0 +1,161 @@
+"""Where an op's backward runs on its output's gradient split as the gradient comes.
+
+DTensor runs each backward op on the layouts its inputs arrive in; where a gradient comes
+back split on an axis where the op made its output whole, some ops take it as it is and
+hand their inputs split (or partial) gradients, moving nothing:
+
+- a pointwise op and a dtype cast: DTensor slices the saved operands it multiplies by
+  (``split_through``, ``split_input_gradient``); a concatenation slices the gradient along
+  the joined dim;
+- an elementwise product made split on another dim runs on the gradient's split, moving
+  its saved operands there instead (``resplit_through``, ``resplit_moves``);
+- a matrix product whose operands were saved whole: ``grad @ b.T`` split by the
+  gradient's rows, ``a.T @ grad`` partial over them (``matmul_split_axes``,
+  ``matmul_input_gradient``).
+
+``plan/collectives.py`` asks these where it follows a gradient back through an op; the
+other rules it follows are in ``plan/gradient_rules.py``.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from autoplan.choices.graph import OP
+from autoplan.cost.comm import _moves
+from autoplan.cost.estimate import output_values, tensor_bytes
+from autoplan.placements import PARTIAL, REPLICATE, is_partial, is_shard, shard, shard_dim
+from autoplan.plan.gradient_rules import is_elementwise, operand_layouts
+
+_aten = torch.ops.aten
+
+
+def split_through(graph, name: str, exits, grad: tuple, made: tuple) -> tuple[bool, ...]:
+    """Per axis: whether ``name``'s output gradient, split there while the output was made
+    whole, stays split into its backward. A pointwise op's backward is pointwise too:
+    DTensor runs it on the split gradient, slicing the saved inputs it multiplies by
+    (no gather), so the gradient reaches the inputs split (``split_input_gradient``).
+    So does a concatenation's, which slices the gradient along the joined dim, and an
+    elementwise product's where the output was made split on another dim
+    (``resplit_through``). A module output's hook puts the gradient back in the layout
+    DTensor made first."""
+    pointwise = is_elementwise(graph, name)
+    joined = None if pointwise else _cat_dim(graph, name)  # split on any other dim, a slice stays split
+    if name in exits or not (pointwise or joined is not None):
+        return (False,) * len(grad)
+    resplit = resplit_through(graph, name, exits, grad, made)
+    return tuple(
+        r or (is_shard(g) and shard_dim(g) != joined and not is_shard(q) and not is_partial(q))
+        for r, g, q in zip(resplit, grad, made)
+    )
+
+
+def resplit_through(graph, name: str, exits, grad: tuple, made: tuple) -> tuple[bool, ...]:
+    """Per axis: whether the elementwise product ``name`` (``x * mask``: a dropout), made
+    split on one dim, runs its backward on a gradient split on another dim as it comes.
+    Both layouts cost DTensor the same move for ``grad * mask``, and it keeps the first
+    operand's: the saved mask moves to the gradient's split (``resplit_moves``), and the
+    input's gradient goes on split as the output's came (BART's dropout on a 2x4 fake
+    process group: the move back ran at the module hook further on). Only for operands
+    of the output's shape (a broadcast one has no such dim to split)."""
+    decision = graph.decision(name)
+    if name in exits or decision.kind != OP or decision.fx_node.target is not _aten.mul.Tensor:
+        return (False,) * len(grad)
+    shape = tuple(decision.fx_node.meta["val"].shape)
+    operands = [u.meta.get("val") for u in decision.fx_node.args if isinstance(u, torch.fx.Node)]
+    if len(operands) != 2 or any(getattr(v, "shape", None) != shape for v in operands):
+        return (False,) * len(grad)
+    return tuple(is_shard(g) and is_shard(q) and shard_dim(g) != shard_dim(q) for g, q in zip(grad, made))
+
+
+def resplit_moves(graph, name: str, operands: dict, grad: tuple, resplit: tuple, mesh_shape) -> list:
+    """``(kind, axis, bytes)`` of the saved operands ``name``'s backward moves to its
+    gradient's layout on the ``resplit`` axes: for each trained input, the product of the
+    gradient and the other operand as autograd saved it (``operands``: input index ->
+    (saved, read))."""
+    if not any(resplit):
+        return []
+    inputs = graph.inputs_of(name)
+    found = []
+    for u, _, k in inputs:
+        if not graph.decision(u).requires_grad:
+            continue
+        for other, index, j in inputs:
+            saved = operands.get(j, (None, None))[0] if j != k else None
+            if saved is None:
+                continue
+            target = tuple(g if r else p for r, g, p in zip(resplit, grad, saved))
+            nbytes = tensor_bytes(output_values(graph.decision(other))[index])
+            found += _moves(saved, target, nbytes, mesh_shape)
+    return found
+
+
+_MATMULS = {_aten.mm.default: 0, _aten.bmm.default: 0, _aten.baddbmm.default: 1}
+"""Matrix products -> the input index of their first matrix operand (``baddbmm`` adds its
+first input: Bloom's ALiBi bias)."""
+
+
+def matmul_split_axes(graph, name: str, exits, grad: tuple, made: tuple, operands: dict) -> tuple[bool, ...]:
+    """Per axis: whether the matrix product ``name``, made whole there, runs its backward
+    on its output's gradient split there as it comes. With both operands saved whole on
+    that axis, DTensor's products of the split gradient and the saved operands need no
+    move: ``grad @ b.T`` is split as the gradient's rows are, ``a.T @ grad`` is a partial
+    sum over them (XGLM's attention scores, made whole on dp where the softmax's gradient
+    came back split by query rows). ``operands``: as ``partial_axes`` takes them."""
+    decision = graph.decision(name)
+    first = _MATMULS.get(decision.fx_node.target) if decision.kind == OP else None
+    if name in exits or first is None:
+        return (False,) * len(grad)
+    layouts = operand_layouts({k: pair for k, pair in operands.items() if k in (first, first + 1)})
+    return tuple(
+        is_shard(g) and m == REPLICATE and all(layout[axis] == REPLICATE for layout in layouts)
+        for axis, (g, m) in enumerate(zip(grad, made))
+    )
+
+
+def matmul_input_gradient(graph, name: str, k: int, after: tuple, made: tuple, exits, operands: dict, grad: tuple) -> tuple:
+    """The gradient the matrix product ``name`` hands its matrix operand ``k`` on the axes
+    where it runs its backward on a split gradient (``matmul_split_axes``): split on the
+    batch dim where the gradient is, split on the rows of the first operand (the columns
+    of the second) where the gradient's rows (columns) are, and partial on the other
+    operand, whose gradient sums over the split dim."""
+    split = matmul_split_axes(graph, name, exits, after, made, operands)
+    first = _MATMULS.get(graph.decision(name).fx_node.target)
+    if not any(split) or k not in (first, first + 1):
+        return grad
+    rows = graph.decision(name).fx_node.meta["val"].dim() - 2
+    own = rows if k == first else rows + 1  # the output dim this operand's gradient keeps
+    result = list(grad)
+    for axis, through in enumerate(split):
+        if through:
+            dim = shard_dim(after[axis])
+            result[axis] = shard(dim) if dim < rows or dim == own else PARTIAL
+    return tuple(result)
+
+
+def _cat_dim(graph, name: str) -> int | None:
+    """The dim a ``cat`` joins its inputs along (non-negative), or None for any other op."""
+    decision = graph.decision(name)
+    node = decision.fx_node
+    if decision.kind != OP or node.target is not _aten.cat.default:
+        return None
+    dim = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", 0)
+    return dim % node.meta["val"].dim()
+
+
+def split_input_gradient(graph, name: str, in_shape: tuple, after: tuple, made: tuple, exits, grad: tuple) -> tuple:
+    """The gradient the pointwise op ``name`` hands an input of shape ``in_shape`` on the
+    axes where its output gradient ``after`` stays split (``split_through``): split on
+    the input's own dim where the input has the output's size there, partial where the
+    input was broadcast along it (autograd sums the gradient over the broadcast dims)."""
+    through = split_through(graph, name, exits, after, made)
+    if not any(through):
+        return grad
+    out_shape = tuple(graph.decision(name).fx_node.meta["val"].shape)
+    result = list(grad)
+    for axis, split in enumerate(through):
+        if split:
+            out_dim = shard_dim(after[axis])
+            dim = out_dim - (len(out_shape) - len(in_shape))
+            result[axis] = shard(dim) if 0 <= dim and in_shape[dim] == out_shape[out_dim] else PARTIAL
+    return tuple(result)
