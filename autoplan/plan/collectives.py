@@ -332,40 +332,41 @@ def _value_gradient(value, readers, chain, graph, order, grads, mesh_shape, pare
                 grad = through_view(graph.decision(v), after, dst)
             else:
                 grad = after
-            into.setdefault(attach, []).append((order[v], grad, module_of(v)))
-            continue
-        # read replicated by an op that splits its work: each rank's gradient is a partial
-        # sum; read partial: its gradient is the output's, replicated (a partial value's
-        # backward only copies the gradient to each rank's share)
-        averaged_sum = averaged_sum_axes(graph, v, strategy) or (False,) * len(dst)
-        grad = tuple(
-            PARTIAL if p == REPLICATE and n > 1 and splits_work(strategy, axis) and not by_average
-            else (REPLICATE if is_partial(p) else p)
-            for axis, (p, n, by_average) in enumerate(zip(dst, mesh_shape, averaged_sum))
-        )
-        after = output_gradient(graph, v, grads)
-        v_made, v_operands = made(v, 0), operands.get(v, {})
-        averaged = averaged_product_axes(graph, v, k, shape, v_operands)
-        if any(averaged):  # the full-size product is all-reduced before the broadcast sum
-            whole = without_partial(after or v_made)
-            product = tuple(PARTIAL if a else p for a, p in zip(averaged, whole))
-            for kind, axis, size in gradient_collectives(product, whole, _size(graph, (v, 0))[0], mesh_shape):
-                found[(module_of(v), kind, axis, round(size))] += 1
-            grad = tuple(REPLICATE if a else g for a, g in zip(averaged, grad))
-        if after is not None:
-            # a split output gradient runs this pointwise op's backward split (``split_through``)
-            grad = split_input_gradient(graph, v, shape, after, v_made, exits, grad)
-            grad = matmul_input_gradient(graph, v, k, after, v_made, exits, v_operands, grad)
-            if v not in exits:
-                grad = whole_product_gradient(graph, v, v_operands, k, after, v_made, grad)
-        if after is not None and v not in exits:  # an output hook settles it first
-            # a partial output gradient goes through this op's backward unreduced where it
-            # reads nothing split: DTensor reduces it at the first backward op that does
-            carried = [is_partial(a) and c for a, c in zip(after, partial_axes(graph, v, v_operands, v_made))]
-            grad = tuple(PARTIAL if c else g for c, g in zip(carried, grad))
+        else:
+            # read replicated by an op that splits its work: each rank's gradient is a partial
+            # sum; read partial: its gradient is the output's, replicated (a partial value's
+            # backward only copies the gradient to each rank's share)
+            averaged_sum = averaged_sum_axes(graph, v, strategy) or (False,) * len(dst)
+            grad = tuple(
+                PARTIAL if p == REPLICATE and n > 1 and splits_work(strategy, axis) and not by_average
+                else (REPLICATE if is_partial(p) else p)
+                for axis, (p, n, by_average) in enumerate(zip(dst, mesh_shape, averaged_sum))
+            )
+            after = output_gradient(graph, v, grads)
+            v_made, v_operands = made(v, 0), operands.get(v, {})
+            averaged = averaged_product_axes(graph, v, k, shape, v_operands)
+            if any(averaged):  # the full-size product is all-reduced before the broadcast sum
+                whole = without_partial(after or v_made)
+                product = tuple(PARTIAL if a else p for a, p in zip(averaged, whole))
+                for kind, axis, size in gradient_collectives(product, whole, _size(graph, (v, 0))[0], mesh_shape):
+                    found[(module_of(v), kind, axis, round(size))] += 1
+                grad = tuple(REPLICATE if a else g for a, g in zip(averaged, grad))
+            if after is not None:
+                # a split output gradient runs this pointwise op's backward split (``split_through``)
+                grad = split_input_gradient(graph, v, shape, after, v_made, exits, grad)
+                grad = matmul_input_gradient(graph, v, k, after, v_made, exits, v_operands, grad)
+                if v not in exits:
+                    grad = whole_product_gradient(graph, v, v_operands, k, after, v_made, grad)
+            if after is not None and v not in exits:  # an output hook settles it first
+                # a partial output gradient goes through this op's backward unreduced where it
+                # reads nothing split: DTensor reduces it at the first backward op that does
+                carried = [is_partial(a) and c for a, c in zip(after, partial_axes(graph, v, v_operands, v_made))]
+                grad = tuple(PARTIAL if c else g for c, g in zip(carried, grad))
         if hooked and arrived != dst and not moves_locally(arrived, dst):
             # a parameter (or a view of one) its module's hook moved above autograd: the
-            # move's backward brings each use's gradient back to the storage
+            # move's backward brings each use's gradient back to the storage, each call's
+            # on its own (ALBERT's one layer, run twice, reduce-scatters its weights'
+            # gradients twice)
             for kind, axis, size in gradient_collectives(grad, arrived, nbytes, mesh_shape, shape):
                 found[(module_of(v), kind, axis, round(size))] += 1
             grad = without_partial(arrived)
