@@ -309,9 +309,7 @@ def _value_gradient(value, readers, chain, graph, order, grads, mesh_shape, pare
     ``operands``: op -> its inputs' layouts, as saved and as read."""
     into: dict[object, list] = {}  # attach point -> [(when the part is ready, gradient)]
     nbytes, shape = _size(graph, value)
-    for v, k, strategy, arrived, dst, attach, hooked in readers:
-        if not graph.decision(v).requires_grad:
-            continue
+    for v, k, strategy, arrived, dst, attach, hooked in readers:  # those the backward reaches
         if passes_gradient(graph, v):
             after = grads.get((v, 0))
             if after is None:

@@ -120,8 +120,7 @@ def carries_partial(graph, name: str) -> bool:
         return False
     if target in _INDEXING or target in _SPLITS:  # an index's other inputs are its integer indices
         return True
-    elementwise = target in _WITH_A_SCALAR or target in _CASTS or is_pointwise(target)
-    return len(inputs) == 1 and (target in _REDUCTIONS or elementwise)
+    return len(inputs) == 1 and (target in _REDUCTIONS or is_elementwise(graph, name))
 
 
 def averaged_product_axes(graph, name: str, k: int, in_shape: tuple, operands: dict) -> tuple[bool, ...]:

@@ -36,16 +36,14 @@ _SAME_MEMORY = (
 """Views whose backward is a view of the gradient in any layout (size-1 dims, aliases)."""
 
 
-def copies_gradient(graph, name: str, memo: dict | None = None) -> bool:
+def copies_gradient(graph, name: str) -> bool:
     """Whether the backward of the view ``name`` copies its output's gradient (``clone``)
-    to hand it to its input. ``memo``: value -> its gradient's layout, to share between
-    calls on one graph."""
-    memo = {} if memo is None else memo
+    to hand it to its input."""
     decision = graph.decision(name)
     node = decision.fx_node
     if not is_view(decision) or node.target not in _RESHAPES:
         return False
-    grad = _gradient_like(graph, (name, 0), memo)
+    grad = _gradient_like(graph, (name, 0), {})
     if grad is None:
         return False
     try:
@@ -57,7 +55,7 @@ def copies_gradient(graph, name: str, memo: dict | None = None) -> bool:
 
 def _gradient_like(graph, value: tuple[str, int], memo: dict) -> torch.Tensor | None:
     """A meta tensor laid out as autograd hands ``value``'s gradient to its backward, or
-    None where ``value`` is not a tensor."""
+    None where ``value`` is not a tensor. ``memo``: value -> that tensor, for this walk."""
     if value in memo:
         return memo[value]
     name, index = value
