@@ -46,6 +46,13 @@ step each, collectives compared.
   that call's share of the weights' gradient back to their storage (a reduce_scatter
   per call, ``plan/collectives._value_gradient``), where the prediction summed the shares
   and settled them once.
+- T5, float32: its learned position bias, split by heads on dp, is added to scores split
+  by batch on tp: the decomposed attention (a mask that needs a gradient takes no fused
+  kernel) splits the scores by heads, and their gradient, reshaped back to
+  ``(batch * heads, ...)``, is gathered first (``plan/split_gradients.reshaped_gradient``);
+  the mask is not moved to the query's layout beforehand (``dtensor/fused_attention.py``);
+  and the attention hands the bias it was given back as its input hook laid it out
+  (``plan/builder._call_layout``), where the output hook gathered it.
 """
 
 import sys
@@ -61,7 +68,7 @@ ROWS = [("causal_lm", "mixtral", "float32"), ("causal_lm", "llama", "bfloat16"),
         ("causal_lm", "smollm3", "bfloat16"), ("causal_lm", "gptj", "float32"),
         ("causal_lm", "olmoe", "float32"), ("causal_lm", "cohere", "float32"), ("masked_lm", "deberta-v2", "float32"),
         ("causal_lm", "xglm", "float32"), ("causal_lm", "gemma2", "float32"), ("causal_lm", "gemma2", "bfloat16"),
-        ("causal_lm", "bloom", "bfloat16"), ("masked_lm", "albert", "float32")]
+        ("causal_lm", "bloom", "bfloat16"), ("masked_lm", "albert", "float32"), ("seq2seq_lm", "t5", "float32")]
 
 
 @pytest.mark.slow  # plans each model three times

@@ -143,6 +143,8 @@ def mask_placed_like_query(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
     query, mask = call.query, call.attn_mask
     if not isinstance(mask, DTensor) or not isinstance(query, DTensor) or query.dim() != 4 or mask.device_mesh != query.device_mesh:
         return args, kwargs
+    if mask.requires_grad:
+        return args, kwargs  # no fused kernel takes it: the call decomposes, and its ops move the mask as planned
     if not all(p.is_replicate() or (isinstance(p, Shard) and p.dim in (0, 1)) for p in query.placements):
         return args, kwargs
     wanted = tuple(attention_mask_placement(p, tuple(mask.shape)) for p in query.placements)

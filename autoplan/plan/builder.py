@@ -274,7 +274,8 @@ def memory_split(costed: CostedGraph, choice: dict[str, int], checkpointed: Chec
 
 
 def _call_layout(costed: CostedGraph, choice, call: ModuleCall, output_spec, order) -> ModuleLayout:
-    """Inputs: the spec the first op inside the module asks for; outputs: the spec produced."""
+    """Inputs: the spec the first op inside the module asks for; outputs: the spec produced
+    (an input handed back: the spec its input hook made)."""
     graph = costed.choices.graph
     owners = costed.choices.traced.node_modules
 
@@ -282,6 +283,7 @@ def _call_layout(costed: CostedGraph, choice, call: ModuleCall, output_spec, ord
         return within(owners.get(node, ""), call.fqn)
 
     inputs = {}
+    passed = {}  # value -> the layout the module's input hook gives it
     for key, node in call.inputs:
         source, out_index = costed.choices.traced.value_of(node)
         if source not in graph:
@@ -295,10 +297,15 @@ def _call_layout(costed: CostedGraph, choice, call: ModuleCall, output_spec, ord
             _, v, k = consumers[0]
             found = _through_views(graph, choice, v, k, inside)
             inputs[key] = found[1] if found is not None else graph.decision(v).strategies[choice[v]].inputs[k]
+            passed.setdefault((source, out_index), inputs[key])
     outputs = {}
     for key, node in call.outputs:
         source, out_index = costed.choices.traced.value_of(node)
-        if source in graph:
+        if (source, out_index) in passed:
+            # an input handed back as it came (T5's attention returns the position bias it
+            # was given): it leaves as its input hook laid it out, moving nothing
+            outputs[key] = passed[(source, out_index)]
+        elif source in graph:
             reshaped = _reshaped_outside(graph, owners, choice, source, out_index, call.fqn)
             outputs[key] = reshaped or output_spec(source, out_index)
     return ModuleLayout(inputs, outputs)

@@ -23,7 +23,8 @@ hook gathers them (``Plan.parameter_uses``).
   the value replicated, a view, a copy or an add passes
   its output's gradient on to its input as it is (split where a slice further on split
   it; an expand's sum over a split broadcast dim is partial; reduced where a view's
-  backward copies it, ``plan/gradient_strides.py``), a move DTensor made inside an op
+  backward copies it, ``plan/gradient_strides.py``; gathered where a reshape's backward
+  cannot keep its split, ``split_gradients.reshaped_gradient``), a move DTensor made inside an op
   (a gather, a reduction, a slice) has no backward, so the op's gradient goes back as its
   backward made it, autograd sums the readers' gradients in the order
   they are ready (DTensor adds a replicated one to a partial one as partial, and reduce-scatters a partial one added
@@ -90,7 +91,8 @@ from autoplan.plan.gradient_strides import copies_gradient
 from autoplan.plan.loss_reductions import loss_output, loss_reductions
 from autoplan.plan.module_plan import ROOT_MODULE as ROOT, collective_table
 from autoplan.plan.split_gradients import (
-    matmul_input_gradient, matmul_split_axes, resplit_moves, resplit_through, split_input_gradient, split_through,
+    matmul_input_gradient, matmul_split_axes, reshaped_gradient, resplit_moves, resplit_through, split_input_gradient,
+    split_through,
 )
 from autoplan.plan.recompute import recompute_collectives
 from autoplan.plan.runtime_choice import runtime_strategy
@@ -327,7 +329,13 @@ def _value_gradient(value, readers, chain, graph, order, grads, mesh_shape, pare
                     for kind, axis, size in gradient_collectives(after, whole, _size(graph, (v, 0))[0], mesh_shape):
                         found[(module_of(v), kind, axis, round(size))] += 1
                     after = whole
-                grad = through_view(graph.decision(v), after, dst)
+                moved = reshaped_gradient(graph.decision(v), after)
+                out_bytes, out_shape = _size(graph, (v, 0))
+                for kind, axis, size, _ in redistribute_collectives(
+                    after, moved, out_bytes, mesh_shape, backward=False, shape=out_shape
+                ):
+                    found[(module_of(v), kind, axis, round(size))] += 1
+                grad = through_view(graph.decision(v), moved, dst)
             else:
                 grad = after
         else:

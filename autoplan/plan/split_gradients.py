@@ -13,16 +13,21 @@ hand their inputs split (or partial) gradients, moving nothing:
   gradient's rows, ``a.T @ grad`` partial over them (``matmul_split_axes``,
   ``matmul_input_gradient``).
 
+One op cannot: a reshape's backward reshapes the gradient back, and a split no reshape
+strategy keeps is gathered first (``reshaped_gradient``).
+
 ``plan/collectives.py`` asks these where it follows a gradient back through an op; the
 other rules it follows are in ``plan/gradient_rules.py``.
 """
 
 from __future__ import annotations
 
+import itertools
+
 import torch
 
 from autoplan.choices.graph import OP
-from autoplan.cost.comm import _moves
+from autoplan.cost.comm import _moves, splits_a_dim_twice
 from autoplan.cost.estimate import output_values, tensor_bytes
 from autoplan.placements import PARTIAL, REPLICATE, is_partial, is_shard, shard, shard_dim
 from autoplan.plan.gradient_rules import is_elementwise, operand_layouts
@@ -159,3 +164,33 @@ def split_input_gradient(graph, name: str, in_shape: tuple, after: tuple, made: 
             dim = out_dim - (len(out_shape) - len(in_shape))
             result[axis] = shard(dim) if 0 <= dim and in_shape[dim] == out_shape[out_dim] else PARTIAL
     return tuple(result)
+
+
+_RESHAPES = (_aten.view.default, _aten._unsafe_view.default, _aten.reshape.default)
+
+
+def reshaped_gradient(decision, after: tuple) -> tuple:
+    """The layout DTensor moves the reshape ``decision``'s output gradient ``after`` to
+    before its backward reshapes it back: ``after`` itself where a strategy of the reshape
+    makes that layout, else with the fewest axes gathered that leave one a strategy makes
+    (DTensor's reshape rule keeps each split it can and replicates the others, rather than
+    moving a split to another dim). A score gradient split by heads, reshaped back to
+    ``(batch * heads, ...)``, is gathered (T5's attention, where the position bias split
+    the scores by heads). Partial axes stay partial: a reshape moves a partial gradient
+    as it is. A dim split over several axes is left as it comes: the planned reshape
+    strategies hold no such layout to compare with."""
+    if decision.fx_node.target not in _RESHAPES:
+        return after
+    split = tuple(REPLICATE if is_partial(g) else g for g in after)
+    if splits_a_dim_twice(split):
+        return after
+    made = {tuple(s.outputs[0]) for s in decision.strategies if len(s.inputs) == 1}
+    if not made or split in made:
+        return after
+    sharded = [axis for axis, g in enumerate(split) if is_shard(g)]
+    for count in range(1, len(sharded) + 1):
+        for gathered in itertools.combinations(sharded, count):
+            target = tuple(REPLICATE if axis in gathered else g for axis, g in enumerate(split))
+            if target in made:
+                return tuple(g if is_partial(g) else t for g, t in zip(after, target))
+    return after
