@@ -128,6 +128,9 @@ def _check_model(model: nn.Module, plan: Plan) -> None:
     if stray_uses:
         raise PlanError(f"plan parameter_uses name parameters not in the model: {stray_uses[:3]}", hint="re-plan this model with `autoplan suggest`")
     modules = dict(model.named_modules())
+    stray_readers = sorted({m for readers in plan.parameter_readers.values() for m in readers} - set(modules))
+    if stray_readers:
+        raise PlanError(f"plan parameter_readers name modules not in the model: {stray_readers[:3]}", hint="re-plan this model with `autoplan suggest`")
     stray = sorted((set(plan.modules) | set(plan.opaque_modules)) - set(modules))
     if stray:
         raise PlanError(f"plan modules not in the model: {stray[:3]}", hint="re-plan this model with `autoplan suggest`")
@@ -178,32 +181,38 @@ def _gather_parameters_for_use(modules: dict[str, nn.Module], plan: Plan, mesh: 
     gradient back through the redistribute, reducing it to the stored layout (a
     reduce-scatter where it was partial). The post-hook puts the parameter back, so
     ``named_parameters()``, the optimizer and checkpoints only ever see the stored one.
+    A module that reads another's parameter in its own code (``Plan.parameter_readers``)
+    swaps that parameter in its owner the same way around its own forward.
     """
-    by_module: dict[str, dict[str, Spec]] = {}
+    by_reader: dict[tuple[str, str], dict[str, Spec]] = {}
     for fqn, spec in plan.parameter_uses.items():
         owner, _, name = fqn.rpartition(".")
         if any(owner == region or owner.startswith(region + ".") for region in plan.opaque_modules):
             continue  # an opaque region gathers all its state itself (_run_replicated)
-        by_module.setdefault(owner, {})[name] = to_placements(spec)  # parsed here, not in traced hooks
-    for owner, specs in by_module.items():
-        module = modules[owner]
+        placements = to_placements(spec)  # parsed here, not in traced hooks
+        for reader in (owner, *plan.parameter_readers.get(fqn, ())):
+            by_reader.setdefault((reader, owner), {})[name] = placements
+    for (reader, owner), specs in by_reader.items():
+        holder = modules[owner]
         stored: dict[str, nn.Parameter] = {}
 
         # Plain item assignments on ``_parameters`` (as FSDP2 swaps its unsharded parameters):
         # dynamo replays them in order when it traces these hooks into a compiled graph.
-        def swap_in(module, args, specs=specs, stored=stored):
+        # Nested readers (an owner called inside its reader) swap in turn: the inner one
+        # finds the parameter already in its use layout, and each puts back what it found.
+        def swap_in(module, args, specs=specs, stored=stored, holder=holder):
             for name, spec in specs.items():
-                param = module._parameters[name]
+                param = holder._parameters[name]
                 stored[name] = param
-                module._parameters[name] = param.redistribute(mesh, spec)
+                holder._parameters[name] = param.redistribute(mesh, spec)
 
-        def swap_out(module, args, output, specs=specs, stored=stored):
+        def swap_out(module, args, output, specs=specs, stored=stored, holder=holder):
             for name in specs:
                 if name in stored:
-                    module._parameters[name] = stored.pop(name)
+                    holder._parameters[name] = stored.pop(name)
 
-        module.register_forward_pre_hook(swap_in)
-        module.register_forward_hook(swap_out, always_call=True)
+        modules[reader].register_forward_pre_hook(swap_in)
+        modules[reader].register_forward_hook(swap_out, always_call=True)
 
 
 def _run_replicated(module: nn.Module) -> None:

@@ -66,7 +66,7 @@ def build_plan(
             shapes[fqn] = tuple(value.shape)
             dtypes[fqn] = str(value.dtype).removeprefix("torch.")
         tied.update({fqn: fqns[0] for fqn in fqns[1:]})
-    uses = _parameter_uses(choices, choice, parameters)
+    uses, readers = _parameter_uses(choices, choice, parameters)
     inputs = {}
     for node, key in traced.inputs.items():
         decision = graph.decision(node)
@@ -104,6 +104,7 @@ def build_plan(
         fallback_ops=choices.fallback_ops,
         opaque_modules=tuple(sorted(traced.opaque_modules)),
         parameter_uses=uses,
+        parameter_readers=readers,
         module_types={
             owner: traced.module_types[owner]
             for owner in {fqn.rpartition(".")[0] for fqn in parameters}
@@ -134,29 +135,37 @@ def _moved_inplace_selves(graph, choice: dict[str, int]) -> list[str]:
     return found
 
 
-def _parameter_uses(choices, choice: dict[str, int], storage: dict) -> dict:
-    """FQN -> the layout its module computes with, where that differs from how it is stored.
+def _parameter_uses(choices, choice: dict[str, int], storage: dict) -> tuple[dict, dict]:
+    """(FQN -> the layout its module computes with, where that differs from how it is
+    stored; FQN -> the other modules that read it, ``Plan.parameter_readers``).
 
     A parameter stored sharded and used replicated (FSDP-style) is gathered by its module
     just before use; recording the planned use layout lets the apply engine do that
     gather itself rather than leave it to DTensor's runtime choice, which may differ from
-    the plan (and, for some ops, ignores a sharded weight). A tied parameter used by two
-    modules gets an entry under each module's own FQN.
+    the plan (and, for some ops, ignores a sharded weight: DTensor's convolution rule runs
+    the local shard of a depthwise filter). A tied parameter used by two modules gets an
+    entry under each module's own FQN. One read in another module's own code (Mamba's
+    mixer convolving with ``self.conv1d.weight``) is keyed by the parameter's first name,
+    and that module gathers it too: the owner's forward never runs around that read.
     """
     traced = choices.traced
     found: dict[str, set] = {}
+    read_by: dict[str, set] = {}
     for node, fqns in traced.parameters.items():
         for consumer, spec in _uses(choices, choice, node):
-            owner = traced.node_modules.get(consumer, "")
-            fqn = next((f for f in fqns if f.rpartition(".")[0] == owner), None)
-            if fqn is None:  # used outside its own module: keyed by its first name
+            reader = traced.node_modules.get(consumer, "")
+            fqn = next((f for f in fqns if f.rpartition(".")[0] == reader), None)
+            if fqn is None:
                 fqn = fqns[0]
+                if not within(reader, fqn.rpartition(".")[0]):  # read in code the owner's forward does not wrap
+                    read_by.setdefault(fqn, set()).add(reader)
             found.setdefault(fqn, set()).add(spec)
-    return {
+    uses = {
         fqn: next(iter(specs))
         for fqn, specs in sorted(found.items())
         if len(specs) == 1 and next(iter(specs)) != storage[fqn]
     }
+    return uses, {fqn: tuple(sorted(read_by[fqn])) for fqn in uses if fqn in read_by}
 
 
 def _uses(choices, choice: dict[str, int], node: str):

@@ -37,6 +37,7 @@ def expand_plan(plan: Plan, blocks: RepeatedBlocks, checkpointed: int | None = N
         parameters=blocks.widen(plan.parameters),
         modules=blocks.widen(plan.modules),
         parameter_uses=blocks.widen(plan.parameter_uses),
+        parameter_readers=blocks.widen(plan.parameter_readers, names_modules=True),
         parameter_shapes=blocks.widen(plan.parameter_shapes),
         parameter_dtypes=blocks.widen(plan.parameter_dtypes),
         module_types=blocks.widen(plan.module_types),

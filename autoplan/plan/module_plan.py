@@ -98,6 +98,10 @@ class Plan:
     parameter_uses: dict[str, Spec] = field(default_factory=dict)
     """FQN -> layout the owning module computes with, where it differs from the stored one
     (e.g. stored sharded, gathered to replicated just before use, FSDP-style)."""
+    parameter_readers: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    """FQN (of ``parameter_uses``) -> the other modules whose own code reads the parameter
+    (Mamba's mixer passes ``self.conv1d.weight`` to the convolution itself, never calling
+    ``conv1d``): each gathers it to the use layout around its forward, as the owner does."""
     module_types: dict[str, str] = field(default_factory=dict)
     """FQN -> class name of each module that owns parameters (for exports to ParallelStyles)."""
     parameter_shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
@@ -136,6 +140,7 @@ class Plan:
             "fallback_ops": list(self.fallback_ops),
             "opaque_modules": list(self.opaque_modules),
             "parameter_uses": {fqn: list(spec) for fqn, spec in sorted(self.parameter_uses.items())},
+            "parameter_readers": {fqn: list(readers) for fqn, readers in sorted(self.parameter_readers.items())},
             "module_types": dict(sorted(self.module_types.items())),
             "parameter_shapes": {fqn: list(shape) for fqn, shape in sorted(self.parameter_shapes.items())},
             "parameter_dtypes": dict(sorted(self.parameter_dtypes.items())),
@@ -220,6 +225,7 @@ def _build(data: dict) -> Plan:
         fallback_ops=tuple(data.get("fallback_ops", [])),
         opaque_modules=tuple(data.get("opaque_modules", [])),
         parameter_uses={fqn: spec(v) for fqn, v in data.get("parameter_uses", {}).items()},
+        parameter_readers={fqn: tuple(v) for fqn, v in data.get("parameter_readers", {}).items()},
         module_types=dict(data.get("module_types", {})),
         parameter_shapes={fqn: tuple(int(n) for n in s) for fqn, s in data.get("parameter_shapes", {}).items()},
         parameter_dtypes=dict(data.get("parameter_dtypes", {})),

@@ -59,15 +59,20 @@ class RepeatedBlocks:
         rest = fqn[len(head):].split(".", 1)
         return head + str(index) + ("." + rest[1] if len(rest) > 1 else "")
 
-    def widen(self, table: dict) -> dict:
+    def widen(self, table: dict, names_modules: bool = False) -> dict:
         """``table`` (FQN -> value) of the cut model, with the last traced layer's entries
-        copied to every layer that was not traced (under that layer's own FQNs)."""
+        copied to every layer that was not traced (under that layer's own FQNs).
+        ``names_modules``: each value is a tuple of module FQNs, those inside the layer
+        renamed with it."""
         last = KEPT_LAYERS - 1
         out = dict(table)
         for fqn, value in table.items():
             if self.layer_of(fqn) == last:
                 for index in range(KEPT_LAYERS, self.count):
-                    out[self.rename(fqn, index)] = value
+                    copied = value
+                    if names_modules:
+                        copied = tuple(self.rename(m, index) if self.layer_of(m) == last else m for m in value)
+                    out[self.rename(fqn, index)] = copied
         return out
 
 

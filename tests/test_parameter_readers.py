@@ -1,0 +1,53 @@
+"""A parameter read in another module's own code is gathered there too.
+
+Mamba's mixer convolves with ``self.conv1d.weight`` itself (transformers' reference path,
+without the ``causal_conv1d`` kernels), so the ``conv1d`` module's forward, where
+``apply_plan`` gathers a parameter stored sharded, never runs around that read. DTensor's
+convolution rule then ran the local shard of the depthwise filter ("Given groups=128,
+expected weight to be at least 128 at dimension 0, but got weight of size [32, 1, 4]").
+The plan names the mixer as a reader of the weight (``Plan.parameter_readers``), and the
+mixer gathers it around its own forward.
+"""
+
+import pytest
+
+from autoplan.model_file import import_model_file, load_model_file
+from autoplan.pipeline.suggest import suggest_with_report
+from autoplan.verify.numerics import NumericsJob, build_seeded, check_numerics, seeded_batch
+from conftest import ROOT
+from zoo import verify_on_fake_world
+
+MODEL_FILE = ROOT / "tests" / "models" / "mamba.py"
+WEIGHTS = [f"backbone.layers.{i}.mixer.conv1d.weight" for i in range(2)]
+
+
+@pytest.fixture(scope="module")
+def plan():
+    """The filters stored split by channel on tp (as the coverage benchmark's forcing budget
+    stores them): DTensor's convolution takes its weight whole, so it is gathered for use."""
+    loaded = load_model_file(str(MODEL_FILE))
+    pinned = {fqn: ("R", "S(0)") for fqn in WEIGHTS}
+    plan, _ = suggest_with_report(loaded.model, loaded.example_inputs, mesh=(2, 4), axis_names=("dp", "tp"), pinned=pinned)
+    return plan
+
+
+def test_the_mixer_reads_the_convolution_weight(plan):
+    for fqn in WEIGHTS:
+        assert plan.parameters[fqn] == ("R", "S(0)")
+        assert plan.parameter_uses[fqn] == ("R", "R")
+        assert plan.parameter_readers[fqn] == (fqn.removesuffix(".conv1d.weight"),)
+    assert set(plan.parameter_readers) <= set(plan.parameter_uses)
+
+
+@pytest.mark.slow  # steps the model on a fake process group
+def test_a_step_runs_the_predicted_collectives(plan):
+    module = import_model_file(MODEL_FILE)
+    result = verify_on_fake_world(build_seeded(module, "build_model", 0), seeded_batch(module, 1), plan)
+    assert result.passed, "\n" + result.summary()
+
+
+@pytest.mark.gloo
+def test_matches_one_device_on_gloo(plan):
+    [result] = check_numerics([NumericsJob(str(MODEL_FILE), "build_model", plan.to_json())], world=8)
+    assert result.loss <= 1e-5, result.loss
+    assert max(result.gradients.values()) <= 1e-5, max(result.gradients.items(), key=lambda item: item[1])
