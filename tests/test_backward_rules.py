@@ -55,6 +55,28 @@ def test_a_step_runs_the_predicted_collectives(plans, name, budget):
     assert result.passed, "\n" + result.summary()
 
 
+@pytest.mark.slow  # plans a model twice, steps another plan between
+def test_a_planned_step_leaves_the_next_plan_unchanged(plans):
+    """A plan's replicate fallback rules are in force while its model runs, not after: a
+    process that steps a plan and then plans again (the coverage benchmark plans the
+    forcing budget after stepping the default plan) finds the same ops without a rule and
+    makes the same plan. Before, the fallback rules stayed in DTensor's registry for every
+    later install: the second plan listed no fallback ops and ran other collectives."""
+
+    def plan_poolformer():
+        loaded = load_model_file(f"{MODEL_FILE}:poolformer")
+        return autoplan.suggest(loaded.model, loaded.example_inputs, mesh=MESH, axis_names=AXIS_NAMES, cache=False)
+
+    before = plan_poolformer()
+    module = import_model_file(Path(MODEL_FILE))
+    verify_on_fake_world(build_seeded(module, "poolformer", 0), seeded_batch(module, 1), plans["poolformer", "forced"])
+    after = plan_poolformer()
+    assert set(after.fallback_ops) == {"aten.avg_pool2d.default", "aten.native_group_norm.default"}
+    assert after.to_json() == before.to_json()
+    with overrides.installed():
+        assert backward_without_rule(aten.native_group_norm.default)
+
+
 def test_only_ops_whose_backward_has_no_rule_run_replicated(plans):
     assert plans["mobilenet_v2", "default"].fallback_ops == ()
     assert set(plans["poolformer", "default"].fallback_ops) == {"aten.avg_pool2d.default", "aten.native_group_norm.default"}

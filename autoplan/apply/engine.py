@@ -55,11 +55,15 @@ def apply_plan(model: nn.Module, plan: Plan, device_mesh: DeviceMesh, init=None,
     check_loss_fn(loss_fn)
     _check_mesh(plan, device_mesh)
     _check_model(model, plan)
-    for name in plan.fallback_ops:
-        overrides.add_fallback(op_by_name(name))
-    with overrides.installed():
+    with overrides.installed(_fallback_ops(plan)):
         _apply(model, plan, device_mesh, init, loss_fn)
     return model
+
+
+def _fallback_ops(plan: Plan) -> frozenset:
+    """The ops the plan runs replicated, for want of a DTensor rule (``Plan.fallback_ops``):
+    their fallback rule is in force while this plan's model runs, not for anyone else."""
+    return frozenset(op_by_name(name) for name in plan.fallback_ops)
 
 
 def _apply(model: nn.Module, plan: Plan, device_mesh: DeviceMesh, init, loss_fn) -> None:
@@ -76,8 +80,9 @@ def _apply(model: nn.Module, plan: Plan, device_mesh: DeviceMesh, init, loss_fn)
             module.register_forward_pre_hook(_redistribute_inputs(layout.inputs, device_mesh), with_kwargs=True)
         if layout.outputs:
             module.register_forward_hook(_redistribute_outputs(layout.outputs, device_mesh))
-    checkpoint_modules(modules, plan.recompute, lambda: _recompute_execution(device_mesh))
-    _wrap_root(model, plan, device_mesh, loss_fn)
+    fallbacks = _fallback_ops(plan)
+    checkpoint_modules(modules, plan.recompute, lambda: _recompute_execution(device_mesh, fallbacks))
+    _wrap_root(model, plan, device_mesh, fallbacks, loss_fn)
 
 
 def shard_batch(batch, plan: Plan, device_mesh: DeviceMesh):
@@ -334,13 +339,13 @@ def _redistribute_outputs(layouts: dict[str, Spec], mesh: DeviceMesh):
     return hook
 
 
-def _wrap_root(model: nn.Module, plan: Plan, mesh: DeviceMesh, loss_fn=None) -> None:
+def _wrap_root(model: nn.Module, plan: Plan, mesh: DeviceMesh, fallbacks: frozenset, loss_fn=None) -> None:
     calls: list[list] = []  # per call in progress: [its plan_execution, the batch as DTensors]
     batch_layouts = {key: to_placements(b.placements) for key, b in plan.inputs.items()}  # not in the traced hook
 
     def enter(module, args, kwargs):
         stack = ExitStack()
-        stack.enter_context(plan_execution(mesh))
+        stack.enter_context(plan_execution(mesh, fallbacks))
         call = [stack, None]
         calls.append(call)  # before anything can fail: leave closes it
         leaves, spec = tree_flatten_with_path((args, kwargs))
@@ -365,7 +370,7 @@ def _wrap_root(model: nn.Module, plan: Plan, mesh: DeviceMesh, loss_fn=None) -> 
         finally:
             if stack is not None:
                 stack.close()
-        _overrides_for_backward(output)
+        _overrides_for_backward(output, fallbacks)
         return _tangents_for_compiled_outputs(output)
 
     # Under torch.compile of the whole model these run as they are, outside any graph: they
@@ -377,25 +382,26 @@ def _wrap_root(model: nn.Module, plan: Plan, mesh: DeviceMesh, loss_fn=None) -> 
 
 
 @contextmanager
-def plan_execution(mesh: DeviceMesh):
+def plan_execution(mesh: DeviceMesh, fallback_ops=frozenset()):
     """What a planned model's forward runs under (entered by the root module's pre-hook, left
-    by its forward hook): autoplan's DTensor changes (``dtensor/overrides.py``), DTensor's
-    implicit replication, ``_ReplicatePlainOperands`` and ``saved_inputs.remember_saved_moves``.
-    ``autoplan calibrate`` times its DTensor ops under it too, so that they pay what a step's ops pay."""
-    with overrides.installed(), implicit_replication(), _ReplicatePlainOperands(mesh), remember_saved_moves():
+    by its forward hook): autoplan's DTensor changes (``dtensor/overrides.py``) with the
+    plan's ``fallback_ops``, DTensor's implicit replication, ``_ReplicatePlainOperands`` and
+    ``saved_inputs.remember_saved_moves``. ``autoplan calibrate`` times its DTensor ops under
+    it too, so that they pay what a step's ops pay."""
+    with overrides.installed(fallback_ops), implicit_replication(), _ReplicatePlainOperands(mesh), remember_saved_moves():
         yield
 
 
 @contextmanager
-def _recompute_execution(mesh: DeviceMesh):
+def _recompute_execution(mesh: DeviceMesh, fallback_ops=frozenset()):
     """What a checkpointed module's rerun (in the backward) runs under: ``plan_execution``
     without ``remember_saved_moves``, whose saved-tensor hooks would take the place of the
     checkpoint's own (those collect the rerun's tensors for the backward)."""
-    with overrides.installed(), implicit_replication(), _ReplicatePlainOperands(mesh):
+    with overrides.installed(fallback_ops), implicit_replication(), _ReplicatePlainOperands(mesh):
         yield
 
 
-def _overrides_for_backward(output) -> None:
+def _overrides_for_backward(output, fallback_ops=frozenset()) -> None:
     """autoplan's DTensor changes, installed again for the backward of ``output``: from the
     moment autograd reaches the model's outputs to the end of that backward pass.
 
@@ -410,8 +416,8 @@ def _overrides_for_backward(output) -> None:
         return
 
     def reached(_grad):
-        overrides.install()
-        torch.autograd.Variable._execution_engine.queue_callback(_UninstallOnce())
+        overrides.install(fallback_ops)
+        torch.autograd.Variable._execution_engine.queue_callback(_UninstallOnce(fallback_ops))
 
     torch.autograd.graph.register_multi_grad_hook(tensors, reached, mode="any")
 
@@ -420,13 +426,14 @@ class _UninstallOnce:
     """``overrides.uninstall`` as the backward's final callback: called when the pass ends,
     or, where it failed and autograd drops its callbacks unrun, when dropped."""
 
-    def __init__(self):
+    def __init__(self, fallback_ops=frozenset()):
         self._pending = True
+        self._fallback_ops = fallback_ops
 
     def __call__(self):
         if self._pending:
             self._pending = False
-            overrides.uninstall()
+            overrides.uninstall(self._fallback_ops)
 
     def __del__(self):
         self()

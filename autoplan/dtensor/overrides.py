@@ -6,7 +6,9 @@ Importing autoplan changes nothing in torch. The changes below are put in place 
 forward and backward can each hold them without knowing about the others:
 
 - sharding rules DTensor lacks (``rules.py``), and the replicate fallback for ops a plan
-  lists in ``fallback_ops``: added to DTensor's registry, deleted again;
+  lists in ``fallback_ops`` (only while an install that names them holds: a planned model's
+  run, not the planner's stages, which must see DTensor's registry without them to find
+  such ops at all): added to DTensor's registry, deleted again;
 - DTensor's rules for the reshaping views, wrapped (``view_rules.py``);
 - DTensor's strategy functions, wrapped to also offer the layout that keeps every input's
   split (``merged_inputs.py``);
@@ -43,7 +45,8 @@ from autoplan.errors import AutoplanError
 
 _lock = threading.RLock()
 _depth = 0
-_fallback_ops: set = set()
+_fallback_counts: dict = {}
+"""op -> how many installs in force name it as a fallback op."""
 _restore: list = []
 """(container, key, old value or _ABSENT) for each change in force, in the order made."""
 _own_cache = None
@@ -56,46 +59,57 @@ class DTensorInternalsError(AutoplanError):
     """The running torch's DTensor lacks an internal autoplan changes while it runs."""
 
 
-def install() -> None:
-    """Put autoplan's DTensor changes in place (nested installs only count)."""
+def install(fallback_ops=()) -> None:
+    """Put autoplan's DTensor changes in place (nested installs only count). ``fallback_ops``:
+    ops DTensor runs replicated (and their backward ops, where those lack a rule) until the
+    matching ``uninstall(fallback_ops)`` (a plan's ``fallback_ops``)."""
     global _depth
     with _lock:
+        added = _count_fallbacks(fallback_ops, +1)
         if _depth == 0:
+            _apply(_changes())
+        elif added:  # already in force: re-install with the ops included
+            _undo()
             _apply(_changes())
         _depth += 1
 
 
-def uninstall() -> None:
-    """Undo one ``install()``; the last one restores torch exactly."""
+def uninstall(fallback_ops=()) -> None:
+    """Undo one ``install(fallback_ops)``; the last one restores torch exactly."""
     global _depth
     with _lock:
         if _depth == 0:
             raise RuntimeError("autoplan's DTensor changes are not installed")
         _depth -= 1
+        dropped = _count_fallbacks(fallback_ops, -1)
         if _depth == 0:
             _undo()
+        elif dropped:  # still in force: re-install without the ops no install names now
+            _undo()
+            _apply(_changes())
+
+
+def _count_fallbacks(ops, step: int) -> bool:
+    """Count ``ops`` in (+1) or out (-1); whether the set of fallback ops changed."""
+    changed = False
+    for op in ops:
+        count = _fallback_counts.get(op, 0) + step
+        changed |= count == (1 if step > 0 else 0)  # the first install naming it, or the last
+        if count:
+            _fallback_counts[op] = count
+        else:
+            del _fallback_counts[op]
+    return changed
 
 
 @contextmanager
-def installed():
-    """``install()`` for the duration of the block."""
-    install()
+def installed(fallback_ops=()):
+    """``install(fallback_ops)`` for the duration of the block."""
+    install(fallback_ops)
     try:
         yield
     finally:
-        uninstall()
-
-
-def add_fallback(op) -> None:
-    """Let DTensor run ``op`` (and its backward op, if it lacks a rule) replicated while the
-    changes are installed (a plan lists such ops in ``fallback_ops``)."""
-    with _lock:
-        if op in _fallback_ops:
-            return
-        _fallback_ops.add(op)
-        if _depth:  # already in force: re-install with the op included
-            _undo()
-            _apply(_changes())
+        uninstall(fallback_ops)
 
 
 def _diverged() -> None:
@@ -128,7 +142,7 @@ def _changes() -> list[tuple[object, object, object]]:
 
     changes = []
     added = {}
-    for op, strategy, schema_info in [*rules.builtin_rules(), *rules.fallback_rules(_fallback_ops, has_rule)]:
+    for op, strategy, schema_info in [*rules.builtin_rules(), *rules.fallback_rules(_fallback_counts, has_rule)]:
         if op not in added and not has_rule(op):  # never replace a rule torch has
             added[op] = (strategy, schema_info)
     for op, (strategy, schema_info) in added.items():
