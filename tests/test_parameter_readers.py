@@ -11,11 +11,10 @@ mixer gathers it around its own forward.
 
 import pytest
 
-from autoplan.model_file import import_model_file, load_model_file
+from autoplan.model_file import load_model_file
 from autoplan.pipeline.suggest import suggest_with_report
-from autoplan.verify.numerics import NumericsJob, build_seeded, check_numerics, seeded_batch
 from conftest import ROOT
-from zoo import verify_on_fake_world
+from zoo import assert_matches_one_device, assert_step_runs_the_prediction
 
 MODEL_FILE = ROOT / "tests" / "models" / "mamba.py"
 WEIGHTS = [f"backbone.layers.{i}.mixer.conv1d.weight" for i in range(2)]
@@ -41,13 +40,9 @@ def test_the_mixer_reads_the_convolution_weight(plan):
 
 @pytest.mark.slow  # steps the model on a fake process group
 def test_a_step_runs_the_predicted_collectives(plan):
-    module = import_model_file(MODEL_FILE)
-    result = verify_on_fake_world(build_seeded(module, "build_model", 0), seeded_batch(module, 1), plan)
-    assert result.passed, "\n" + result.summary()
+    assert_step_runs_the_prediction(MODEL_FILE, "build_model", plan)
 
 
 @pytest.mark.gloo
 def test_matches_one_device_on_gloo(plan):
-    [result] = check_numerics([NumericsJob(str(MODEL_FILE), "build_model", plan.to_json())], world=8)
-    assert result.loss <= 1e-5, result.loss
-    assert max(result.gradients.values()) <= 1e-5, max(result.gradients.items(), key=lambda item: item[1])
+    assert_matches_one_device(MODEL_FILE, "build_model", plan)

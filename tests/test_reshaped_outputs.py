@@ -9,16 +9,13 @@ tensor"). The plan now hands the projection's output over in the layout the view
 (``plan/builder.py``), and the apply engine's hook moves it there.
 """
 
-from pathlib import Path
-
 import pytest
 
 import autoplan
 from autoplan.errors import InfeasibleError
-from autoplan.model_file import import_model_file, load_model_file
-from autoplan.verify.numerics import NumericsJob, build_seeded, check_numerics, seeded_batch
+from autoplan.model_file import load_model_file
 from conftest import ROOT
-from zoo import verify_on_fake_world
+from zoo import assert_matches_one_device, assert_step_runs_the_prediction
 
 MODEL_FILE = ROOT / "tests" / "models" / "hf_defaults.py"
 MESH, AXIS_NAMES = (2, 4), ("dp", "tp")
@@ -42,13 +39,9 @@ def lean_plan():
 def test_the_projection_hands_over_what_the_heads_view_reads(lean_plan):
     qkv = lean_plan.modules["transformer.h.0.self_attention.query_key_value"].outputs[""]
     assert qkv[1] != "S(2)", qkv  # 6 heads of the fused projection do not split 4 ways
-    module = import_model_file(Path(MODEL_FILE))
-    result = verify_on_fake_world(build_seeded(module, "falcon", 0), seeded_batch(module, 1), lean_plan)
-    assert result.passed, "\n" + result.summary()
+    assert_step_runs_the_prediction(MODEL_FILE, "falcon", lean_plan)
 
 
 @pytest.mark.gloo
 def test_matches_one_device_on_gloo(lean_plan):
-    [result] = check_numerics([NumericsJob(str(MODEL_FILE), "falcon", lean_plan.to_json())], world=8)
-    assert result.loss <= 1e-5, result.loss
-    assert max(result.gradients.values()) <= 1e-5, max(result.gradients.items(), key=lambda item: item[1])
+    assert_matches_one_device(MODEL_FILE, "falcon", lean_plan)

@@ -8,16 +8,13 @@ innermost module that restrides (``trace/tracer.py``), traces it again as one op
 region, and ``apply_plan`` runs it on whole tensors (``trace/opaque.py``).
 """
 
-from pathlib import Path
-
 import pytest
 
 import autoplan
-from autoplan.model_file import import_model_file, load_model_file
+from autoplan.model_file import load_model_file
 from autoplan.trace.opaque import RESTRIDES
-from autoplan.verify.numerics import NumericsJob, build_seeded, check_numerics, seeded_batch
 from conftest import ROOT
-from zoo import forced_plan, verify_on_fake_world
+from zoo import assert_matches_one_device, assert_step_runs_the_prediction, forced_plan
 
 MODEL_FILE = str(ROOT / "tests" / "models" / "swin.py")
 MESH, AXIS_NAMES = (2, 4), ("dp", "tp")
@@ -43,13 +40,9 @@ def test_a_step_runs_the_predicted_collectives(plans, budget):
     plan = plans[budget]
     if budget == "forced":
         assert any(p.startswith("S(") for spec in plan.parameters.values() for p in spec)
-    module = import_model_file(Path(MODEL_FILE))
-    result = verify_on_fake_world(build_seeded(module, "build_model", 0), seeded_batch(module, 1), plan)
-    assert result.passed, "\n" + result.summary()
+    assert_step_runs_the_prediction(MODEL_FILE, "build_model", plan)
 
 
 @pytest.mark.gloo
 def test_matches_one_device_on_gloo(plans):
-    [result] = check_numerics([NumericsJob(MODEL_FILE, "build_model", plans["forced"].to_json())], world=8)
-    assert result.loss <= 1e-5, result.loss
-    assert max(result.gradients.values()) <= 1e-5, max(result.gradients.items(), key=lambda item: item[1])
+    assert_matches_one_device(MODEL_FILE, "build_model", plans["forced"])

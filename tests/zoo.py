@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import autoplan
 from autoplan.errors import InfeasibleError
 from autoplan.model_file import load_model_file
@@ -71,3 +73,24 @@ def verify_on_fake_world(model, batch, plan):
         return verify_plan(model, batch, plan, mesh)
     finally:
         dist.destroy_process_group()
+
+
+def assert_step_runs_the_prediction(model_file, build_name: str, plan) -> None:
+    """One training step of ``plan`` on a fake process group runs exactly its predicted collectives."""
+    from autoplan.model_file import import_model_file
+    from autoplan.verify.numerics import build_seeded, seeded_batch
+
+    module = import_model_file(Path(model_file))
+    result = verify_on_fake_world(build_seeded(module, build_name, 0), seeded_batch(module, 1), plan)
+    assert result.passed, "\n" + result.summary()
+
+
+def assert_matches_one_device(model_file, build_name: str, plan, tolerance: float = 1e-5) -> None:
+    """Loss and every gradient of one step of ``plan`` on 8 gloo processes within ``tolerance``
+    (relative) of the model on one device."""
+    from autoplan.verify.numerics import NumericsJob, check_numerics
+
+    [result] = check_numerics([NumericsJob(str(model_file), build_name, plan.to_json())], world=8)
+    assert result.loss <= tolerance, result.loss
+    worst = max(result.gradients.items(), key=lambda item: item[1])
+    assert worst[1] <= tolerance, worst
