@@ -53,6 +53,10 @@ step each, collectives compared.
   the mask is not moved to the query's layout beforehand (``dtensor/fused_attention.py``);
   and the attention hands the bias it was given back as its input hook laid it out
   (``plan/builder._call_layout``), where the output hook gathered it.
+- M2M100, float32: its encoder and decoder run as opaque regions (their positional
+  embedding has data-dependent shapes) and read the shared embedding there; a region
+  gathers what it reads itself, so it is not one of the parameter's readers
+  (``Plan.parameter_readers``), whose hooks gathered the embedding once more.
 """
 
 import sys
@@ -68,7 +72,8 @@ ROWS = [("causal_lm", "mixtral", "float32"), ("causal_lm", "llama", "bfloat16"),
         ("causal_lm", "smollm3", "bfloat16"), ("causal_lm", "gptj", "float32"),
         ("causal_lm", "olmoe", "float32"), ("causal_lm", "cohere", "float32"), ("masked_lm", "deberta-v2", "float32"),
         ("causal_lm", "xglm", "float32"), ("causal_lm", "gemma2", "float32"), ("causal_lm", "gemma2", "bfloat16"),
-        ("causal_lm", "bloom", "bfloat16"), ("masked_lm", "albert", "float32"), ("seq2seq_lm", "t5", "float32")]
+        ("causal_lm", "bloom", "bfloat16"), ("masked_lm", "albert", "float32"), ("seq2seq_lm", "t5", "float32"),
+        ("seq2seq_lm", "m2m_100", "float32")]
 
 
 @pytest.mark.slow  # plans each model three times

@@ -157,7 +157,10 @@ def _parameter_uses(choices, choice: dict[str, int], storage: dict) -> tuple[dic
             fqn = next((f for f in fqns if f.rpartition(".")[0] == reader), None)
             if fqn is None:
                 fqn = fqns[0]
-                if not within(reader, fqn.rpartition(".")[0]):  # read in code the owner's forward does not wrap
+                # read in code the owner's forward does not wrap, and not by an opaque region
+                # (which gathers all it reads itself: ``apply/engine._run_replicated``)
+                outside = not within(reader, fqn.rpartition(".")[0])
+                if outside and not any(within(reader, region) for region in traced.opaque_modules):
                     read_by.setdefault(fqn, set()).add(reader)
             found.setdefault(fqn, set()).add(spec)
     uses = {
