@@ -55,8 +55,9 @@ def apply_plan(model: nn.Module, plan: Plan, device_mesh: DeviceMesh, init=None,
     check_loss_fn(loss_fn)
     _check_mesh(plan, device_mesh)
     _check_model(model, plan)
-    with overrides.installed(_fallback_ops(plan)):
-        _apply(model, plan, device_mesh, init, loss_fn)
+    fallbacks = _fallback_ops(plan)
+    with overrides.installed(fallbacks):
+        _apply(model, plan, device_mesh, fallbacks, init, loss_fn)
     return model
 
 
@@ -66,7 +67,7 @@ def _fallback_ops(plan: Plan) -> frozenset:
     return frozenset(op_by_name(name) for name in plan.fallback_ops)
 
 
-def _apply(model: nn.Module, plan: Plan, device_mesh: DeviceMesh, init, loss_fn) -> None:
+def _apply(model: nn.Module, plan: Plan, device_mesh: DeviceMesh, fallbacks: frozenset, init, loss_fn) -> None:
     born_meta = _distribute_parameters(model, plan, device_mesh)
     born_meta |= materialize_buffers(model, device_mesh)
     initialize(model, born_meta, init)
@@ -80,7 +81,6 @@ def _apply(model: nn.Module, plan: Plan, device_mesh: DeviceMesh, init, loss_fn)
             module.register_forward_pre_hook(_redistribute_inputs(layout.inputs, device_mesh), with_kwargs=True)
         if layout.outputs:
             module.register_forward_hook(_redistribute_outputs(layout.outputs, device_mesh))
-    fallbacks = _fallback_ops(plan)
     checkpoint_modules(modules, plan.recompute, lambda: _recompute_execution(device_mesh, fallbacks))
     _wrap_root(model, plan, device_mesh, fallbacks, loss_fn)
 

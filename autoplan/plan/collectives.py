@@ -323,14 +323,14 @@ def _value_gradient(value, readers, chain, graph, order, grads, mesh_shape, pare
             if v in exits:
                 grad = without_partial(dst)
             elif views_follow(graph, v):
+                out_bytes, out_shape = _size(graph, (v, 0))
                 if any(is_partial(a) for a in after) and copies_gradient(graph, v):
                     # the backward's reshape copies the gradient: DTensor's clone reduces it
                     whole = without_partial(after)
-                    for kind, axis, size in gradient_collectives(after, whole, _size(graph, (v, 0))[0], mesh_shape):
+                    for kind, axis, size in gradient_collectives(after, whole, out_bytes, mesh_shape):
                         found[(module_of(v), kind, axis, round(size))] += 1
                     after = whole
                 moved = reshaped_gradient(graph.decision(v), after)
-                out_bytes, out_shape = _size(graph, (v, 0))
                 for kind, axis, size, _ in redistribute_collectives(
                     after, moved, out_bytes, mesh_shape, backward=False, shape=out_shape
                 ):

@@ -27,7 +27,7 @@ from autoplan.dtensor.fused_attention import FUSED_FORWARD
 from autoplan.plan.gradient_rules import is_elementwise
 
 _aten = torch.ops.aten
-_RESHAPES = (_aten.view.default, _aten._unsafe_view.default, _aten.reshape.default)
+RESHAPES = (_aten.view.default, _aten._unsafe_view.default, _aten.reshape.default)
 """Views whose backward reshapes the gradient (a copy where its memory is out of order)."""
 _SAME_MEMORY = (
     _aten.squeeze.dim, _aten.squeeze.dims, _aten.squeeze.default, _aten.unsqueeze.default,
@@ -41,7 +41,7 @@ def copies_gradient(graph, name: str) -> bool:
     to hand it to its input."""
     decision = graph.decision(name)
     node = decision.fx_node
-    if not is_view(decision) or node.target not in _RESHAPES:
+    if not is_view(decision) or node.target not in RESHAPES:
         return False
     grad = _gradient_like(graph, (name, 0), {})
     if grad is None:
@@ -95,6 +95,6 @@ def _view_backward(node, grad: torch.Tensor, in_shape: tuple) -> torch.Tensor:
         return grad.transpose(node.args[1], node.args[2])
     if target is _aten.t.default:
         return grad.t()
-    if target in _RESHAPES or target in _SAME_MEMORY:
+    if target in RESHAPES or target in _SAME_MEMORY:
         return grad.reshape(in_shape)
     return torch.empty(in_shape, device="meta")  # an expand's sum, a slice's scatter into zeros: new memory

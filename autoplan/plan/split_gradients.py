@@ -31,6 +31,7 @@ from autoplan.cost.comm import _moves, splits_a_dim_twice
 from autoplan.cost.estimate import output_values, tensor_bytes
 from autoplan.placements import PARTIAL, REPLICATE, is_partial, is_shard, shard, shard_dim
 from autoplan.plan.gradient_rules import is_elementwise, operand_layouts
+from autoplan.plan.gradient_strides import RESHAPES
 
 _aten = torch.ops.aten
 
@@ -166,9 +167,6 @@ def split_input_gradient(graph, name: str, in_shape: tuple, after: tuple, made: 
     return tuple(result)
 
 
-_RESHAPES = (_aten.view.default, _aten._unsafe_view.default, _aten.reshape.default)
-
-
 def reshaped_gradient(decision, after: tuple) -> tuple:
     """The layout DTensor moves the reshape ``decision``'s output gradient ``after`` to
     before its backward reshapes it back: ``after`` itself where a strategy of the reshape
@@ -179,7 +177,7 @@ def reshaped_gradient(decision, after: tuple) -> tuple:
     the scores by heads). Partial axes stay partial: a reshape moves a partial gradient
     as it is. A dim split over several axes is left as it comes: the planned reshape
     strategies hold no such layout to compare with."""
-    if decision.fx_node.target not in _RESHAPES:
+    if decision.fx_node.target not in RESHAPES:
         return after
     split = tuple(REPLICATE if is_partial(g) else g for g in after)
     if splits_a_dim_twice(split):
