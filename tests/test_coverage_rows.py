@@ -57,6 +57,21 @@ step each, collectives compared.
   embedding has data-dependent shapes) and read the shared embedding there; a region
   gathers what it reads itself, so it is not one of the parameter's readers
   (``Plan.parameter_readers``), whose hooks gathered the embedding once more.
+- Longformer masked LM, float32 (both budgets): its sliding-window attention runs as an
+  opaque region (whether any token attends globally is read from the mask), and its
+  chunk count, sizes divided, is a value the fake mode knows (``trace/opaque.py``); its
+  output head's product, its input split by rows, gathers the weight inside the op, and
+  the backward's product with the saved weight's transpose reuses that gather
+  (``dtensor/saved_inputs.py``).
+- ConvNeXt, bfloat16: its blocks permute channels-first activations to channels-last and
+  back; a gradient gathered between the permutes came back contiguous where its DTensor's
+  strides said channels-last, and the backward's view of the shard failed; a moved shard
+  is laid out as its DTensor's strides say (``dtensor/local_strides.py``).
+- MPT, bfloat16: its fused q/k/v projection is chunked in three; the chunk's backward
+  joins the three gradients as they come (the query's split by rows on dp, the key's
+  partial there, the value's whole) and DTensor's ``cat`` keeps the split, reduce-scattering
+  the key's, where the prediction had each settled where it was made first
+  (``plan/runtime_choice.joined_gradient``).
 """
 
 import sys
@@ -73,7 +88,8 @@ ROWS = [("causal_lm", "mixtral", "float32"), ("causal_lm", "llama", "bfloat16"),
         ("causal_lm", "olmoe", "float32"), ("causal_lm", "cohere", "float32"), ("masked_lm", "deberta-v2", "float32"),
         ("causal_lm", "xglm", "float32"), ("causal_lm", "gemma2", "float32"), ("causal_lm", "gemma2", "bfloat16"),
         ("causal_lm", "bloom", "bfloat16"), ("masked_lm", "albert", "float32"), ("seq2seq_lm", "t5", "float32"),
-        ("seq2seq_lm", "m2m_100", "float32")]
+        ("seq2seq_lm", "m2m_100", "float32"), ("masked_lm", "longformer", "float32"),
+        ("image_classification", "convnext", "bfloat16"), ("causal_lm", "mpt", "bfloat16")]
 
 
 @pytest.mark.slow  # plans each model three times

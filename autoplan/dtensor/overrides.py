@@ -14,7 +14,8 @@ forward and backward can each hold them without knowing about the others:
   split (``merged_inputs.py``);
 - DTensor's per-op strategy selection, wrapped (``strategy_choice.py``);
 - DTensor's ``redistribute_local_tensor`` as its dispatcher calls it, wrapped so that the
-  backward reuses a forward move autograd saved (``saved_inputs.py``);
+  backward reuses a forward move autograd saved (``saved_inputs.py``) and a moved shard is
+  laid out in the order of its DTensor's strides (``local_strides.py``);
 - fake-tensor kernels for what the device kernels accept (``fake_kernels.py``);
 - cross-entropy on logits split by class (``loss_parallel.py``): DTensor custom op handlers.
 
@@ -119,11 +120,15 @@ def _diverged() -> None:
 
 def _changes() -> list[tuple[object, object, object]]:
     """(container, key, new value) for every change, every internal looked up first."""
-    from autoplan.dtensor import fake_kernels, loss_parallel, merged_inputs, rules, saved_inputs, strategy_choice, view_rules
+    from autoplan.dtensor import (
+        fake_kernels, local_strides, loss_parallel, merged_inputs, rules, saved_inputs, strategy_choice, view_rules,
+    )
 
     propagator = _internal(lambda: torch.distributed.tensor.DTensor._op_dispatcher.sharding_propagator, "DTensor._op_dispatcher.sharding_propagator")
     sharding_prop = _internal(lambda: __import__("torch.distributed.tensor._sharding_prop", fromlist=["_"]), "torch.distributed.tensor._sharding_prop")
     dispatch = _internal(lambda: __import__("torch.distributed.tensor._dispatch", fromlist=["_"]), "torch.distributed.tensor._dispatch")
+    redistribute = _internal(lambda: __import__("torch.distributed.tensor._redistribute", fromlist=["_"]), "torch.distributed.tensor._redistribute")
+    api = _internal(lambda: __import__("torch.distributed.tensor._api", fromlist=["_"]), "torch.distributed.tensor._api")
     fake_impls = _internal(lambda: __import__("torch._subclasses.fake_impls", fromlist=["_"]).op_implementations_dict, "fake_impls.op_implementations_dict")
     for owner, name in (
         (sharding_prop, "_select_min_cost_strategy"), (dispatch, "redistribute_local_tensor"),
@@ -156,7 +161,11 @@ def _changes() -> list[tuple[object, object, object]]:
         if op not in view_rules.RESHAPING_VIEWS:
             changes.append((propagator.op_strategy_funcs, op, merged_inputs.merged(rule, _diverged)))
     changes.append((sharding_prop, "_select_min_cost_strategy", strategy_choice.selection(sharding_prop._select_min_cost_strategy, _diverged)))
-    changes.append((dispatch, "redistribute_local_tensor", saved_inputs.reusing(dispatch.redistribute_local_tensor)))
+    move = local_strides.laid_out_as_global(dispatch.redistribute_local_tensor)
+    changes.append((dispatch, "redistribute_local_tensor", saved_inputs.reusing(move)))
+    for module in (redistribute, api):  # ``DTensor.redistribute`` and ``from_local``'s backward
+        own = _internal(lambda: module.redistribute_local_tensor, f"{module.__name__}.redistribute_local_tensor")
+        changes.append((module, "redistribute_local_tensor", local_strides.laid_out_as_global(own)))
     for op, kernel in fake_kernels.KERNELS.items():
         if op not in fake_impls:  # never replace a kernel torch registered
             changes.append((fake_impls, op, kernel))

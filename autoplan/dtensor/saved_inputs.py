@@ -20,7 +20,7 @@ import weakref
 from contextlib import contextmanager
 
 import torch
-from torch.distributed.tensor import DTensor
+from torch.distributed.tensor import DTensor, Shard
 from torch.utils.weak import WeakIdKeyDictionary
 
 _saved = WeakIdKeyDictionary()
@@ -33,6 +33,10 @@ Autograd hands a saved parameter back to its backward as a fresh alias (a shallo
 same storage, sharing its version counter), so the backward's move names another tensor than the
 forward's did: the kept move is found through the storage it aliases."""
 
+_by_dims: dict[tuple, list[weakref.ref]] = {}
+"""(dtype, sorted (size, stride) pairs, storage offset) -> the saved local tensors: those a
+backward's permuted view (``w.T``) of a saved tensor may be a view of."""
+
 
 def reusing(dtensor_move):
     """DTensor's ``dtensor_move``, answering a backward's repeat of a saved forward move."""
@@ -41,6 +45,10 @@ def reusing(dtensor_move):
         entry = _saved.get(local_tensor)
         if entry is None and torch._C._current_autograd_node() is not None:
             entry = _saved_alias_entry(local_tensor)
+            if entry is None:
+                kept = _kept_through_permutation(local_tensor, current_spec, target_spec)
+                if kept is not None:
+                    return kept
         if entry is None:
             return dtensor_move(local_tensor, current_spec, target_spec, *args, **kwargs)
         key = (local_tensor._version, current_spec, target_spec)
@@ -62,6 +70,12 @@ def _view_key(local_tensor):
     return (local_tensor.dtype, tuple(local_tensor.shape), local_tensor.stride(), local_tensor.storage_offset())
 
 
+def _dims_key(local_tensor):
+    """The same for every permuted view of a tensor."""
+    dims = tuple(sorted(zip(local_tensor.shape, local_tensor.stride())))
+    return (local_tensor.dtype, dims, local_tensor.storage_offset())
+
+
 def _saved_alias_entry(local_tensor):
     for saved in _by_view.get(_view_key(local_tensor), ()):
         original = saved()
@@ -70,11 +84,58 @@ def _saved_alias_entry(local_tensor):
     return None
 
 
+def _kept_through_permutation(local_tensor, current_spec, target_spec):
+    """The kept forward move of a saved tensor that ``local_tensor`` is a permuted view of,
+    permuted alike; None where there is none. A matrix product saves its operand and its
+    backward multiplies by the operand's transpose (``grad @ w.T``): where DTensor gathered
+    the operand for the forward product, the transpose asks for the same gather (Longformer's
+    output head, whose weight the product gathered because its input came split by rows)."""
+    for saved in _by_dims.get(_dims_key(local_tensor), ()):
+        original = saved()
+        order = None if original is None else _permutation(original, local_tensor)
+        if order is None or not torch._C._is_alias_of(original, local_tensor):
+            continue
+        for (version, before, after), moved in _saved.get(original, {}).items():
+            if (
+                version == local_tensor._version
+                and before.mesh == current_spec.mesh
+                and _permuted(before.placements, order) == tuple(current_spec.placements)
+                and _permuted(after.placements, order) == tuple(target_spec.placements)
+            ):
+                return moved.permute(order)
+    return None
+
+
+def _permutation(original, view) -> tuple[int, ...] | None:
+    """``order`` with ``view`` laid out as ``original.permute(order)`` (same storage offset,
+    sizes and strides permuted), other than the identity; None where there is none."""
+    if view.dim() != original.dim() or view.storage_offset() != original.storage_offset():
+        return None
+    dims = list(zip(original.shape, original.stride()))
+    order: list[int] = []
+    for size_stride in zip(view.shape, view.stride()):
+        found = next((d for d, pair in enumerate(dims) if d not in order and pair == size_stride), None)
+        if found is None:
+            return None
+        order.append(found)
+    return tuple(order) if order != sorted(order) else None
+
+
+def _permuted(placements, order: tuple[int, ...]) -> tuple | None:
+    """Placements of a tensor as placed on its view ``tensor.permute(order)``: a split of
+    dim ``order[d]`` is a split of the view's dim ``d``. None for a strided split, which
+    no plain split of the view stands for."""
+    if any(isinstance(p, Shard) and type(p) is not Shard for p in placements):
+        return None
+    return tuple(Shard(order.index(p.dim)) if isinstance(p, Shard) else p for p in placements)
+
+
 def _pack(tensor):
     if isinstance(tensor, DTensor) and tensor._local_tensor not in _saved:
         local_tensor = tensor._local_tensor
         _saved[local_tensor] = {}
         _by_view.setdefault(_view_key(local_tensor), []).append(weakref.ref(local_tensor))
+        _by_dims.setdefault(_dims_key(local_tensor), []).append(weakref.ref(local_tensor))
     return tensor
 
 
@@ -88,5 +149,6 @@ def remember_saved_moves():
     dropped)."""
     _saved.clear()
     _by_view.clear()
+    _by_dims.clear()
     with torch.autograd.graph.saved_tensors_hooks(_pack, _unpack):
         yield

@@ -22,13 +22,14 @@ GAINS_LITTLE = 1.25
 def one_device_seconds(costed) -> float | None:
     """The whole step on one device, priced by the cost stage (``CostedGraph``): each op's
     least compute among its all-replicated strategies (weighted as ``predict`` weights a
-    tied layer). None where an op has no all-replicated strategy."""
+    tied layer). None where an op has no all-replicated strategy. A strategy names no
+    layout (None) for an output that is no tensor."""
     graph = costed.choices.graph
     total = 0.0
     for name, cost in costed.nodes.items():
         whole = [
             i for i, strategy in enumerate(graph.decision(name).strategies)
-            if all(p == REPLICATE for spec in (*strategy.inputs, *strategy.outputs) for p in spec)
+            if all(p == REPLICATE for spec in (*strategy.inputs, *strategy.outputs) if spec is not None for p in spec)
         ]
         if not whole:
             return None

@@ -46,6 +46,9 @@ hook gathers them (``Plan.parameter_uses``).
   split on their own dim, or partial where they were broadcast along it (an RMSNorm's
   ``x * rsqrt`` with the gradient split by hidden: ``rsqrt``'s gradient is partial, and
   reduce-scattered where it is added to ``x``'s split one) (``split_through``);
+- a split's backward joins its outputs' gradients as they come, in the layout DTensor's
+  ``cat`` picks for them, moving each part only as far as that asks
+  (``runtime_choice.joined_gradient``): MPT's chunked q/k/v;
 - a partial gradient left where the value was made: one reduction per value and axis
   brings it to the value's layout (``apply_plan`` hooks module outputs and parameters to
   do so): a reduce_scatter where the value is sharded on that axis, else an all_reduce,
@@ -95,7 +98,7 @@ from autoplan.plan.split_gradients import (
     split_through,
 )
 from autoplan.plan.recompute import recompute_collectives
-from autoplan.plan.runtime_choice import runtime_strategy
+from autoplan.plan.runtime_choice import joined_gradient, runtime_strategy
 from autoplan.plan.views import layouts_along_views, view_chain, within
 
 
@@ -206,23 +209,47 @@ def step_collectives(
     # boundaries it crossed; a view passes its output's gradient on to its input.
     grads: dict[tuple[str, int], tuple | None] = {}
     order = {name: i for i, name in enumerate(graph.nodes)}
-    for decision in reversed(list(graph.decisions())):
-        name = decision.name
-        if name not in reached:
-            continue
-        for out_index in range(max(1, len(output_values(decision)))):
-            value = (name, out_index)
-            backward_readers = [r for r in readers.get(value, ()) if r[0] in reached]
-            if not backward_readers:
+    joined: set[str] = set()  # splits whose outputs' gradients DTensor's cat joins as they come
+
+    def join(name: str) -> tuple | None:
+        """The split ``name``'s output gradients joined as DTensor's ``cat`` joins them
+        (``runtime_choice.joined_gradient``), the moves of the parts counted; None where
+        DTensor cannot say (the parts are then settled where they were made)."""
+        if name in exits:
+            return None
+        decision = graph.decision(name)
+        parts = [grads.get((name, i)) for i in range(len(output_values(decision)))]
+        answer = joined_gradient(decision, parts, mesh)
+        if answer is None:
+            return None
+        layout, reads = answer
+        for index, (part, read) in enumerate(zip(parts, reads)):
+            nbytes, shape = _size(graph, (name, index))
+            for kind, axis, size, _ in redistribute_collectives(part, read, nbytes, mesh_shape, backward=False, shape=shape):
+                found[(module_of(name), kind, axis, round(size))] += 1
+        joined.add(name)
+        return layout
+
+    with overrides.installed():  # ``join`` asks DTensor's rules as they run
+        for decision in reversed(list(graph.decisions())):
+            name = decision.name
+            if name not in reached:
                 continue
-            grads[value] = _value_gradient(
-                value, backward_readers, boundaries.get(value, ()), graph, order, grads, mesh_shape, parent_spec, found,
-                module_of, made, exits, operands,
-            )
+            for out_index in range(max(1, len(output_values(decision)))):
+                value = (name, out_index)
+                backward_readers = [r for r in readers.get(value, ()) if r[0] in reached]
+                if not backward_readers:
+                    continue
+                grads[value] = _value_gradient(
+                    value, backward_readers, boundaries.get(value, ()), graph, order, grads, mesh_shape, parent_spec,
+                    found, module_of, made, exits, operands, join,
+                )
     for value, grad in grads.items():
         u = value[0]
         if grad is None or (passes_gradient(graph, u) and u not in exits):
             continue  # a view's or add's gradient goes on to its inputs (a module output's, once its hook settled it)
+        if u in joined:
+            continue  # the cat took it as it came
         src = made(*value)
         nbytes, shape = _size(graph, value)
         # A partial gradient goes on unreduced through an op that carries it (``carries_partial``).
@@ -304,11 +331,14 @@ def _hooked_reads(graph, choice: dict[str, int], made) -> dict[tuple[str, str, i
     return found
 
 
-def _value_gradient(value, readers, chain, graph, order, grads, mesh_shape, parent_spec, found, module_of, made, exits, operands):
+def _value_gradient(
+    value, readers, chain, graph, order, grads, mesh_shape, parent_spec, found, module_of, made, exits, operands, join,
+):
     """The layout of ``value``'s summed gradient where it was made (partial where a
     reduction is still due); the collectives on its way back go into ``found``.
     ``order``: node -> its position in the graph (when its gradient part is ready);
-    ``operands``: op -> its inputs' layouts, as saved and as read."""
+    ``operands``: op -> its inputs' layouts, as saved and as read; ``join``: a split ->
+    its outputs' gradients joined as DTensor joins them, or None."""
     into: dict[object, list] = {}  # attach point -> [(when the part is ready, gradient)]
     nbytes, shape = _size(graph, value)
     for v, k, strategy, arrived, dst, attach, hooked in readers:  # those the backward reaches
@@ -338,6 +368,8 @@ def _value_gradient(value, readers, chain, graph, order, grads, mesh_shape, pare
                 grad = through_view(graph.decision(v), moved, dst)
             else:
                 grad = after
+        elif (joined_layout := join(v)) is not None:
+            grad = joined_layout  # the cat's output is the split input's gradient
         else:
             # read replicated by an op that splits its work: each rank's gradient is a partial
             # sum; read partial: its gradient is the output's, replicated (a partial value's

@@ -66,3 +66,33 @@ def _propagated(node: fx.Node, op, arrived: list[Spec], mesh: DeviceMesh) -> tup
         return None
     return outputs, inputs
 
+
+_JOINS = (torch.ops.aten.split.Tensor, torch.ops.aten.split_with_sizes.default)
+"""Splits whose backward is a ``cat`` of their outputs' gradients."""
+
+
+def joined_gradient(decision: Decision, parts: list[Spec | None], mesh: DeviceMesh) -> tuple[Spec, list[Spec]] | None:
+    """DTensor's ``cat`` of the split ``decision``'s output gradients, laid out as they come
+    (``parts``, one per output): (the joined gradient's layout, the layout it reads each part
+    in). The backward joins the parts as they arrive, moving each only as far as the cat's
+    rule asks: MPT's fused q/k/v projection, chunked in three, gets its query's gradient
+    split by rows on dp, its key's partial there and its value's whole, and the cat keeps the
+    split, reduce-scattering the key's. None where DTensor cannot say, or a part has no
+    gradient (autograd joins zeros for it)."""
+    node = decision.fx_node
+    if decision.kind != OP or node.target not in _JOINS or any(p is None for p in parts):
+        return None
+    values = node.meta.get("val")
+    if not isinstance(values, (tuple, list)) or len(values) != len(parts):
+        return None
+    dim = node.args[2] if len(node.args) > 2 else node.kwargs.get("dim", 0)
+    specs = [DTensorSpec(mesh, to_placements(p), tensor_meta=tensor_meta(v)) for p, v in zip(parts, values)]
+    op = torch.ops.aten.cat.default
+    try:
+        sharding = overrides.propagate_uncached(OpSchema(op, (specs, dim), {}, schema_info=runtime_schema_info(op)))
+        joined = spec_from_placements(sharding.output_spec.placements)
+        wanted = sharding.redistribute_schema.args_spec if sharding.redistribute_schema is not None else specs
+        reads = [spec_from_placements(s.placements) for s in wanted]
+    except Exception:  # DTensor cannot join them as given: the planner's own rule stands
+        return None
+    return (joined, reads) if len(reads) == len(parts) else None

@@ -11,7 +11,9 @@ that at run time (``apply/engine.py``), so results stay exact.
 
 To learn the region's output shapes and FLOPs on fake tensors, its forward runs once
 under ``_DataDependentHints``: ``nonzero`` answers with its largest possible size (every
-element selected) and a tensor's truth value or ``.item()`` answers zero. The shapes of
+element selected) and a tensor's truth value or ``.item()`` answers zero, unless the fake
+tensors know it (a constant, such as sizes divided); so does a value read from a tensor
+before the region and handed to it (an unbacked symbol). The shapes of
 what the region returns do not depend on these answers (a MoE block returns one row per
 token); its FLOPs then count every token at every expert, an upper bound the plan's
 warning states.
@@ -117,6 +119,8 @@ def _run(region: Region, tensors: list[torch.Tensor], hints: bool) -> list[torch
     leaves = list(region.in_constants)
     tensor_iter = iter(inputs)
     leaves = [next(tensor_iter) if leaf is _TENSOR else leaf for leaf in leaves]
+    if hints:
+        leaves = [_unbacked_as_zero(leaf) for leaf in leaves]
     args, kwargs = tree_unflatten(leaves, region.in_spec)
     counter = FlopCounterMode(display=False)
     with _reparametrize_module(region.module, dict(zip(region.state_names, state))), counter:
@@ -132,12 +136,23 @@ def _run(region: Region, tensors: list[torch.Tensor], hints: bool) -> list[torch
     return [x.clone() for x in out_leaves if isinstance(x, torch.Tensor)]
 
 
+def _unbacked_as_zero(value):
+    """A value read from a tensor before the region (Longformer's encoder asks
+    ``any().item()`` whether a token attends globally) as the hints answer it: zero."""
+    if isinstance(value, (torch.SymBool, torch.SymInt, torch.SymFloat)) and not value.node.has_hint():
+        return {torch.SymBool: False, torch.SymInt: 0, torch.SymFloat: 0.0}[type(value)]
+    return value
+
+
 class _TensorSlot:
     def __repr__(self):
         return "<tensor>"
 
 
 _TENSOR = _TensorSlot()
+
+
+_VALUE_OPS = frozenset({aten.is_nonzero.default, aten.item.default, aten._local_scalar_dense.default})
 
 
 class _DataDependentHints(TorchDispatchMode):
@@ -151,10 +166,11 @@ class _DataDependentHints(TorchDispatchMode):
         if func is aten.where.default:  # where(condition): nonzero as a tuple of index vectors
             source = args[0]
             return tuple(torch.empty(source.numel(), dtype=torch.long, device=source.device) for _ in range(source.dim()))
-        if func is aten.is_nonzero.default:
-            return False
-        if func in (aten.item.default, aten._local_scalar_dense.default):
-            return 0
+        if func in _VALUE_OPS:
+            if getattr(args[0], "constant", None) is not None:
+                # The fake mode knows this value (sizes divided, Longformer's chunk count).
+                return func(*args, **kwargs)
+            return False if func is aten.is_nonzero.default else 0
         return func(*args, **kwargs)
 
 

@@ -1,0 +1,41 @@
+"""A moved local shard is laid out in the order of its DTensor's strides
+(``autoplan/dtensor/local_strides.py``)."""
+
+import torch
+import torch.distributed as dist
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.tensor import Shard, distribute_tensor
+from torch.testing._internal.distributed.fake_pg import FakeStore
+
+from autoplan.dtensor import overrides
+
+
+def _dim_order(strides) -> list[int]:
+    return sorted(range(len(strides)), key=lambda d: -strides[d])
+
+
+def test_a_channels_last_tensor_moved_to_another_split_keeps_its_order_and_views_as_it_says():
+    """ConvNeXt's block: an activation laid out channels-last, moved from a split by batch
+    to a split by channels (a collective hands back a contiguous shard), permuted to
+    ``(N, H, W, C)`` and flattened to rows as its DTensor's strides allow."""
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=4)
+    try:
+        mesh = init_device_mesh("cpu", (4,))
+        whole = torch.randn(8, 16, 4, 4).to(memory_format=torch.channels_last)
+        x = distribute_tensor(whole, mesh, [Shard(0)])
+        with overrides.installed():
+            moved = x.redistribute(mesh, [Shard(1)])
+            assert _dim_order(moved._local_tensor.stride()) == _dim_order(moved.stride()) == [0, 2, 3, 1]
+            rows = moved.permute(0, 2, 3, 1).view(-1, 16)
+        assert tuple(rows.shape) == (128, 16) and tuple(rows._local_tensor.shape) == (128, 4)
+    finally:
+        dist.destroy_process_group()
+
+
+def test_without_a_dense_order_a_moved_shard_is_left_as_it_came():
+    """An expanded tensor (a stride of zero) is dense in no order: nothing is copied."""
+    from autoplan.dtensor.local_strides import _dim_order as dense_order
+
+    assert dense_order((4, 8), (0, 1)) is None
+    assert dense_order((2, 3, 4), (12, 1, 3)) == (0, 2, 1)
+    assert dense_order((2, 3), (3, 1)) == (0, 1)
