@@ -72,6 +72,10 @@ step each, collectives compared.
   partial there, the value's whole) and DTensor's ``cat`` keeps the split, reduce-scattering
   the key's, where the prediction had each settled where it was made first
   (``plan/runtime_choice.joined_gradient``).
+- Qwen2-MoE, float32: its experts' gate-and-up grouped product gets its gradient partial
+  on tp with its weight saved split by the contracted dim there; reducing the one and
+  gathering the other cost DTensor the same, and it gathers the weight, keeping the
+  gradient partial into both backward products (``plan/runtime_choice.grouped_backward_moves``).
 """
 
 import sys
@@ -89,7 +93,8 @@ ROWS = [("causal_lm", "mixtral", "float32"), ("causal_lm", "llama", "bfloat16"),
         ("causal_lm", "xglm", "float32"), ("causal_lm", "gemma2", "float32"), ("causal_lm", "gemma2", "bfloat16"),
         ("causal_lm", "bloom", "bfloat16"), ("masked_lm", "albert", "float32"), ("seq2seq_lm", "t5", "float32"),
         ("seq2seq_lm", "m2m_100", "float32"), ("masked_lm", "longformer", "float32"),
-        ("image_classification", "convnext", "bfloat16"), ("causal_lm", "mpt", "bfloat16")]
+        ("image_classification", "convnext", "bfloat16"), ("causal_lm", "mpt", "bfloat16"),
+        ("causal_lm", "qwen2_moe", "float32")]
 
 
 @pytest.mark.slow  # plans each model three times

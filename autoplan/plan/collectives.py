@@ -38,9 +38,11 @@ hook gathers them (``Plan.parameter_uses``).
   operands read whole: a gated MLP's ``act(gate) * up``, an experts' grouped matrix
   product; a split, whose backward joins its outputs' gradients; DTensor's forward move
   of such an op's input ran below autograd and has no backward), to the first op whose
-  backward does (``carries_partial``); a product whose output gradient came back whole
-  where it was made split hands its inputs whole gradients where the other operands
-  were read whole (``whole_product_gradient``);
+  backward does (``carries_partial``); an experts' grouped product whose operands were
+  saved split carries it on where DTensor, asked, moves the saved operands instead
+  (``runtime_choice.grouped_backward_moves``: Qwen2-MoE gathers its weight); a product
+  whose output gradient came back whole where it was made split hands its inputs whole
+  gradients where the other operands were read whole (``whole_product_gradient``);
 - a gradient split where a pointwise op made its output whole runs that op's backward
   split (DTensor slices the saved operands it multiplies by): the op's inputs get it
   split on their own dim, or partial where they were broadcast along it (an RMSNorm's
@@ -98,7 +100,7 @@ from autoplan.plan.split_gradients import (
     split_through,
 )
 from autoplan.plan.recompute import recompute_collectives
-from autoplan.plan.runtime_choice import joined_gradient, runtime_strategy
+from autoplan.plan.runtime_choice import grouped_backward_moves, joined_gradient, runtime_strategy
 from autoplan.plan.views import layouts_along_views, view_chain, within
 
 
@@ -230,6 +232,32 @@ def step_collectives(
         joined.add(name)
         return layout
 
+    asked: dict[str, list | None] = {}  # grouped products -> DTensor's answer (``carries_on``)
+
+    def carries_on(name: str, grad: tuple | None, operands_of: dict, made_as: tuple) -> tuple[bool, ...]:
+        """The axes on which ``name``'s backward carries its partial gradient ``grad`` on:
+        ``partial_axes``, or, for a grouped product DTensor runs on the partial gradient as
+        it comes (``runtime_choice.grouped_backward_moves``), every axis where it is partial.
+        The saved operands' moves that takes are counted once, but for a move the forward
+        made and the backward repeats (``dtensor/saved_inputs.py`` keeps it)."""
+        rule = partial_axes(graph, name, operands_of, made_as)
+        if grad is None or not any(is_partial(g) and not r for g, r in zip(grad, rule)):
+            return rule
+        if name not in asked:
+            saved = {k: pair[0] for k, pair in operands_of.items()}
+            with overrides.installed():
+                asked[name] = grouped_backward_moves(graph.decision(name), grad, saved, mesh)
+            values = {k: (u, i) for u, i, k in graph.inputs_of(name)}
+            for index, before, read in asked[name] or ():
+                if read == operands_of[index][1]:
+                    continue  # the forward's own move of it, kept
+                nbytes, shape = _size(graph, values[index])
+                for kind, axis, size, _ in redistribute_collectives(before, read, nbytes, mesh_shape, backward=False, shape=shape):
+                    found[(module_of(name), kind, axis, round(size))] += 1
+        if asked[name] is None:
+            return rule
+        return tuple(r or is_partial(g) for r, g in zip(rule, grad))
+
     with overrides.installed():  # ``join`` asks DTensor's rules as they run
         for decision in reversed(list(graph.decisions())):
             name = decision.name
@@ -242,7 +270,7 @@ def step_collectives(
                     continue
                 grads[value] = _value_gradient(
                     value, backward_readers, boundaries.get(value, ()), graph, order, grads, mesh_shape, parent_spec,
-                    found, module_of, made, exits, operands, join,
+                    found, module_of, made, exits, operands, join, carries_on,
                 )
     for value, grad in grads.items():
         u = value[0]
@@ -253,7 +281,7 @@ def step_collectives(
         src = made(*value)
         nbytes, shape = _size(graph, value)
         # A partial gradient goes on unreduced through an op that carries it (``carries_partial``).
-        through = partial_axes(graph, u, operands.get(u, {}), src)
+        through = carries_on(u, grad, operands.get(u, {}), src)
         carried = [u not in exits and c and is_partial(g) for c, g in zip(through, grad)]
         # A gradient summed split where the value was made whole is gathered there (by the
         # producer's backward op, or the hook on a module output or a parameter), except
@@ -333,12 +361,14 @@ def _hooked_reads(graph, choice: dict[str, int], made) -> dict[tuple[str, str, i
 
 def _value_gradient(
     value, readers, chain, graph, order, grads, mesh_shape, parent_spec, found, module_of, made, exits, operands, join,
+    carries_on,
 ):
     """The layout of ``value``'s summed gradient where it was made (partial where a
     reduction is still due); the collectives on its way back go into ``found``.
     ``order``: node -> its position in the graph (when its gradient part is ready);
     ``operands``: op -> its inputs' layouts, as saved and as read; ``join``: a split ->
-    its outputs' gradients joined as DTensor joins them, or None."""
+    its outputs' gradients joined as DTensor joins them, or None; ``carries_on``: an op -> the
+    axes on which its backward carries a partial gradient on unreduced."""
     into: dict[object, list] = {}  # attach point -> [(when the part is ready, gradient)]
     nbytes, shape = _size(graph, value)
     for v, k, strategy, arrived, dst, attach, hooked in readers:  # those the backward reaches
@@ -398,8 +428,8 @@ def _value_gradient(
             if after is not None and v not in exits:  # an output hook settles it first
                 # a partial output gradient goes through this op's backward unreduced where it
                 # reads nothing split: DTensor reduces it at the first backward op that does
-                carried = [is_partial(a) and c for a, c in zip(after, partial_axes(graph, v, v_operands, v_made))]
-                grad = tuple(PARTIAL if c else g for c, g in zip(carried, grad))
+                through = carries_on(v, after, v_operands, v_made)
+                grad = tuple(PARTIAL if is_partial(a) and c else g for a, c, g in zip(after, through, grad))
         if hooked and arrived != dst and not moves_locally(arrived, dst):
             # a parameter (or a view of one) its module's hook moved above autograd: the
             # move's backward brings each use's gradient back to the storage, each call's

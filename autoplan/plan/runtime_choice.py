@@ -24,7 +24,7 @@ from autoplan.choices.decision import Decision
 from autoplan.choices.graph import OP, is_tensor_input
 from autoplan.dtensor import loss_parallel, overrides
 from autoplan.dtensor.strategies import Strategy, runtime_schema_info, tensor_meta
-from autoplan.placements import Spec, spec_from_placements, to_placements
+from autoplan.placements import REPLICATE, Spec, is_shard, shard, shard_dim, spec_from_placements, to_placements
 
 
 def runtime_strategy(decision: Decision, arrived: list[Spec], mesh: DeviceMesh) -> Strategy | None:
@@ -96,3 +96,49 @@ def joined_gradient(decision: Decision, parts: list[Spec | None], mesh: DeviceMe
     except Exception:  # DTensor cannot join them as given: the planner's own rule stands
         return None
     return (joined, reads) if len(reads) == len(parts) else None
+
+
+def grouped_backward_moves(decision: Decision, grad: Spec, saved: dict[int, Spec], mesh: DeviceMesh) -> list | None:
+    """The moves of its saved operands, ``(input index, saved layout, layout read)``, where
+    DTensor runs the backward of the experts' grouped matrix product ``decision``
+    (``_grouped_mm(x, w, offs)``, ``x`` 2-D, ``w`` 3-D) on its output's gradient ``grad``
+    partial as it comes; None where it reduces the gradient on some axis (or cannot say).
+    Its two products are ``grad @ w.T``, per group, and ``grad.T @ x``; each keeps the
+    gradient partial where DTensor moves the saved operand instead (Qwen2-MoE: the weight
+    saved split by the contracted dim on tp costs the same to gather as the gradient to
+    reduce-scatter, and DTensor gathers it). ``saved``: input index -> the layout autograd
+    saved it in."""
+    node = decision.fx_node
+    if node.target is not torch.ops.aten._grouped_mm.default or len(node.args) < 3 or 0 not in saved or 1 not in saved:
+        return None
+    x, w, offs = (arg.meta.get("val") if isinstance(arg, fx.Node) else None for arg in node.args[:3])
+    out = node.meta.get("val")
+    if any(not isinstance(t, torch.Tensor) for t in (x, w, offs, out)) or x.dim() != 2 or w.dim() != 3:
+        return None
+    offs_spec = (REPLICATE,) * len(grad)
+    asks = (  # (the product's operands, their layouts, the input index of the saved one it reads)
+        ((out, w.transpose(-2, -1), offs), (grad, _transposed(saved[1], 3), offs_spec), 1),
+        ((out.t(), x, offs), (_transposed(grad, 2), saved[0], offs_spec), 0),
+    )
+    moves = []
+    op = torch.ops.aten._grouped_mm.default
+    for tensors, layouts, index in asks:
+        specs = [DTensorSpec(mesh, to_placements(s), tensor_meta=tensor_meta(t)) for t, s in zip(tensors, layouts)]
+        try:
+            sharding = overrides.propagate_uncached(OpSchema(op, tuple(specs), {}, schema_info=runtime_schema_info(op)))
+        except Exception:  # DTensor cannot run it as given: the planner's own rule stands
+            return None
+        wanted = sharding.redistribute_schema.args_spec if sharding.redistribute_schema is not None else specs
+        reads = [spec_from_placements(s.placements) for s in wanted]
+        if any(p != r for p, r in zip(grad if index == 1 else layouts[0], reads[0])):
+            return None  # the gradient moves (is reduced): the planner's own rule stands
+        if reads[1] != layouts[1]:  # the saved operand moved, in its own dims
+            moves.append((index, saved[index], _transposed(reads[1], 3) if index == 1 else reads[1]))
+    return moves
+
+
+def _transposed(spec: Spec, dims: int) -> Spec:
+    """The layout of a tensor of ``dims`` dims laid out ``spec``, as its transpose of the
+    last two dims is laid out (the same the other way)."""
+    last = (dims - 2, dims - 1)
+    return tuple(shard(2 * dims - 3 - shard_dim(p)) if is_shard(p) and shard_dim(p) in last else p for p in spec)
