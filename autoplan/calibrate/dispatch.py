@@ -13,7 +13,8 @@ step runs it:
     forward_op_s          a chain of DTensor ops (mm, two views, mul, add per block),
                           leaves requiring grad so that autograd records as in training,
                           under the apply engine's ``plan_execution``; time per op
-    backward_op_s         the same chain, forward + backward, minus the forward;
+    backward_op_s         the same chain, forward + backward, minus the forward (the two
+                          timed in alternate repeats, ``Timer.seconds_and_added``);
                           time per forward op (its derivative ops, the autograd engine)
     optimizer             AdamW.step() over DTensor parameters of several sizes: fixed
                           time per parameter and local bytes updated per second (a line fit)
@@ -84,9 +85,8 @@ def measure_dispatch(mesh: DeviceMesh, optimizer_elements: tuple[int, ...], time
     ops = CHAIN_BLOCKS * OPS_PER_BLOCK
     op_timer = replace(timer, sweep=replace(timer.sweep, target_s=timer.sweep.dispatch_target_s))
     with torch.enable_grad():
-        forward_s = op_timer.seconds(forward)
+        forward_s, backward_s = op_timer.seconds_and_added(forward, forward_backward)
         progress.step("DTensor op, forward")
-        both_s = op_timer.seconds(forward_backward)
         progress.step("DTensor op, forward + backward")
     samples = []
     for elements in optimizer_elements:
@@ -95,9 +95,9 @@ def measure_dispatch(mesh: DeviceMesh, optimizer_elements: tuple[int, ...], time
         samples.append(OptimizerSample(elements, elements * itemsize, seconds))
         progress.step(f"AdamW step, {elements} elements per parameter")
     op_classes = measure_op_classes(mesh, op_timer, progress)
-    # The backward is what the forward + backward adds; a noisy pair could put it below
-    # zero, which would mean "no measurable backward": keep it at zero then.
-    return DispatchSample(forward_s / ops, max(both_s - forward_s, 0.0) / ops, tuple(samples), op_classes)
+    # The backward is what the forward + backward adds (timed in alternate repeats); a
+    # noisy median could still put it below zero, "no measurable backward": zero then.
+    return DispatchSample(forward_s / ops, max(backward_s, 0.0) / ops, tuple(samples), op_classes)
 
 
 def _activation_placements(mesh: DeviceMesh) -> list:

@@ -158,10 +158,10 @@ def measure_op_classes(mesh: DeviceMesh, timer: Timer, progress: Progress) -> tu
                     raise  # NotImplementedError is a RuntimeError too
                 progress.step(f"DTensor {case.op}: DTensor cannot run it here, skipped ({_first_line(err)})")
                 continue
-            forward_s = timer.seconds(forward) / INSTANCES
-            both_s = timer.seconds(forward_backward) / INSTANCES
-            # A noisy pair could put the backward below zero: "no measurable backward".
-            samples.append(OpClassSample(op_class(case.op), str(case.op), forward_s, max(both_s - forward_s, 0.0)))
+            forward_s, backward_s = timer.seconds_and_added(forward, forward_backward)
+            # A noisy median could put the backward below zero: "no measurable backward".
+            sample = OpClassSample(op_class(case.op), str(case.op), forward_s / INSTANCES, max(backward_s, 0.0) / INSTANCES)
+            samples.append(sample)
             progress.step(f"DTensor {case.op}, forward and backward")
     return tuple(samples)
 
