@@ -29,7 +29,7 @@ def laid_out_as_global(dtensor_move):
         if meta is None or not isinstance(moved, torch.Tensor) or moved.dim() != len(meta.shape):
             return moved
         wanted = _strides_in_order(tuple(moved.shape), _dim_order(tuple(meta.shape), tuple(meta.stride)))
-        if wanted is None or _same_layout(moved, wanted):
+        if wanted is None or _has_strides(tuple(moved.shape), moved.stride(), wanted):
             return moved
         return torch.empty_strided(moved.shape, wanted, dtype=moved.dtype, device=moved.device).copy_(moved)
 
@@ -40,7 +40,7 @@ def _dim_order(shape: tuple, stride: tuple) -> tuple[int, ...] | None:
     """The dims from outermost to innermost where a tensor of ``shape`` and ``stride`` is
     dense in that order (no gaps, no overlap); None where it is not."""
     order = tuple(sorted(range(len(shape)), key=lambda d: (-stride[d], d)))
-    return order if _strides_in_order(shape, order) is not None and _agrees(shape, stride, order) else None
+    return order if _has_strides(shape, stride, _strides_in_order(shape, order)) else None
 
 
 def _strides_in_order(shape: tuple, order: tuple[int, ...] | None) -> tuple[int, ...] | None:
@@ -55,11 +55,7 @@ def _strides_in_order(shape: tuple, order: tuple[int, ...] | None) -> tuple[int,
     return tuple(strides)
 
 
-def _agrees(shape: tuple, stride: tuple, order: tuple[int, ...]) -> bool:
-    dense = _strides_in_order(shape, order)
-    return all(size <= 1 or s == w for size, s, w in zip(shape, stride, dense))
-
-
-def _same_layout(tensor: torch.Tensor, wanted: tuple[int, ...]) -> bool:
-    """Whether ``tensor`` has ``wanted`` strides on every dim of more than one element."""
-    return all(size <= 1 or s == w for size, s, w in zip(tensor.shape, tensor.stride(), wanted))
+def _has_strides(shape: tuple, stride: tuple, wanted: tuple[int, ...]) -> bool:
+    """Whether ``stride`` is ``wanted`` on every dim of more than one element (the stride of
+    a dim of one element is never read)."""
+    return all(size <= 1 or s == w for size, s, w in zip(shape, stride, wanted))

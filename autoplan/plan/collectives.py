@@ -100,7 +100,7 @@ from autoplan.plan.split_gradients import (
     split_through,
 )
 from autoplan.plan.recompute import recompute_collectives
-from autoplan.plan.runtime_choice import grouped_backward_moves, joined_gradient, runtime_strategy
+from autoplan.plan.runtime_choice import JOINS, grouped_backward_moves, joined_gradient, runtime_strategy
 from autoplan.plan.views import layouts_along_views, view_chain, within
 
 
@@ -217,9 +217,9 @@ def step_collectives(
         """The split ``name``'s output gradients joined as DTensor's ``cat`` joins them
         (``runtime_choice.joined_gradient``), the moves of the parts counted; None where
         DTensor cannot say (the parts are then settled where they were made)."""
-        if name in exits:
-            return None
         decision = graph.decision(name)
+        if name in exits or decision.kind != OP or decision.fx_node.target not in JOINS:
+            return None
         parts = [grads.get((name, i)) for i in range(len(output_values(decision)))]
         answer = joined_gradient(decision, parts, mesh)
         if answer is None:

@@ -67,7 +67,7 @@ def _propagated(node: fx.Node, op, arrived: list[Spec], mesh: DeviceMesh) -> tup
     return outputs, inputs
 
 
-_JOINS = (torch.ops.aten.split.Tensor, torch.ops.aten.split_with_sizes.default)
+JOINS = (torch.ops.aten.split.Tensor, torch.ops.aten.split_with_sizes.default)
 """Splits whose backward is a ``cat`` of their outputs' gradients."""
 
 
@@ -80,7 +80,7 @@ def joined_gradient(decision: Decision, parts: list[Spec | None], mesh: DeviceMe
     split, reduce-scattering the key's. None where DTensor cannot say, or a part has no
     gradient (autograd joins zeros for it)."""
     node = decision.fx_node
-    if decision.kind != OP or node.target not in _JOINS or any(p is None for p in parts):
+    if decision.kind != OP or node.target not in JOINS or any(p is None for p in parts):
         return None
     values = node.meta.get("val")
     if not isinstance(values, (tuple, list)) or len(values) != len(parts):
