@@ -39,3 +39,24 @@ def test_without_a_dense_order_a_moved_shard_is_left_as_it_came():
     assert dense_order((4, 8), (0, 1)) is None
     assert dense_order((2, 3, 4), (12, 1, 3)) == (0, 2, 1)
     assert dense_order((2, 3), (3, 1)) == (0, 1)
+
+
+def test_an_op_result_is_laid_out_as_its_dtensor_says_where_the_fake_kernel_disagrees_with_the_device_kernel():
+    """Doge's and Qwen3-Next's gates: ``softplus`` of rows viewed as ``(batch, seq, n)``,
+    read transposed. Its backward (``softplus_backward``, autoplan's own rule) gets the
+    gradient in the transposed order; the device kernel lays its result out like the
+    gradient, the fake kernel DTensor derives the strides from lays it out contiguous, and
+    the backward's ``view`` back to rows (chosen by the DTensor's strides) failed on the shard."""
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=4)
+    try:
+        mesh = init_device_mesh("cpu", (4,))
+        rows = distribute_tensor(torch.randn(128, 4), mesh, [Shard(0)]).requires_grad_()
+        weight = distribute_tensor(torch.randn(8, 4, 16), mesh, [Shard(0)])
+        with overrides.installed():
+            gate = torch.nn.functional.softplus(rows.view(8, 16, 4))
+            (gate.transpose(1, 2) * weight).sum().backward()
+            grad = torch.ops.aten.softplus_backward(weight.transpose(1, 2), gate, 1.0, 20.0)
+        assert _dim_order(grad._local_tensor.stride()) == _dim_order(grad.stride())
+        assert tuple(rows.grad.shape) == (128, 4) and tuple(rows.grad._local_tensor.shape) == (32, 4)
+    finally:
+        dist.destroy_process_group()

@@ -9,9 +9,19 @@ The next permute then left the shard in another order than the DTensor claimed, 
 backward's ``view`` (which DTensor chooses by the DTensor's strides) failed on the shard
 ("view size is not compatible with input tensor's size and stride").
 
-``laid_out_as_global`` wraps DTensor's move of a local shard (``overrides.py`` installs it):
-where the whole tensor is dense in some order of its dims and the moved shard is not in
-that order, the shard is copied into it. The values are the same; no collective changes.
+An op's own result can disagree the same way. DTensor derives an output's strides by
+running the op's fake kernel on the whole tensors, while the shard is what the device
+kernel makes, and the two differ for some ops whose fake kernel is a decomposition:
+``softplus_backward`` of a gradient read transposed (the gates of Doge, Qwen3.5 and
+Qwen3-Next) is laid out like the gradient on the device and contiguous on fake tensors, so
+the backward's ``view`` back to rows, which the DTensor's strides allow, failed on the shard.
+
+``laid_out_as_global`` wraps DTensor's move of a local shard, and ``results_laid_out_as_global``
+lays out the results of the ops autoplan runs itself (``overrides.py`` installs both):
+where the whole tensor is dense in some order of its dims and the shard is not in that
+order, the shard is copied into it. The values are the same; no collective changes. (An op
+that DTensor decides itself runs in its C++ dispatch, where no Python sees its result:
+autoplan's own rules, ``softplus_backward``'s among them, run from Python.)
 """
 
 from __future__ import annotations
@@ -25,15 +35,33 @@ def laid_out_as_global(dtensor_move):
 
     def move(local_tensor, current_spec, target_spec, *args, **kwargs):
         moved = dtensor_move(local_tensor, current_spec, target_spec, *args, **kwargs)
-        meta = target_spec.tensor_meta or current_spec.tensor_meta
-        if meta is None or not isinstance(moved, torch.Tensor) or moved.dim() != len(meta.shape):
-            return moved
-        wanted = _strides_in_order(tuple(moved.shape), _dim_order(tuple(meta.shape), tuple(meta.stride)))
-        if wanted is None or _has_strides(tuple(moved.shape), moved.stride(), wanted):
-            return moved
-        return torch.empty_strided(moved.shape, wanted, dtype=moved.dtype, device=moved.device).copy_(moved)
+        return _laid_out_as(moved, target_spec.tensor_meta or current_spec.tensor_meta)
 
     return move
+
+
+def results_laid_out_as_global(local_results, output_spec):
+    """An op's local results (a tensor, or a tuple or list of them, as DTensor wraps them
+    with ``output_spec``), each laid out in the order of its DTensor's strides. Only for
+    results that are new tensors: a view's must stay a view of its input."""
+    if isinstance(output_spec, (tuple, list)) and isinstance(local_results, (tuple, list)):
+        laid_out = [results_laid_out_as_global(r, s) for r, s in zip(local_results, output_spec)]
+        return type(local_results)(laid_out)
+    if output_spec is None or isinstance(output_spec, (tuple, list)):
+        return local_results
+    return _laid_out_as(local_results, output_spec.tensor_meta)
+
+
+def _laid_out_as(local_tensor, meta):
+    """``local_tensor`` copied into the dim order of the whole tensor ``meta`` describes;
+    as it is where it is in that order already, or where the whole tensor is dense in none."""
+    if meta is None or not isinstance(local_tensor, torch.Tensor) or local_tensor.dim() != len(meta.shape):
+        return local_tensor
+    shape = tuple(local_tensor.shape)
+    wanted = _strides_in_order(shape, _dim_order(tuple(meta.shape), tuple(meta.stride)))
+    if wanted is None or _has_strides(shape, local_tensor.stride(), wanted):
+        return local_tensor
+    return torch.empty_strided(shape, wanted, dtype=local_tensor.dtype, device=local_tensor.device).copy_(local_tensor)
 
 
 def _dim_order(shape: tuple, stride: tuple) -> tuple[int, ...] | None:

@@ -15,7 +15,8 @@ forward and backward can each hold them without knowing about the others:
 - DTensor's per-op strategy selection, wrapped (``strategy_choice.py``);
 - DTensor's ``redistribute_local_tensor`` as its dispatcher calls it, wrapped so that the
   backward reuses a forward move autograd saved (``saved_inputs.py``) and a moved shard is
-  laid out in the order of its DTensor's strides (``local_strides.py``);
+  laid out in the order of its DTensor's strides (``local_strides.py``), as is the result
+  of an op autoplan runs itself (``_run_here``, below);
 - fake-tensor kernels for what the device kernels accept (``fake_kernels.py``);
 - cross-entropy on logits split by class (``loss_parallel.py``): DTensor custom op handlers.
 
@@ -251,8 +252,11 @@ def _autoplan_cache(propagator, are_we_tracing) -> _PropagationCache:
 
 def _run_here(dispatcher, cache: _PropagationCache):
     """DTensor's sharding step of its C++ dispatch, which runs an op whose decision is
-    autoplan's own to the end in Python, so that the C++ cache never stores it."""
+    autoplan's own to the end in Python, so that the C++ cache never stores it. A result
+    that is no view is laid out in the order of its DTensor's strides (``local_strides.py``)."""
     from torch.utils._python_dispatch import return_and_correct_aliasing
+
+    from autoplan.dtensor import local_strides
 
     decide = type(dispatcher)._propagate_op_sharding_dispatch_slow_path.__get__(dispatcher)
 
@@ -269,8 +273,11 @@ def _run_here(dispatcher, cache: _PropagationCache):
             return dispatcher._dispatch_fast_path_python_tail(
                 op_call, args, kwargs, mesh, sharding, local, participating, inplace, out_variant
             )
+        is_view = op_call._schema._is_view_op()
+        if not is_view:  # DTensor's strides come from the fake kernel, the shard's from the device's
+            local = local_strides.results_laid_out_as_global(local, sharding.output_spec)
         result = dispatcher.wrap(local, sharding.output_spec)
-        if participating and op_call._schema._is_view_op():
+        if participating and is_view:
             return return_and_correct_aliasing(op_call, args, kwargs, result)
         return result
 
