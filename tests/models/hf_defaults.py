@@ -11,7 +11,7 @@ import torch
 from transformers import (
     BartConfig, BartForConditionalGeneration, DeepseekV3Config, DeepseekV3ForCausalLM, FalconConfig, FalconForCausalLM,
     GPTNeoXConfig, GPTNeoXForCausalLM, GraniteMoeConfig, GraniteMoeForCausalLM, LlamaConfig, LlamaForCausalLM,
-    MixtralConfig, MixtralForCausalLM, PhiConfig, PhiForCausalLM, Qwen2Config, Qwen2ForCausalLM, T5Config,
+    MixtralConfig, MixtralForCausalLM, OpenAIGPTConfig, OpenAIGPTLMHeadModel, PhiConfig, PhiForCausalLM, Qwen2Config, Qwen2ForCausalLM, T5Config,
     T5ForConditionalGeneration,
 )
 
@@ -71,6 +71,11 @@ def falcon():
 def granitemoe():
     # Its causal LM's forward passes **kwargs on; the inner model reads use_cache from the config.
     return GraniteMoeForCausalLM(GraniteMoeConfig(**_DECODER, num_key_value_heads=2, num_local_experts=4))
+
+
+def openai_gpt():
+    # Its MLPs take their activation from a module-level dict of module instances.
+    return OpenAIGPTLMHeadModel(OpenAIGPTConfig(vocab_size=VOCAB, n_embd=64, n_layer=2, n_head=4, n_positions=64))
 
 
 def example_inputs():
