@@ -10,7 +10,8 @@ cannot shift its labels into decoder inputs, on any device).
 import torch
 from transformers import (
     BartConfig, BartForConditionalGeneration, DeepseekV3Config, DeepseekV3ForCausalLM, FalconConfig, FalconForCausalLM,
-    GPTNeoXConfig, GPTNeoXForCausalLM, GraniteMoeConfig, GraniteMoeForCausalLM, LlamaConfig, LlamaForCausalLM,
+    GPTNeoXConfig, GPTNeoXForCausalLM, GraniteMoeConfig, GraniteMoeForCausalLM, JetMoeConfig, JetMoeForCausalLM,
+    LlamaConfig, LlamaForCausalLM,
     MixtralConfig, MixtralForCausalLM, OpenAIGPTConfig, OpenAIGPTLMHeadModel, PhiConfig, PhiForCausalLM, Qwen2Config, Qwen2ForCausalLM, T5Config,
     T5ForConditionalGeneration,
 )
@@ -71,6 +72,13 @@ def falcon():
 def granitemoe():
     # Its causal LM's forward passes **kwargs on; the inner model reads use_cache from the config.
     return GraniteMoeForCausalLM(GraniteMoeConfig(**_DECODER, num_key_value_heads=2, num_local_experts=4))
+
+
+def jetmoe():
+    # Mixture of attention heads and of MLP experts; each experts' module splits the routed
+    # tokens by counts the router reads on the host (expert_size.tolist()).
+    config = JetMoeConfig(**_DECODER, num_key_value_heads=2, num_local_experts=4)
+    return JetMoeForCausalLM(config)
 
 
 def openai_gpt():
