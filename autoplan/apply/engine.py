@@ -75,14 +75,36 @@ def _apply(model: nn.Module, plan: Plan, device_mesh: DeviceMesh, fallbacks: fro
     _gather_parameters_for_use(modules, plan, device_mesh)
     for fqn in plan.opaque_modules:
         _run_replicated(modules[fqn])
+    running = _Running()
     for fqn, layout in plan.modules.items():
         module = modules[fqn]
         if layout.inputs:
-            module.register_forward_pre_hook(_redistribute_inputs(layout.inputs, device_mesh), with_kwargs=True)
+            module.register_forward_pre_hook(_redistribute_inputs(layout.inputs, device_mesh, running), with_kwargs=True)
         if layout.outputs:
-            module.register_forward_hook(_redistribute_outputs(layout.outputs, device_mesh))
-    checkpoint_modules(modules, plan.recompute, lambda: _recompute_execution(device_mesh, fallbacks))
-    _wrap_root(model, plan, device_mesh, fallbacks, loss_fn)
+            module.register_forward_hook(_redistribute_outputs(layout.outputs, device_mesh, running))
+    checkpoint_modules(modules, plan.recompute, lambda: running.inside(_recompute_execution(device_mesh, fallbacks)))
+    _wrap_root(model, plan, device_mesh, fallbacks, loss_fn, running)
+
+
+class _Running:
+    """How many calls of the planned model are in progress: its forwards, and the reruns of
+    its checkpointed modules in the backward. The plan's module hooks act only inside one.
+    A module object can belong to other models too: transformers keeps activation modules
+    (``ACT2FN``, OpenAI-GPT's ``ACT_FNS``) as module-level instances that every model built
+    in the process holds, so hooks on one stay there for a model traced or run later,
+    which must run as if this plan had never been applied."""
+
+    def __init__(self) -> None:
+        self.depth = 0
+
+    @contextmanager
+    def inside(self, context):
+        self.depth += 1
+        try:
+            with context:
+                yield
+        finally:
+            self.depth -= 1
 
 
 def shard_batch(batch, plan: Plan, device_mesh: DeviceMesh):
@@ -320,32 +342,36 @@ def _settle_gradient(placements, mesh: DeviceMesh):
     return hook
 
 
-def _redistribute_inputs(layouts: dict[str, Spec], mesh: DeviceMesh):
+def _redistribute_inputs(layouts: dict[str, Spec], mesh: DeviceMesh, running: _Running):
     layouts = {key: to_placements(spec) for key, spec in layouts.items()}  # not in the traced hook
 
     def hook(module, args, kwargs):
+        if not running.depth:
+            return None  # another model's call of a module it shares with this one
         return _redistribute_tree((args, kwargs), layouts, mesh)
 
     return hook
 
 
-def _redistribute_outputs(layouts: dict[str, Spec], mesh: DeviceMesh):
+def _redistribute_outputs(layouts: dict[str, Spec], mesh: DeviceMesh, running: _Running):
     layouts = {key: to_placements(spec) for key, spec in layouts.items()}  # not in the traced hook
 
     def hook(module, args, output):
+        if not running.depth:
+            return None
         # The trace keys a single-tensor output as "" and a structure by its paths.
         return _redistribute_tree(output, layouts, mesh, settle_gradients=True)
 
     return hook
 
 
-def _wrap_root(model: nn.Module, plan: Plan, mesh: DeviceMesh, fallbacks: frozenset, loss_fn=None) -> None:
+def _wrap_root(model: nn.Module, plan: Plan, mesh: DeviceMesh, fallbacks: frozenset, loss_fn, running: _Running) -> None:
     calls: list[list] = []  # per call in progress: [its plan_execution, the batch as DTensors]
     batch_layouts = {key: to_placements(b.placements) for key, b in plan.inputs.items()}  # not in the traced hook
 
     def enter(module, args, kwargs):
         stack = ExitStack()
-        stack.enter_context(plan_execution(mesh, fallbacks))
+        stack.enter_context(running.inside(plan_execution(mesh, fallbacks)))
         call = [stack, None]
         calls.append(call)  # before anything can fail: leave closes it
         leaves, spec = tree_flatten_with_path((args, kwargs))

@@ -13,7 +13,8 @@ To learn the region's output shapes and FLOPs on fake tensors, its forward runs 
 under ``_DataDependentHints``: ``nonzero`` answers with its largest possible size (every
 element selected) and a tensor's truth value or ``.item()`` answers zero, unless the fake
 tensors know it (a constant, such as sizes divided); so does a value read from a tensor
-before the region and handed to it (an unbacked symbol). The shapes of
+before the region and handed to it (an unbacked symbol). A split by such sizes gives its
+first piece what the answered sizes leave. The shapes of
 what the region returns do not depend on these answers (a MoE block returns one row per
 token); its FLOPs then count every token at every expert, an upper bound the plan's
 warning states.
@@ -171,7 +172,23 @@ class _DataDependentHints(TorchDispatchMode):
                 # The fake mode knows this value (sizes divided, Longformer's chunk count).
                 return func(*args, **kwargs)
             return False if func is aten.is_nonzero.default else 0
+        if func is aten.split_with_sizes.default:
+            args = _sizes_summing_to_the_dim(*args, **kwargs)
+            kwargs = {}
         return func(*args, **kwargs)
+
+
+def _sizes_summing_to_the_dim(source, sizes, dim=0):
+    """A split by sizes read from tensor values (JetMoE's tokens per expert, a ``tolist()``
+    before its experts' module), answered zero, sums to less than the dim: the first piece
+    takes the rest. Every row is computed once, as every routed token is by one expert; a
+    model's own split always sums (it fails on any device otherwise), so only answered
+    sizes change."""
+    sizes, length = list(sizes), source.shape[dim]
+    missing = length - sum(sizes)
+    if sizes and missing > 0:
+        sizes[0] += missing
+    return source, sizes, dim
 
 
 def install(model: nn.Module, classes: set[type]) -> list[Region]:

@@ -10,8 +10,9 @@ cannot shift its labels into decoder inputs, on any device).
 import torch
 from transformers import (
     BartConfig, BartForConditionalGeneration, DeepseekV3Config, DeepseekV3ForCausalLM, FalconConfig, FalconForCausalLM,
-    GPTNeoXConfig, GPTNeoXForCausalLM, GraniteMoeConfig, GraniteMoeForCausalLM, LlamaConfig, LlamaForCausalLM,
-    MixtralConfig, MixtralForCausalLM, PhiConfig, PhiForCausalLM, Qwen2Config, Qwen2ForCausalLM, T5Config,
+    GPTNeoXConfig, GPTNeoXForCausalLM, GraniteMoeConfig, GraniteMoeForCausalLM, JetMoeConfig, JetMoeForCausalLM,
+    LlamaConfig, LlamaForCausalLM,
+    MixtralConfig, MixtralForCausalLM, OpenAIGPTConfig, OpenAIGPTLMHeadModel, PhiConfig, PhiForCausalLM, Qwen2Config, Qwen2ForCausalLM, T5Config,
     T5ForConditionalGeneration,
 )
 
@@ -71,6 +72,18 @@ def falcon():
 def granitemoe():
     # Its causal LM's forward passes **kwargs on; the inner model reads use_cache from the config.
     return GraniteMoeForCausalLM(GraniteMoeConfig(**_DECODER, num_key_value_heads=2, num_local_experts=4))
+
+
+def jetmoe():
+    # Mixture of attention heads and of MLP experts; each experts' module splits the routed
+    # tokens by counts the router reads on the host (expert_size.tolist()).
+    config = JetMoeConfig(**_DECODER, num_key_value_heads=2, num_local_experts=4)
+    return JetMoeForCausalLM(config)
+
+
+def openai_gpt():
+    # Its MLPs take their activation from a module-level dict of module instances.
+    return OpenAIGPTLMHeadModel(OpenAIGPTConfig(vocab_size=VOCAB, n_embd=64, n_layer=2, n_head=4, n_positions=64))
 
 
 def example_inputs():
