@@ -17,7 +17,9 @@ forward and backward can each hold them without knowing about the others:
   backward reuses a forward move autograd saved (``saved_inputs.py``) and a moved shard is
   laid out in the order of its DTensor's strides (``local_strides.py``);
 - fake-tensor kernels for what the device kernels accept (``fake_kernels.py``);
-- cross-entropy on logits split by class (``loss_parallel.py``): DTensor custom op handlers.
+- cross-entropy on logits split by class (``loss_parallel.py``): DTensor custom op handlers;
+- DTensor's convolution handlers, set aside so that its ordinary dispatch runs the
+  convolution strategies the planner reads (``convolution.py``).
 
 Sharding decisions DTensor caches depend on these rules, so each side keeps its own. The
 Python-level propagation (cached and uncached entry points alike) answers from autoplan's
@@ -121,7 +123,8 @@ def _diverged() -> None:
 def _changes() -> list[tuple[object, object, object]]:
     """(container, key, new value) for every change, every internal looked up first."""
     from autoplan.dtensor import (
-        fake_kernels, local_strides, loss_parallel, merged_inputs, rules, saved_inputs, strategy_choice, view_rules,
+        convolution, fake_kernels, local_strides, loss_parallel, merged_inputs, rules, saved_inputs, strategy_choice,
+        view_rules,
     )
 
     propagator = _internal(lambda: torch.distributed.tensor.DTensor._op_dispatcher.sharding_propagator, "DTensor._op_dispatcher.sharding_propagator")
@@ -173,6 +176,8 @@ def _changes() -> list[tuple[object, object, object]]:
     for op, handler in loss_parallel.HANDLERS.items():
         if op not in handlers:  # never replace a handler torch (or its loss_parallel()) has
             changes.append((handlers, op, handler))
+    for op in convolution.set_aside(handlers, has_rule):
+        changes.append((handlers, op, _ABSENT))
     cache = _autoplan_cache(propagator, sharding_prop._are_we_tracing)
     changes.append((propagator, "propagate_op_sharding", cache))
     changes.append((propagator, "propagate_op_sharding_non_cached", cache.uncached_entry))
