@@ -76,6 +76,10 @@ step each, collectives compared.
   on tp with its weight saved split by the contracted dim there; reducing the one and
   gathering the other cost DTensor the same, and it gathers the weight, keeping the
   gradient partial into both backward products (``plan/runtime_choice.grouped_backward_moves``).
+- Zamba2, bfloat16: its mamba mixers convolve with ``self.conv1d.weight.squeeze(1)`` and
+  take that view once more for nothing; the unread view kept the plan from gathering the
+  depthwise filter stored split by channel, and DTensor's convolution ran its local shard
+  with the global groups (``plan/builder._uses`` skips an unread view).
 """
 
 import sys
@@ -94,7 +98,7 @@ ROWS = [("causal_lm", "mixtral", "float32"), ("causal_lm", "llama", "bfloat16"),
         ("causal_lm", "bloom", "bfloat16"), ("masked_lm", "albert", "float32"), ("seq2seq_lm", "t5", "float32"),
         ("seq2seq_lm", "m2m_100", "float32"), ("masked_lm", "longformer", "float32"),
         ("image_classification", "convnext", "bfloat16"), ("causal_lm", "mpt", "bfloat16"),
-        ("causal_lm", "qwen2_moe", "float32")]
+        ("causal_lm", "qwen2_moe", "float32"), ("causal_lm", "zamba2", "bfloat16")]
 
 
 @pytest.mark.slow  # plans each model three times

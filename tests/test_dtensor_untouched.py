@@ -31,9 +31,12 @@ def test_importing_every_autoplan_module_leaves_dtensor_untouched():
 
 def test_install_changes_dtensor_and_uninstall_restores_it_exactly():
     found = _run("install")
-    # While installed, the selection, the views' rules, the move and the kernels are autoplan's.
+    # While installed, the selection, the views' rules, the move and the kernels are autoplan's,
+    # and so are the custom op handlers (the loss's added, the convolutions' set aside) and
+    # the masked fills' single-axis rules (a zero fill keeps a partial).
     assert set(found["changed_while_installed"]) == {
-        "select", "move", "strategy_funcs", "schema_info", "fake_kernels", "cache", "uncached", "dispatcher"
+        "select", "move", "strategy_funcs", "single_dim", "schema_info", "fake_kernels", "cache", "uncached", "dispatcher",
+        "handlers",
     }
     assert found["changed_after_nested_uninstall"] == found["changed_while_installed"]
     assert found["changed"] == []

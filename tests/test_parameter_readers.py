@@ -7,6 +7,10 @@ convolution rule then ran the local shard of the depthwise filter ("Given groups
 expected weight to be at least 128 at dimension 0, but got weight of size [32, 1, 4]").
 The plan names the mixer as a reader of the weight (``Plan.parameter_readers``), and the
 mixer gathers it around its own forward.
+
+Zamba2's and Falcon-H1's mixers also take a view of the weight that nothing reads: that
+view is no use of the weight, and must not keep the plan from gathering it for the one use
+there is (``tests/models/depthwise_dead_view.py``).
 """
 
 import pytest
@@ -17,6 +21,8 @@ from conftest import ROOT
 from zoo import assert_matches_one_device, assert_step_runs_the_prediction
 
 MODEL_FILE = ROOT / "tests" / "models" / "mamba.py"
+DEAD_VIEW_FILE = ROOT / "tests" / "models" / "depthwise_dead_view.py"
+DEAD_VIEW_WEIGHT = "mixer.conv1d.weight"
 WEIGHTS = [f"backbone.layers.{i}.mixer.conv1d.weight" for i in range(2)]
 
 
@@ -46,3 +52,23 @@ def test_a_step_runs_the_predicted_collectives(plan):
 @pytest.mark.gloo
 def test_matches_one_device_on_gloo(plan):
     assert_matches_one_device(MODEL_FILE, "build_model", plan)
+
+
+@pytest.fixture(scope="module")
+def dead_view_plan():
+    """The filter stored split by channel on tp, read through a view nothing reads as well."""
+    loaded = load_model_file(str(DEAD_VIEW_FILE))
+    pinned = {DEAD_VIEW_WEIGHT: ("R", "S(0)")}
+    plan, _ = suggest_with_report(loaded.model, loaded.example_inputs, mesh=(2, 4), axis_names=("dp", "tp"), pinned=pinned)
+    return plan
+
+
+def test_an_unread_view_is_no_use_of_the_weight(dead_view_plan):
+    assert dead_view_plan.parameters[DEAD_VIEW_WEIGHT] == ("R", "S(0)")
+    assert dead_view_plan.parameter_uses[DEAD_VIEW_WEIGHT] == ("R", "R")
+    assert dead_view_plan.parameter_readers[DEAD_VIEW_WEIGHT] == ("mixer",)
+
+
+@pytest.mark.slow  # steps the model on a fake process group
+def test_a_step_with_an_unread_view_runs_the_predicted_collectives(dead_view_plan):
+    assert_step_runs_the_prediction(DEAD_VIEW_FILE, "build_model", dead_view_plan)

@@ -13,12 +13,16 @@ forward and backward can each hold them without knowing about the others:
 - DTensor's strategy functions, wrapped to also offer the layout that keeps every input's
   split (``merged_inputs.py``);
 - DTensor's per-op strategy selection, wrapped (``strategy_choice.py``);
+- DTensor's rules for ``masked_fill``, wrapped so that a fill with zeros keeps a partial
+  value partial (``zero_fill.py``);
 - DTensor's ``redistribute_local_tensor`` as its dispatcher calls it, wrapped so that the
   backward reuses a forward move autograd saved (``saved_inputs.py``) and a moved shard is
   laid out in the order of its DTensor's strides (``local_strides.py``), as is the result
   of an op autoplan runs itself (``_run_here``, below);
 - fake-tensor kernels for what the device kernels accept (``fake_kernels.py``);
-- cross-entropy on logits split by class (``loss_parallel.py``): DTensor custom op handlers.
+- cross-entropy on logits split by class (``loss_parallel.py``): DTensor custom op handlers;
+- DTensor's convolution handlers, set aside so that its ordinary dispatch runs the
+  convolution strategies the planner reads (``convolution.py``).
 
 Sharding decisions DTensor caches depend on these rules, so each side keeps its own. The
 Python-level propagation (cached and uncached entry points alike) answers from autoplan's
@@ -122,7 +126,8 @@ def _diverged() -> None:
 def _changes() -> list[tuple[object, object, object]]:
     """(container, key, new value) for every change, every internal looked up first."""
     from autoplan.dtensor import (
-        fake_kernels, local_strides, loss_parallel, merged_inputs, rules, saved_inputs, strategy_choice, view_rules,
+        convolution, fake_kernels, local_strides, loss_parallel, merged_inputs, rules, saved_inputs, strategy_choice,
+        view_rules, zero_fill,
     )
 
     propagator = _internal(lambda: torch.distributed.tensor.DTensor._op_dispatcher.sharding_propagator, "DTensor._op_dispatcher.sharding_propagator")
@@ -161,6 +166,10 @@ def _changes() -> list[tuple[object, object, object]]:
     for op, rule in list(propagator.op_strategy_funcs.items()):
         if op not in view_rules.RESHAPING_VIEWS:
             changes.append((propagator.op_strategy_funcs, op, merged_inputs.merged(rule, _diverged)))
+    for op in zero_fill.MASKED_FILLS:
+        info = propagator.op_single_dim_strategy_funcs.get(op)
+        if info is not None:
+            changes.append((propagator.op_single_dim_strategy_funcs, op, zero_fill.with_zero_fill_partials(info, _diverged)))
     changes.append((sharding_prop, "_select_min_cost_strategy", strategy_choice.selection(sharding_prop._select_min_cost_strategy, _diverged)))
     move = local_strides.laid_out_as_global(dispatch.redistribute_local_tensor)
     changes.append((dispatch, "redistribute_local_tensor", saved_inputs.reusing(move)))
@@ -174,6 +183,8 @@ def _changes() -> list[tuple[object, object, object]]:
     for op, handler in loss_parallel.HANDLERS.items():
         if op not in handlers:  # never replace a handler torch (or its loss_parallel()) has
             changes.append((handlers, op, handler))
+    for op in convolution.set_aside(handlers, has_rule):
+        changes.append((handlers, op, _ABSENT))
     cache = _autoplan_cache(propagator, sharding_prop._are_we_tracing)
     changes.append((propagator, "propagate_op_sharding", cache))
     changes.append((propagator, "propagate_op_sharding_non_cached", cache.uncached_entry))

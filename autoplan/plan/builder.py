@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import torch
 
 from autoplan.choices.graph import BUFFER, INPUT, OP, PARAMETER
-from autoplan.cost.estimate import CostedGraph, transient_bytes
+from autoplan.cost.estimate import CostedGraph, is_view, transient_bytes
 from autoplan.cost.memory import STATE_COPIES_END, transient_node
 from autoplan.dtensor.strategies import is_inplace
 from autoplan.placements import format_spec
@@ -173,12 +173,20 @@ def _parameter_uses(choices, choice: dict[str, int], storage: dict) -> tuple[dic
 
 def _uses(choices, choice: dict[str, int], node: str):
     """(consumer, spec) for each use of parameter ``node``: the layout the parameter itself
-    must have for that use (``_through_views``)."""
+    must have for that use (``_through_views``). A view of it that nothing reads is no use:
+    no op computes with it, so its layout must not stop the parameter's one real use from
+    being gathered (Zamba2's mixer takes ``self.conv1d.weight.squeeze(1)`` once more than
+    it convolves with, and DTensor's convolution runs a depthwise filter's local shard as is)."""
     graph = choices.graph
     for _, consumer, key in graph.out_edges(node, keys=True):
         found = _through_views(graph, choice, consumer, key)
-        if found is not None:
+        if found is not None and not _unread_view(graph, found[0]):
             yield found
+
+
+def _unread_view(graph, name: str) -> bool:
+    """Whether ``name`` is a view whose value no op reads (a dead end of the traced step)."""
+    return is_view(graph.decision(name)) and graph.out_degree(name) == 0
 
 
 def _through_views(graph, choice: dict[str, int], consumer: str, key: int, inside=lambda node: True):

@@ -31,6 +31,7 @@ def snapshot() -> dict:
         "cache": PROPAGATOR.propagate_op_sharding,
         "uncached": vars(PROPAGATOR).get("propagate_op_sharding_non_cached"),
         "dispatcher": dict(vars(DTensor._op_dispatcher)),
+        "handlers": dict(DTensor._op_dispatcher._custom_op_handlers),
         "fake_kernels": dict(op_implementations_dict),
     }
 
