@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 
 import torch
 from torch import nn
+from torch._subclasses.fake_tensor import FakeTensor, unset_fake_temporarily
 from torch.nn.utils.stateless import _reparametrize_module
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten, tree_unflatten
@@ -161,6 +162,13 @@ class _DataDependentHints(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        if _only_plain_tensors(args, kwargs):
+            # A tensor the region builds from Python data (a cache's first keys,
+            # ``torch.tensor([])``) is a plain meta tensor, and ``torch.tensor`` detaches it
+            # in place, which the fake mode refuses on a tensor not its own; make_fx lets
+            # such a tensor be outside a region. Its ops run on the meta device as they are.
+            with unset_fake_temporarily():
+                return func(*args, **kwargs)
         if func is aten.nonzero.default:
             source = args[0]
             return torch.empty((source.numel(), source.dim()), dtype=torch.long, device=source.device)
@@ -176,6 +184,12 @@ class _DataDependentHints(TorchDispatchMode):
             args = _sizes_summing_to_the_dim(*args, **kwargs)
             kwargs = {}
         return func(*args, **kwargs)
+
+
+def _only_plain_tensors(args, kwargs) -> bool:
+    """Whether the op reads tensors and none of them is a fake one."""
+    tensors = [x for x in tree_flatten((args, kwargs))[0] if isinstance(x, torch.Tensor)]
+    return bool(tensors) and not any(isinstance(x, FakeTensor) for x in tensors)
 
 
 def _sizes_summing_to_the_dim(source, sizes, dim=0):

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import fx, nn
 from torch.fx.experimental.proxy_tensor import get_proxy_mode, get_proxy_slot, make_fx
-from torch.utils._pytree import keystr, tree_flatten, tree_flatten_with_path
+from torch.utils._pytree import keystr, tree_flatten, tree_flatten_with_path, tree_unflatten
 
 from autoplan.dtensor.fused_attention import FusedAttention
 from autoplan.dtensor.overrides import installed as dtensor_overrides
@@ -126,6 +126,7 @@ def trace_model(model: nn.Module, example_inputs, loss_fn=None) -> TracedGraph:
     args, kwargs = split_batch(example_inputs)
     params = dict(model.named_parameters())
     buffers = dict(model.named_buffers())
+    params, buffers, args, kwargs = _on_one_device((params, buffers, args, kwargs))
     aliases = _tied_parameter_names(model)
     was_training = model.training
     recorder = _CallRecorder(model)
@@ -210,6 +211,26 @@ def trace_model(model: nn.Module, example_inputs, loss_fn=None) -> TracedGraph:
         saved_by=savers(gm.graph, saved),
         warnings=tuple(summed_warning(where) for where in summed[:1]) + _autocast_warnings(autocasts),
     )
+
+
+def _on_one_device(trees: tuple) -> tuple:
+    """The step's parameters, buffers and inputs, on the meta device where they lie on
+    several. A model built under ``torch.device("meta")`` can hold tensors its code put on
+    the CPU regardless (XLNet's attention weights come from ``torch.FloatTensor(...)``,
+    which ignores the default device), and a forward that makes tensors on its input's
+    device then meets them in one op. The trace needs their shapes only."""
+    tensors = [x for x in tree_flatten(trees)[0] if isinstance(x, torch.Tensor)]
+    if len({x.device for x in tensors}) < 2:
+        return trees
+    leaves, spec = tree_flatten(trees)
+    return tree_unflatten([_meta_copy(x) if isinstance(x, torch.Tensor) else x for x in leaves], spec)
+
+
+def _meta_copy(tensor: torch.Tensor) -> torch.Tensor:
+    if tensor.is_meta:
+        return tensor
+    copy = tensor.detach().to("meta")
+    return copy.requires_grad_() if tensor.requires_grad else copy
 
 
 def _loss_of(loss_fn, output, batch) -> torch.Tensor:

@@ -9,11 +9,11 @@ cannot shift its labels into decoder inputs, on any device).
 
 import torch
 from transformers import (
-    BartConfig, BartForConditionalGeneration, DeepseekV3Config, DeepseekV3ForCausalLM, FalconConfig, FalconForCausalLM,
-    GPTNeoXConfig, GPTNeoXForCausalLM, GraniteMoeConfig, GraniteMoeForCausalLM, JetMoeConfig, JetMoeForCausalLM,
-    LlamaConfig, LlamaForCausalLM,
-    MixtralConfig, MixtralForCausalLM, OpenAIGPTConfig, OpenAIGPTLMHeadModel, PhiConfig, PhiForCausalLM, Qwen2Config, Qwen2ForCausalLM, T5Config,
-    T5ForConditionalGeneration,
+    BartConfig, BartForConditionalGeneration, DeepseekV3Config, DeepseekV3ForCausalLM, FalconConfig,
+    FalconForCausalLM, GPTNeoXConfig, GPTNeoXForCausalLM, GraniteMoeConfig, GraniteMoeForCausalLM, JetMoeConfig,
+    JetMoeForCausalLM, LlamaConfig, LlamaForCausalLM, MixtralConfig, MixtralForCausalLM, OpenAIGPTConfig,
+    OpenAIGPTLMHeadModel, PhiConfig, PhiForCausalLM, Qwen2Config, Qwen2ForCausalLM, T5Config,
+    T5ForConditionalGeneration, XLMConfig, XLMWithLMHeadModel, XLNetConfig, XLNetLMHeadModel,
 )
 
 VOCAB, BATCH, SEQ = 256, 8, 16
@@ -84,6 +84,17 @@ def jetmoe():
 def openai_gpt():
     # Its MLPs take their activation from a module-level dict of module instances.
     return OpenAIGPTLMHeadModel(OpenAIGPTConfig(vocab_size=VOCAB, n_embd=64, n_layer=2, n_head=4, n_positions=64))
+
+
+def xlm():
+    # Its encoder builds a key/value cache whatever the config says, and asserts on a value
+    # read from the batch (the longest sequence), which makes it an opaque region.
+    return XLMWithLMHeadModel(XLMConfig(vocab_size=VOCAB, emb_dim=64, n_layers=2, n_heads=4, max_position_embeddings=64))
+
+
+def xlnet():
+    # Its attention weights are made with torch.FloatTensor(...), on the CPU whatever the default device.
+    return XLNetLMHeadModel(XLNetConfig(vocab_size=VOCAB, d_model=64, n_layer=2, n_head=4, d_inner=128, d_head=16))
 
 
 def example_inputs():
