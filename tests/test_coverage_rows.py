@@ -76,6 +76,11 @@ step each, collectives compared.
   on tp with its weight saved split by the contracted dim there; reducing the one and
   gathering the other cost DTensor the same, and it gathers the weight, keeping the
   gradient partial into both backward products (``plan/runtime_choice.grouped_backward_moves``).
+- Helium, float32 and bfloat16: its rotary embedding interleaves, ``stack((-x2, x1), -1)``
+  of strided slices; the query's and key's gradients come back from attention split by
+  heads on tp where the stack made its output whole, and the stack's backward selects
+  along its new dim on the split gradient as it comes (``plan/split_gradients.split_through``),
+  where the prediction had it gathered.
 """
 
 import sys
@@ -94,7 +99,7 @@ ROWS = [("causal_lm", "mixtral", "float32"), ("causal_lm", "llama", "bfloat16"),
         ("causal_lm", "bloom", "bfloat16"), ("masked_lm", "albert", "float32"), ("seq2seq_lm", "t5", "float32"),
         ("seq2seq_lm", "m2m_100", "float32"), ("masked_lm", "longformer", "float32"),
         ("image_classification", "convnext", "bfloat16"), ("causal_lm", "mpt", "bfloat16"),
-        ("causal_lm", "qwen2_moe", "float32")]
+        ("causal_lm", "qwen2_moe", "float32"), ("causal_lm", "helium", "float32"), ("causal_lm", "helium", "bfloat16")]
 
 
 @pytest.mark.slow  # plans each model three times

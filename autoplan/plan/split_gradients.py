@@ -6,7 +6,8 @@ hand their inputs split (or partial) gradients, moving nothing:
 
 - a pointwise op and a dtype cast: DTensor slices the saved operands it multiplies by
   (``split_through``, ``split_input_gradient``); a concatenation slices the gradient along
-  the joined dim;
+  the joined dim, and a stack selects along the new dim (Helium's interleaved rotary
+  embedding, ``stack((-x2, x1), -1)``, with the query's gradient split by heads);
 - an elementwise product made split on another dim runs on the gradient's split, moving
   its saved operands there instead (``resplit_through``, ``resplit_moves``);
 - a matrix product whose operands were saved whole: ``grad @ b.T`` split by the
@@ -41,12 +42,13 @@ def split_through(graph, name: str, exits, grad: tuple, made: tuple) -> tuple[bo
     whole, stays split into its backward. A pointwise op's backward is pointwise too:
     DTensor runs it on the split gradient, slicing the saved inputs it multiplies by
     (no gather), so the gradient reaches the inputs split (``split_input_gradient``).
-    So does a concatenation's, which slices the gradient along the joined dim, and an
+    So does a concatenation's, which slices the gradient along the joined dim, a stack's,
+    which selects along its new dim, and an
     elementwise product's where the output was made split on another dim
     (``resplit_through``). A module output's hook puts the gradient back in the layout
     DTensor made first."""
     pointwise = is_elementwise(graph, name)
-    joined = None if pointwise else _cat_dim(graph, name)  # split on any other dim, a slice stays split
+    joined = None if pointwise else _joined_dim(graph, name)  # split on any other dim, a slice stays split
     if name in exits or not (pointwise or joined is not None):
         return (False,) * len(grad)
     resplit = resplit_through(graph, name, exits, grad, made)
@@ -139,21 +141,37 @@ def matmul_input_gradient(graph, name: str, k: int, after: tuple, made: tuple, e
     return tuple(result)
 
 
-def _cat_dim(graph, name: str) -> int | None:
-    """The dim a ``cat`` joins its inputs along (non-negative), or None for any other op."""
+_JOINS = {_aten.cat.default: False, _aten.stack.default: True}
+"""Ops that join their inputs along a dim -> whether that dim is a new one (a stack's)."""
+
+
+def _joined_dim(graph, name: str) -> int | None:
+    """The output dim a ``cat`` or ``stack`` joins its inputs along (non-negative), or None
+    for any other op."""
     decision = graph.decision(name)
     node = decision.fx_node
-    if decision.kind != OP or node.target is not _aten.cat.default:
+    if decision.kind != OP or node.target not in _JOINS:
         return None
     dim = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", 0)
     return dim % node.meta["val"].dim()
+
+
+def _input_dim(graph, name: str, out_dim: int, in_shape: tuple, out_shape: tuple) -> int:
+    """The dim of ``name``'s input of shape ``in_shape`` that its output dim ``out_dim``
+    comes from: a stack's new dim shifts the later ones by one; a pointwise op's inputs
+    broadcast from the right."""
+    node = graph.decision(name).fx_node
+    if _JOINS.get(node.target):
+        return out_dim - (out_dim > _joined_dim(graph, name))
+    return out_dim - (len(out_shape) - len(in_shape))
 
 
 def split_input_gradient(graph, name: str, in_shape: tuple, after: tuple, made: tuple, exits, grad: tuple) -> tuple:
     """The gradient the pointwise op ``name`` hands an input of shape ``in_shape`` on the
     axes where its output gradient ``after`` stays split (``split_through``): split on
     the input's own dim where the input has the output's size there, partial where the
-    input was broadcast along it (autograd sums the gradient over the broadcast dims)."""
+    input was broadcast along it (autograd sums the gradient over the broadcast dims). A
+    stack's input gets it split on the dim the output's split dim came from."""
     through = split_through(graph, name, exits, after, made)
     if not any(through):
         return grad
@@ -162,7 +180,7 @@ def split_input_gradient(graph, name: str, in_shape: tuple, after: tuple, made: 
     for axis, split in enumerate(through):
         if split:
             out_dim = shard_dim(after[axis])
-            dim = out_dim - (len(out_shape) - len(in_shape))
+            dim = _input_dim(graph, name, out_dim, in_shape, out_shape)
             result[axis] = shard(dim) if 0 <= dim and in_shape[dim] == out_shape[out_dim] else PARTIAL
     return tuple(result)
 
