@@ -81,6 +81,13 @@ step each, collectives compared.
   heads on tp where the stack made its output whole, and the stack's backward selects
   along its new dim on the split gradient as it comes (``plan/split_gradients.split_through``),
   where the prediction had it gathered.
+- DiffLlama, float32 and bfloat16: its differential attention repeats each half of the
+  value heads (``v.repeat(1, 2, 1, 1)``), and attention hands the repeats' gradients back
+  split by heads on dp where the repeat made them whole; the repeat's backward views the
+  heads as (repeats, heads) and sums over the repeats on the split gradient as it comes,
+  a partial sum (``plan/split_gradients.repeated_split``), which the chunk's join carries
+  on and the view's copy all-reduces, where the prediction had each repeat's gradient
+  gathered.
 """
 
 import sys
@@ -99,7 +106,8 @@ ROWS = [("causal_lm", "mixtral", "float32"), ("causal_lm", "llama", "bfloat16"),
         ("causal_lm", "bloom", "bfloat16"), ("masked_lm", "albert", "float32"), ("seq2seq_lm", "t5", "float32"),
         ("seq2seq_lm", "m2m_100", "float32"), ("masked_lm", "longformer", "float32"),
         ("image_classification", "convnext", "bfloat16"), ("causal_lm", "mpt", "bfloat16"),
-        ("causal_lm", "qwen2_moe", "float32"), ("causal_lm", "helium", "float32"), ("causal_lm", "helium", "bfloat16")]
+        ("causal_lm", "qwen2_moe", "float32"), ("causal_lm", "helium", "float32"), ("causal_lm", "helium", "bfloat16"),
+        ("causal_lm", "diffllama", "float32"), ("causal_lm", "diffllama", "bfloat16")]
 
 
 @pytest.mark.slow  # plans each model three times

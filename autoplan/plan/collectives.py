@@ -289,7 +289,7 @@ def step_collectives(
         # product's that saved its operands whole (``matmul_split_axes``); a partial
         # one is reduced there. One redistribute, in DTensor's order of steps: where the
         # value's dim is split over two axes, it may reduce first and split after.
-        kept = split_through(graph, u, exits, grad, src)
+        kept = split_through(graph, u, exits, grad, src, mesh_shape)
         kept = tuple(a or b for a, b in zip(kept, matmul_split_axes(graph, u, exits, grad, src, operands.get(u, {}))))
         reduced = tuple(REPLICATE if c else g for c, g in zip(carried, grad))
         target = tuple(REPLICATE if c else (g if k else q) for c, k, g, q in zip(carried, kept, grad, src))
@@ -421,7 +421,7 @@ def _value_gradient(
                 grad = tuple(REPLICATE if a else g for a, g in zip(averaged, grad))
             if after is not None:
                 # a split output gradient runs this pointwise op's backward split (``split_through``)
-                grad = split_input_gradient(graph, v, shape, after, v_made, exits, grad)
+                grad = split_input_gradient(graph, v, shape, after, v_made, exits, grad, mesh_shape)
                 grad = matmul_input_gradient(graph, v, k, after, v_made, exits, v_operands, grad)
                 if v not in exits:
                     grad = whole_product_gradient(graph, v, v_operands, k, after, v_made, grad)
