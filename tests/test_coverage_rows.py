@@ -88,6 +88,15 @@ step each, collectives compared.
   a partial sum (``plan/split_gradients.repeated_split``), which the chunk's join carries
   on and the view's copy all-reduces, where the prediction had each repeat's gradient
   gathered.
+- GPT-OSS, float32 and bfloat16: its experts' gate, ``gate * sigmoid(gate * alpha)`` of
+  ``gate.clamp(max=limit)``, gets its gradient partial on dp from the down projection's
+  grouped product; ``sigmoid``'s backward (``sigmoid_backward``) and the clamp's (a
+  ``where``) are ops DTensor reduces a partial gradient for, where a product carries it
+  (``plan/backward_ops.backward_keeps_partial``); the gate and up, sliced apart from one
+  projection (``gate_up[..., ::2]``), hand back gradients split by the sliced dim on tp,
+  which the slice's backward gathers (``plan/split_gradients.sliced_gradient``); and the
+  bias, added in place (``add_``), gets the sum's gradient as it is
+  (``plan/gradient_rules.passes_gradient``).
 """
 
 import sys
@@ -107,7 +116,8 @@ ROWS = [("causal_lm", "mixtral", "float32"), ("causal_lm", "llama", "bfloat16"),
         ("seq2seq_lm", "m2m_100", "float32"), ("masked_lm", "longformer", "float32"),
         ("image_classification", "convnext", "bfloat16"), ("causal_lm", "mpt", "bfloat16"),
         ("causal_lm", "qwen2_moe", "float32"), ("causal_lm", "helium", "float32"), ("causal_lm", "helium", "bfloat16"),
-        ("causal_lm", "diffllama", "float32"), ("causal_lm", "diffllama", "bfloat16")]
+        ("causal_lm", "diffllama", "float32"), ("causal_lm", "diffllama", "bfloat16"),
+        ("causal_lm", "gpt_oss", "float32"), ("causal_lm", "gpt_oss", "bfloat16")]
 
 
 @pytest.mark.slow  # plans each model three times

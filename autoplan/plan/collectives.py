@@ -24,7 +24,8 @@ hook gathers them (``Plan.parameter_uses``).
   its output's gradient on to its input as it is (split where a slice further on split
   it; an expand's sum over a split broadcast dim is partial; reduced where a view's
   backward copies it, ``plan/gradient_strides.py``; gathered where a reshape's backward
-  cannot keep its split, ``split_gradients.reshaped_gradient``), a move DTensor made inside an op
+  cannot keep its split, ``split_gradients.reshaped_gradient``, or a slice's split on the
+  sliced dim, ``sliced_gradient``), a move DTensor made inside an op
   (a gather, a reduction, a slice) has no backward, so the op's gradient goes back as its
   backward made it, autograd sums the readers' gradients in the order
   they are ready (DTensor adds a replicated one to a partial one as partial, and reduce-scatters a partial one added
@@ -96,8 +97,8 @@ from autoplan.plan.gradient_strides import copies_gradient
 from autoplan.plan.loss_reductions import loss_output, loss_reductions
 from autoplan.plan.module_plan import ROOT_MODULE as ROOT, collective_table
 from autoplan.plan.split_gradients import (
-    matmul_input_gradient, matmul_split_axes, reshaped_gradient, resplit_moves, resplit_through, split_input_gradient,
-    split_through,
+    matmul_input_gradient, matmul_split_axes, reshaped_gradient, resplit_moves, resplit_through, sliced_gradient,
+    split_input_gradient, split_through,
 )
 from autoplan.plan.recompute import recompute_collectives
 from autoplan.plan.runtime_choice import JOINS, grouped_backward_moves, joined_gradient, runtime_strategy
@@ -390,7 +391,7 @@ def _value_gradient(
                     for kind, axis, size in gradient_collectives(after, whole, out_bytes, mesh_shape):
                         found[(module_of(v), kind, axis, round(size))] += 1
                     after = whole
-                moved = reshaped_gradient(graph.decision(v), after)
+                moved = sliced_gradient(graph.decision(v), reshaped_gradient(graph.decision(v), after))
                 for kind, axis, size, _ in redistribute_collectives(
                     after, moved, out_bytes, mesh_shape, backward=False, shape=out_shape
                 ):

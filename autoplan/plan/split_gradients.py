@@ -15,8 +15,9 @@ hand their inputs split (or partial) gradients, moving nothing:
   gradient's rows, ``a.T @ grad`` partial over them (``matmul_split_axes``,
   ``matmul_input_gradient``).
 
-One op cannot: a reshape's backward reshapes the gradient back, and a split no reshape
-strategy keeps is gathered first (``reshaped_gradient``).
+Two ops cannot: a reshape's backward reshapes the gradient back, and a split no reshape
+strategy keeps is gathered first (``reshaped_gradient``); a slice's backward gathers a
+gradient split on the sliced dim (``sliced_gradient``).
 
 ``plan/collectives.py`` asks these where it follows a gradient back through an op; the
 other rules it follows are in ``plan/gradient_rules.py``.
@@ -226,6 +227,19 @@ def split_input_gradient(
         dim = _input_dim(graph, name, out_dim, in_shape, out_shape)
         result[axis] = shard(dim) if 0 <= dim and in_shape[dim] == out_shape[out_dim] else PARTIAL
     return tuple(result)
+
+
+def sliced_gradient(decision, after: tuple) -> tuple:
+    """The layout DTensor moves the slice ``decision``'s output gradient ``after`` to for
+    the slice's backward (``slice_backward``, which pads it back to the input's size):
+    gathered on the axes that split it on the sliced dim, the others as they come (GPT-OSS
+    slices its experts' gate and up apart, ``gate_up[..., ::2]``, and their gradients came
+    back split by the sliced dim on tp)."""
+    node = decision.fx_node
+    if node.target is not _aten.slice.Tensor:
+        return after
+    dim = (node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", 0)) % node.meta["val"].dim()
+    return tuple(REPLICATE if is_shard(g) and shard_dim(g) == dim else g for g in after)
 
 
 def reshaped_gradient(decision, after: tuple) -> tuple:
