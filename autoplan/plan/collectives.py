@@ -181,9 +181,15 @@ def step_collectives(
         dst = strategy.inputs[k]
         arrived, dst = hooked.get((u, v, k), (arrived, dst))
         nbytes, shape = _size(graph, value)
-        for kind, axis, size, _ in redistribute_collectives(arrived, dst, nbytes, mesh_shape, backward=False, shape=shape):
-            found[(module_of(v), kind, axis, round(size))] += 1
-            forward.append((("gather", module_of(v)) if u in weights else ("read", v), (module_of(v), kind, axis, round(size))))
+        # A parameter's hook moves it to the layout the plan reads it in; where DTensor runs
+        # another strategy, the op moves it on from there (Llama 4's experts: the hook gathers
+        # the weight on dp to the plan's use, the product gathers it on tp)
+        used = graph.decision(v).strategies[choice[v]].inputs[k] if u in weights and (u, v, k) not in hooked else dst
+        legs = [(arrived, used, ("gather", module_of(v)) if u in weights else ("read", v)), (used, dst, ("read", v))]
+        for before, after, where in legs:
+            for kind, axis, size, _ in redistribute_collectives(before, after, nbytes, mesh_shape, backward=False, shape=shape):
+                found[(module_of(v), kind, axis, round(size))] += 1
+                forward.append((where, (module_of(v), kind, axis, round(size))))
         readers.setdefault(value, []).append((v, k, strategy, arrived, dst, attach, u in weights))
         operands.setdefault(v, {})[k] = (dst if u in weights else arrived, dst)
     for value, chain in boundaries.items():
