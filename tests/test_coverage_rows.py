@@ -80,6 +80,27 @@ step each, collectives compared.
   take that view once more for nothing; the unread view kept the plan from gathering the
   depthwise filter stored split by channel, and DTensor's convolution ran its local shard
   with the global groups (``plan/builder._uses`` skips an unread view).
+- Helium (float32 here; bfloat16 alike): its rotary embedding interleaves, ``stack((-x2, x1), -1)``
+  of strided slices; the query's and key's gradients come back from attention split by
+  heads on tp where the stack made its output whole, and the stack's backward selects
+  along its new dim on the split gradient as it comes (``plan/split_gradients.split_through``),
+  where the prediction had it gathered.
+- DiffLlama (float32 here; bfloat16 alike): its differential attention repeats each half of the
+  value heads (``v.repeat(1, 2, 1, 1)``), and attention hands the repeats' gradients back
+  split by heads on dp where the repeat made them whole; the repeat's backward views the
+  heads as (repeats, heads) and sums over the repeats on the split gradient as it comes,
+  a partial sum (``plan/split_gradients.repeated_split``), which the chunk's join carries
+  on and the view's copy all-reduces, where the prediction had each repeat's gradient
+  gathered.
+- GPT-OSS (float32 here; bfloat16 alike): its experts' gate, ``gate * sigmoid(gate * alpha)`` of
+  ``gate.clamp(max=limit)``, gets its gradient partial on dp from the down projection's
+  grouped product; ``sigmoid``'s backward (``sigmoid_backward``) and the clamp's (a
+  ``where``) are ops DTensor reduces a partial gradient for, where a product carries it
+  (``plan/backward_ops.backward_keeps_partial``); the gate and up, sliced apart from one
+  projection (``gate_up[..., ::2]``), hand back gradients split by the sliced dim on tp,
+  which the slice's backward gathers (``plan/split_gradients.sliced_gradient``); and the
+  bias, added in place (``add_``), gets the sum's gradient as it is
+  (``plan/gradient_rules.passes_gradient``).
 """
 
 import sys
@@ -98,7 +119,8 @@ ROWS = [("causal_lm", "mixtral", "float32"), ("causal_lm", "llama", "bfloat16"),
         ("causal_lm", "bloom", "bfloat16"), ("masked_lm", "albert", "float32"), ("seq2seq_lm", "t5", "float32"),
         ("seq2seq_lm", "m2m_100", "float32"), ("masked_lm", "longformer", "float32"),
         ("image_classification", "convnext", "bfloat16"), ("causal_lm", "mpt", "bfloat16"),
-        ("causal_lm", "qwen2_moe", "float32"), ("causal_lm", "zamba2", "bfloat16")]
+        ("causal_lm", "qwen2_moe", "float32"), ("causal_lm", "zamba2", "bfloat16"), ("causal_lm", "helium", "float32"),
+        ("causal_lm", "diffllama", "float32"), ("causal_lm", "gpt_oss", "float32")]
 
 
 @pytest.mark.slow  # plans each model three times

@@ -24,7 +24,8 @@ hook gathers them (``Plan.parameter_uses``).
   its output's gradient on to its input as it is (split where a slice further on split
   it; an expand's sum over a split broadcast dim is partial; reduced where a view's
   backward copies it, ``plan/gradient_strides.py``; gathered where a reshape's backward
-  cannot keep its split, ``split_gradients.reshaped_gradient``), a move DTensor made inside an op
+  cannot keep its split, ``split_gradients.reshaped_gradient``, or a slice's split on the
+  sliced dim, ``sliced_gradient``), a move DTensor made inside an op
   (a gather, a reduction, a slice) has no backward, so the op's gradient goes back as its
   backward made it, autograd sums the readers' gradients in the order
   they are ready (DTensor adds a replicated one to a partial one as partial, and reduce-scatters a partial one added
@@ -96,8 +97,8 @@ from autoplan.plan.gradient_strides import copies_gradient
 from autoplan.plan.loss_reductions import loss_output, loss_reductions
 from autoplan.plan.module_plan import ROOT_MODULE as ROOT, collective_table
 from autoplan.plan.split_gradients import (
-    matmul_input_gradient, matmul_split_axes, reshaped_gradient, resplit_moves, resplit_through, split_input_gradient,
-    split_through,
+    matmul_input_gradient, matmul_split_axes, reshaped_gradient, resplit_moves, resplit_through, sliced_gradient,
+    split_input_gradient, split_through,
 )
 from autoplan.plan.recompute import recompute_collectives
 from autoplan.plan.runtime_choice import JOINS, grouped_backward_moves, joined_gradient, runtime_strategy
@@ -180,9 +181,15 @@ def step_collectives(
         dst = strategy.inputs[k]
         arrived, dst = hooked.get((u, v, k), (arrived, dst))
         nbytes, shape = _size(graph, value)
-        for kind, axis, size, _ in redistribute_collectives(arrived, dst, nbytes, mesh_shape, backward=False, shape=shape):
-            found[(module_of(v), kind, axis, round(size))] += 1
-            forward.append((("gather", module_of(v)) if u in weights else ("read", v), (module_of(v), kind, axis, round(size))))
+        # A parameter's hook moves it to the layout the plan reads it in; where DTensor runs
+        # another strategy, the op moves it on from there (Llama 4's experts: the hook gathers
+        # the weight on dp to the plan's use, the product gathers it on tp)
+        used = graph.decision(v).strategies[choice[v]].inputs[k] if u in weights and (u, v, k) not in hooked else dst
+        legs = [(arrived, used, ("gather", module_of(v)) if u in weights else ("read", v)), (used, dst, ("read", v))]
+        for before, after, where in legs:
+            for kind, axis, size, _ in redistribute_collectives(before, after, nbytes, mesh_shape, backward=False, shape=shape):
+                found[(module_of(v), kind, axis, round(size))] += 1
+                forward.append((where, (module_of(v), kind, axis, round(size))))
         readers.setdefault(value, []).append((v, k, strategy, arrived, dst, attach, u in weights))
         operands.setdefault(v, {})[k] = (dst if u in weights else arrived, dst)
     for value, chain in boundaries.items():
@@ -289,7 +296,7 @@ def step_collectives(
         # product's that saved its operands whole (``matmul_split_axes``); a partial
         # one is reduced there. One redistribute, in DTensor's order of steps: where the
         # value's dim is split over two axes, it may reduce first and split after.
-        kept = split_through(graph, u, exits, grad, src)
+        kept = split_through(graph, u, exits, grad, src, mesh_shape)
         kept = tuple(a or b for a, b in zip(kept, matmul_split_axes(graph, u, exits, grad, src, operands.get(u, {}))))
         reduced = tuple(REPLICATE if c else g for c, g in zip(carried, grad))
         target = tuple(REPLICATE if c else (g if k else q) for c, k, g, q in zip(carried, kept, grad, src))
@@ -390,7 +397,7 @@ def _value_gradient(
                     for kind, axis, size in gradient_collectives(after, whole, out_bytes, mesh_shape):
                         found[(module_of(v), kind, axis, round(size))] += 1
                     after = whole
-                moved = reshaped_gradient(graph.decision(v), after)
+                moved = sliced_gradient(graph.decision(v), reshaped_gradient(graph.decision(v), after))
                 for kind, axis, size, _ in redistribute_collectives(
                     after, moved, out_bytes, mesh_shape, backward=False, shape=out_shape
                 ):
@@ -421,7 +428,7 @@ def _value_gradient(
                 grad = tuple(REPLICATE if a else g for a, g in zip(averaged, grad))
             if after is not None:
                 # a split output gradient runs this pointwise op's backward split (``split_through``)
-                grad = split_input_gradient(graph, v, shape, after, v_made, exits, grad)
+                grad = split_input_gradient(graph, v, shape, after, v_made, exits, grad, mesh_shape)
                 grad = matmul_input_gradient(graph, v, k, after, v_made, exits, v_operands, grad)
                 if v not in exits:
                     grad = whole_product_gradient(graph, v, v_operands, k, after, v_made, grad)

@@ -33,6 +33,7 @@ import torch
 from autoplan.choices.graph import OP
 from autoplan.cost.comm import _moves, without_partial
 from autoplan.cost.estimate import is_view, output_values
+from autoplan.plan.backward_ops import backward_keeps_partial
 from autoplan.dtensor.strategies import is_pointwise
 from autoplan.placements import PARTIAL, PARTIAL_AVG, REPLICATE, is_partial, is_shard, shard_dim
 
@@ -43,7 +44,9 @@ def views_follow(graph, name: str) -> bool:
     return decision.kind == OP and is_view(decision)
 
 
-_PASS_THROUGH = (torch.ops.aten.add.Tensor, torch.ops.aten.sub.Tensor)
+_PASS_THROUGH = (torch.ops.aten.add.Tensor, torch.ops.aten.sub.Tensor, torch.ops.aten.add_.Tensor, torch.ops.aten.sub_.Tensor)
+"""In place too: autograd's AddBackward hands the gradient on alike (GPT-OSS's experts add
+their bias in place, ``gate_up + bias[experts]`` as ``add_``)."""
 _COPIES = (torch.ops.aten.clone.default,)
 """A copy's backward hands the gradient on as it is: autograd's ``CloneBackward`` runs no
 op (a ``.contiguous()`` before attention's batched matmul; DeBERTa-v2's partial gradient
@@ -97,7 +100,9 @@ element, but ruled by DTensor apart from its pointwise list."""
 def carries_partial(graph, name: str) -> bool:
     """Whether ``name``'s backward is linear in its output's gradient and reads at most
     what it was given as it was made: a pointwise op or a sum or mean of one tensor (an
-    RMSNorm's rsqrt, its eps add, its mean of squares), rows picked by index (a mixture
+    RMSNorm's rsqrt, its eps add, its mean of squares; not one whose backward runs an op
+    DTensor reduces a partial gradient for, a ``sigmoid_backward`` or a clamp's ``where``:
+    ``plan/backward_ops.py``), rows picked by index (a mixture
     of experts' routed tokens), a split (its backward joins its outputs' gradients), a
     concatenation (its backward slices the gradient: a rotary embedding's
     ``cat(-x2, x1)``, Gemma 2's in bf16), or a product (a gated MLP's ``act(gate) * up``, an experts' grouped matrix product: each
@@ -120,7 +125,10 @@ def carries_partial(graph, name: str) -> bool:
         return False
     if target in _INDEXING or target in _SPLITS:  # an index's other inputs are its integer indices
         return True
-    return len(inputs) == 1 and (target in _REDUCTIONS or is_elementwise(graph, name))
+    if len(inputs) != 1:
+        return False
+    # an elementwise op's backward may run an op DTensor reduces a partial gradient for
+    return target in _REDUCTIONS or (is_elementwise(graph, name) and backward_keeps_partial(decision.fx_node))
 
 
 def averaged_product_axes(graph, name: str, k: int, in_shape: tuple, operands: dict) -> tuple[bool, ...]:

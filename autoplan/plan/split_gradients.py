@@ -6,15 +6,18 @@ hand their inputs split (or partial) gradients, moving nothing:
 
 - a pointwise op and a dtype cast: DTensor slices the saved operands it multiplies by
   (``split_through``, ``split_input_gradient``); a concatenation slices the gradient along
-  the joined dim;
+  the joined dim, and a stack selects along the new dim (Helium's interleaved rotary
+  embedding, ``stack((-x2, x1), -1)``, with the query's gradient split by heads); a
+  repeat sums over its repeats, partial where the split falls on them (``repeated_split``);
 - an elementwise product made split on another dim runs on the gradient's split, moving
   its saved operands there instead (``resplit_through``, ``resplit_moves``);
 - a matrix product whose operands were saved whole: ``grad @ b.T`` split by the
   gradient's rows, ``a.T @ grad`` partial over them (``matmul_split_axes``,
   ``matmul_input_gradient``).
 
-One op cannot: a reshape's backward reshapes the gradient back, and a split no reshape
-strategy keeps is gathered first (``reshaped_gradient``).
+Two ops cannot: a reshape's backward reshapes the gradient back, and a split no reshape
+strategy keeps is gathered first (``reshaped_gradient``); a slice's backward gathers a
+gradient split on the sliced dim (``sliced_gradient``).
 
 ``plan/collectives.py`` asks these where it follows a gradient back through an op; the
 other rules it follows are in ``plan/gradient_rules.py``.
@@ -36,24 +39,59 @@ from autoplan.plan.gradient_strides import RESHAPES
 _aten = torch.ops.aten
 
 
-def split_through(graph, name: str, exits, grad: tuple, made: tuple) -> tuple[bool, ...]:
+def split_through(graph, name: str, exits, grad: tuple, made: tuple, mesh_shape) -> tuple[bool, ...]:
     """Per axis: whether ``name``'s output gradient, split there while the output was made
     whole, stays split into its backward. A pointwise op's backward is pointwise too:
     DTensor runs it on the split gradient, slicing the saved inputs it multiplies by
     (no gather), so the gradient reaches the inputs split (``split_input_gradient``).
-    So does a concatenation's, which slices the gradient along the joined dim, and an
+    So does a concatenation's, which slices the gradient along the joined dim, a stack's,
+    which selects along its new dim, a repeat's where DTensor's view keeps the split
+    (``repeated_split``), and an
     elementwise product's where the output was made split on another dim
     (``resplit_through``). A module output's hook puts the gradient back in the layout
     DTensor made first."""
+    if name in exits:
+        return (False,) * len(grad)
+    node = graph.decision(name).fx_node
+    if _is_repeat(graph, name):
+        return tuple(
+            is_shard(g) and _made_whole(q) and not splits_a_dim_twice(grad)
+            and repeated_split(node, shard_dim(g), ways) is not None
+            for g, q, ways in zip(grad, made, mesh_shape)
+        )
     pointwise = is_elementwise(graph, name)
-    joined = None if pointwise else _cat_dim(graph, name)  # split on any other dim, a slice stays split
-    if name in exits or not (pointwise or joined is not None):
+    joined = None if pointwise else _joined_dim(graph, name)  # split on any other dim, a slice stays split
+    if not (pointwise or joined is not None):
         return (False,) * len(grad)
     resplit = resplit_through(graph, name, exits, grad, made)
-    return tuple(
-        r or (is_shard(g) and shard_dim(g) != joined and not is_shard(q) and not is_partial(q))
-        for r, g, q in zip(resplit, grad, made)
-    )
+    return tuple(r or (is_shard(g) and shard_dim(g) != joined and _made_whole(q)) for r, g, q in zip(resplit, grad, made))
+
+
+def _made_whole(placement: str) -> bool:
+    return not is_shard(placement) and not is_partial(placement)
+
+
+def _is_repeat(graph, name: str) -> bool:
+    decision = graph.decision(name)
+    return decision.kind == OP and decision.fx_node.target is _aten.repeat.default
+
+
+def repeated_split(node, out_dim: int, ways: int) -> str | None:
+    """The gradient the repeat ``node``'s backward hands its input where its output's
+    gradient comes split ``ways`` ways on ``out_dim``, run on it as it comes; None where
+    DTensor gathers it first. The backward (``repeat_backward``) views each repeated dim
+    of ``r * n`` as ``(r, n)`` and sums over the ``r``s and over the dims the repeat added:
+    on a dim not repeated the split stays, on the input's own dim; on a repeated one
+    DTensor's view keeps it on the ``r`` dim where ``ways`` divides ``r``, and the sum over
+    it is partial (DiffLlama's value heads, ``v.repeat(1, 2, 1, 1)``, with the gradient
+    split by heads on dp); a dim the repeat added is summed, partial too."""
+    repeats = list(node.args[1])
+    added = len(repeats) - node.args[0].meta["val"].dim()
+    if out_dim < added:
+        return PARTIAL
+    if repeats[out_dim] == 1:
+        return shard(out_dim - added)
+    return PARTIAL if repeats[out_dim] % ways == 0 else None
 
 
 def resplit_through(graph, name: str, exits, grad: tuple, made: tuple) -> tuple[bool, ...]:
@@ -139,32 +177,69 @@ def matmul_input_gradient(graph, name: str, k: int, after: tuple, made: tuple, e
     return tuple(result)
 
 
-def _cat_dim(graph, name: str) -> int | None:
-    """The dim a ``cat`` joins its inputs along (non-negative), or None for any other op."""
+_JOINS = {_aten.cat.default: False, _aten.stack.default: True}
+"""Ops that join their inputs along a dim -> whether that dim is a new one (a stack's)."""
+
+
+def _joined_dim(graph, name: str) -> int | None:
+    """The output dim a ``cat`` or ``stack`` joins its inputs along (non-negative), or None
+    for any other op."""
     decision = graph.decision(name)
     node = decision.fx_node
-    if decision.kind != OP or node.target is not _aten.cat.default:
+    if decision.kind != OP or node.target not in _JOINS:
         return None
     dim = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", 0)
     return dim % node.meta["val"].dim()
 
 
-def split_input_gradient(graph, name: str, in_shape: tuple, after: tuple, made: tuple, exits, grad: tuple) -> tuple:
+def _input_dim(graph, name: str, out_dim: int, in_shape: tuple, out_shape: tuple) -> int:
+    """The dim of ``name``'s input of shape ``in_shape`` that its output dim ``out_dim``
+    comes from: a stack's new dim shifts the later ones by one; a pointwise op's inputs
+    broadcast from the right."""
+    node = graph.decision(name).fx_node
+    if _JOINS.get(node.target):
+        return out_dim - (out_dim > _joined_dim(graph, name))
+    return out_dim - (len(out_shape) - len(in_shape))
+
+
+def split_input_gradient(
+    graph, name: str, in_shape: tuple, after: tuple, made: tuple, exits, grad: tuple, mesh_shape
+) -> tuple:
     """The gradient the pointwise op ``name`` hands an input of shape ``in_shape`` on the
     axes where its output gradient ``after`` stays split (``split_through``): split on
     the input's own dim where the input has the output's size there, partial where the
-    input was broadcast along it (autograd sums the gradient over the broadcast dims)."""
-    through = split_through(graph, name, exits, after, made)
+    input was broadcast along it (autograd sums the gradient over the broadcast dims). A
+    stack's input gets it split on the dim the output's split dim came from, a repeat's
+    as ``repeated_split`` says."""
+    through = split_through(graph, name, exits, after, made, mesh_shape)
     if not any(through):
         return grad
-    out_shape = tuple(graph.decision(name).fx_node.meta["val"].shape)
+    node = graph.decision(name).fx_node
+    out_shape = tuple(node.meta["val"].shape)
     result = list(grad)
     for axis, split in enumerate(through):
-        if split:
-            out_dim = shard_dim(after[axis])
-            dim = out_dim - (len(out_shape) - len(in_shape))
-            result[axis] = shard(dim) if 0 <= dim and in_shape[dim] == out_shape[out_dim] else PARTIAL
+        if not split:
+            continue
+        out_dim = shard_dim(after[axis])
+        if _is_repeat(graph, name):
+            result[axis] = repeated_split(node, out_dim, mesh_shape[axis])
+            continue
+        dim = _input_dim(graph, name, out_dim, in_shape, out_shape)
+        result[axis] = shard(dim) if 0 <= dim and in_shape[dim] == out_shape[out_dim] else PARTIAL
     return tuple(result)
+
+
+def sliced_gradient(decision, after: tuple) -> tuple:
+    """The layout DTensor moves the slice ``decision``'s output gradient ``after`` to for
+    the slice's backward (``slice_backward``, which pads it back to the input's size):
+    gathered on the axes that split it on the sliced dim, the others as they come (GPT-OSS
+    slices its experts' gate and up apart, ``gate_up[..., ::2]``, and their gradients came
+    back split by the sliced dim on tp)."""
+    node = decision.fx_node
+    if node.target is not _aten.slice.Tensor:
+        return after
+    dim = (node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", 0)) % node.meta["val"].dim()
+    return tuple(REPLICATE if is_shard(g) and shard_dim(g) == dim else g for g in after)
 
 
 def reshaped_gradient(decision, after: tuple) -> tuple:
