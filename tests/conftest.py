@@ -24,6 +24,20 @@ def pytest_collection_modifyitems(items):
             item.add_marker(pytest.mark.slow)
 
 
+@pytest.fixture
+def fake_mesh_2x4():
+    """A 2x4 ("dp", "tp") mesh of a fake process group of 8 ranks, this process rank 0."""
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=8)
+    try:
+        yield init_device_mesh("cpu", (2, 4), mesh_dim_names=("dp", "tp"))
+    finally:
+        dist.destroy_process_group()
+
+
 @pytest.fixture(autouse=True, scope="session")
 def fresh_plan_cache():
     """Every test session starts with an empty plan cache of its own, outside the checkout:

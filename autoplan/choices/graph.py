@@ -22,6 +22,7 @@ from torch import fx
 from torch.distributed.device_mesh import DeviceMesh
 from torch.utils._pytree import tree_flatten, tree_map
 
+from autoplan.choices.backward_ops import backward_ops
 from autoplan.choices.decision import Decision, DecisionGraph
 from autoplan.dtensor import strategies as registry
 from autoplan.dtensor.overrides import while_installed
@@ -68,9 +69,10 @@ def build_choices(traced: TracedGraph, mesh_shape: tuple[int, ...], axis_names: 
     tuple_items: dict[str, tuple[str, int]] = {}  # getitem node -> (producer, index)
     from_placeholder: set[str] = set()
     requires_grad: set[str] = set()
-    cache: dict[tuple, tuple[Strategy, ...] | None] = {}
+    cache: dict[tuple, tuple[Strategy, ...] | frozenset[str] | None] = {}  # per op signature
     uncovered: dict[str, list[str]] = {}
     without_backward: set[str] = set()  # ops with a rule whose backward op has none
+    replicated_backward: set[str] = set()  # backward ops of uncovered ops that have no rule either
     module_of = traced.node_modules
 
     for node in traced.graph_module.graph.nodes:
@@ -134,6 +136,8 @@ def build_choices(traced: TracedGraph, mesh_shape: tuple[int, ...], axis_names: 
             if not options:
                 kind = FALLBACK
                 uncovered.setdefault(str(node.target), []).append(node.name)
+                if grad:
+                    replicated_backward |= _backward_ops_without_rule(node, cache)
         else:
             kind = CONSTANT
         if not options:
@@ -152,7 +156,8 @@ def build_choices(traced: TracedGraph, mesh_shape: tuple[int, ...], axis_names: 
         for fqn, cls in sorted(traced.opaque_modules.items())
         for reason in (traced.opaque_reasons.get(fqn, DATA_DEPENDENT),)
     )
-    return ChoiceGraph(graph, traced, tuple(mesh_shape), tuple(axis_names), warnings, tuple(sorted(uncovered)))
+    fallback_ops = tuple(sorted(set(uncovered) | replicated_backward))
+    return ChoiceGraph(graph, traced, tuple(mesh_shape), tuple(axis_names), warnings, fallback_ops)
 
 
 def _keep_buffers_in_place(options: tuple[Strategy, ...], buffer_inputs: list[int]) -> tuple[Strategy, ...]:
@@ -214,6 +219,24 @@ def backward_without_rule(op) -> bool:
     # A composite backward (``embedding_backward``) reaches DTensor as the ops it is made of.
     composite = torch._C._dispatch_has_kernel_for_dispatch_key(backward.default.name(), "CompositeImplicitAutograd")
     return not composite and not registry.has_rule(backward.default)
+
+
+def _backward_ops_without_rule(node: fx.Node, cache: dict) -> frozenset[str]:
+    """The kernels the backward of ``node``'s op runs, not named after it, that have no
+    sharding rule: they run replicated, as the op itself does, and the plan names them in
+    ``fallback_ops`` (``im2col``'s backward is ``col2im``; ``<op>_backward`` gets its
+    fallback from ``rules.fallback_rules`` already). Views and in-place ops are left out:
+    a fallback holds for every call of the op while the plan runs. Cached by op signature."""
+    key = ("backward", _signature(node))
+    if key not in cache:
+        named = backward_op(node.target) if isinstance(node.target, torch._ops.OpOverload) else None
+        cache[key] = frozenset(
+            str(op) for op in backward_ops(node)
+            if op.overloadpacket is not named and not op.is_view and not op._schema.is_mutable
+            and not registry.has_rule(op)
+            and not torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), "CompositeImplicitAutograd")
+        )
+    return cache[key]
 
 
 def _strategies_for(node: fx.Node, mesh: DeviceMesh, cache: dict) -> tuple[Strategy, ...] | None:

@@ -9,11 +9,12 @@ cannot shift its labels into decoder inputs, on any device).
 
 import torch
 from transformers import (
-    BartConfig, BartForConditionalGeneration, DeepseekV3Config, DeepseekV3ForCausalLM, FalconConfig,
-    FalconForCausalLM, GPTNeoXConfig, GPTNeoXForCausalLM, GraniteMoeConfig, GraniteMoeForCausalLM, JetMoeConfig,
-    JetMoeForCausalLM, LlamaConfig, LlamaForCausalLM, MixtralConfig, MixtralForCausalLM, OpenAIGPTConfig,
-    OpenAIGPTLMHeadModel, PhiConfig, PhiForCausalLM, Qwen2Config, Qwen2ForCausalLM, T5Config,
-    T5ForConditionalGeneration, XLMConfig, XLMWithLMHeadModel, XLNetConfig, XLNetLMHeadModel,
+    BartConfig, BartForConditionalGeneration, ConvBertConfig, ConvBertForMaskedLM, DeepseekV3Config,
+    DeepseekV3ForCausalLM, FalconConfig, FalconForCausalLM, GPTNeoXConfig, GPTNeoXForCausalLM, GraniteMoeConfig,
+    GraniteMoeForCausalLM, JetMoeConfig, JetMoeForCausalLM, LlamaConfig, LlamaForCausalLM, MixtralConfig,
+    MixtralForCausalLM, OpenAIGPTConfig, OpenAIGPTLMHeadModel, PhiConfig, PhiForCausalLM, Qwen2Config,
+    Qwen2ForCausalLM, T5Config, T5ForConditionalGeneration, XLMConfig, XLMWithLMHeadModel, XLNetConfig,
+    XLNetLMHeadModel,
 )
 
 VOCAB, BATCH, SEQ = 256, 8, 16
@@ -79,6 +80,15 @@ def jetmoe():
     # tokens by counts the router reads on the host (expert_size.tolist()).
     config = JetMoeConfig(**_DECODER, num_key_value_heads=2, num_local_experts=4)
     return JetMoeForCausalLM(config)
+
+
+def convbert():
+    # Its span-based dynamic convolution gathers each token's neighbours with F.unfold.
+    config = ConvBertConfig(
+        vocab_size=VOCAB, hidden_size=64, embedding_size=32, num_hidden_layers=2, num_attention_heads=4,
+        intermediate_size=128, max_position_embeddings=64,
+    )
+    return ConvBertForMaskedLM(config)
 
 
 def openai_gpt():
