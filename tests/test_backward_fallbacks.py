@@ -6,7 +6,7 @@ as ``im2col``: no DTensor rule, so the plan runs it replicated (``fallback_ops``
 backward is ``col2im``, not ``im2col_backward``, so the fallback rules, which looked for
 the latter, left it without one, and the planned step failed in the backward ("Operator
 aten.col2im.default does not have a sharding strategy registered"). The ops a backward
-runs are read off a run of it on fake tensors (``choices/backward_ops.py``).
+runs are read off a run of it on meta tensors (``trace/backward_run.py``).
 """
 
 import pytest

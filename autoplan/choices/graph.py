@@ -22,13 +22,13 @@ from torch import fx
 from torch.distributed.device_mesh import DeviceMesh
 from torch.utils._pytree import tree_flatten, tree_map
 
-from autoplan.choices.backward_ops import backward_ops
 from autoplan.choices.decision import Decision, DecisionGraph
 from autoplan.dtensor import strategies as registry
 from autoplan.dtensor.overrides import while_installed
 from autoplan.dtensor.rules import backward_op
 from autoplan.dtensor.strategies import Strategy
 from autoplan.placements import candidate_specs, replicated
+from autoplan.trace.backward_run import backward_run
 from autoplan.trace.opaque import DATA_DEPENDENT, OPAQUE_OP
 from autoplan.trace.tracer import TracedGraph
 
@@ -230,13 +230,19 @@ def _backward_ops_without_rule(node: fx.Node, cache: dict) -> frozenset[str]:
     key = ("backward", _signature(node))
     if key not in cache:
         named = backward_op(node.target) if isinstance(node.target, torch._ops.OpOverload) else None
-        cache[key] = frozenset(
-            str(op) for op in backward_ops(node)
-            if op.overloadpacket is not named and not op.is_view and not op._schema.is_mutable
-            and not registry.has_rule(op)
-            and not torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), "CompositeImplicitAutograd")
-        )
+        ran = {read.op for read in backward_run(node) or ()}
+        cache[key] = frozenset(str(op) for op in ran if _needs_fallback(op) and op.overloadpacket is not named)
     return cache[key]
+
+
+def _needs_fallback(op) -> bool:
+    """An aten kernel, neither a view nor in place, that reaches DTensor as it is (not
+    composite) and has no sharding rule."""
+    return (
+        isinstance(op, torch._ops.OpOverload) and op.namespace == "aten" and not op.is_view
+        and not op._schema.is_mutable and not registry.has_rule(op)
+        and not torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), "CompositeImplicitAutograd")
+    )
 
 
 def _strategies_for(node: fx.Node, mesh: DeviceMesh, cache: dict) -> tuple[Strategy, ...] | None:

@@ -1,0 +1,96 @@
+"""What the backward of a traced op runs, read off a run of it on meta tensors of the
+traced shapes (once per op signature).
+
+The trace records the forward only; two later stages need to know what autograd runs
+for an op's backward, which its derivative formula decides:
+
+- the choice graph (``choices/graph.py``): an op planned replicated for want of a
+  sharding rule needs the kernels of its backward replicated too, and not all are named
+  after it (``im2col``'s, ``F.unfold`` in ConvBERT's span convolution, is ``col2im``);
+- the prediction (``plan/backward_ops.py``): whether DTensor carries a partial gradient
+  through those ops unreduced (``sigmoid``'s ``sigmoid_backward`` reduces it first).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import fx
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten, tree_map
+
+
+@dataclass(frozen=True, slots=True)
+class BackwardOp:
+    """One op the backward ran."""
+
+    op: object
+    """The aten op (an ``OpOverload``)."""
+    gradient_positions: tuple[int, ...]
+    """Positions, among its tensor arguments, of the output's gradient or of values made from it."""
+    operands: int
+    """How many tensor arguments it took."""
+
+
+_runs: dict[tuple, tuple[BackwardOp, ...] | None] = {}
+
+
+def backward_run(node: fx.Node) -> tuple[BackwardOp, ...] | None:
+    """The ops the backward of ``node``'s op runs, in order, given gradients for its
+    floating outputs; None where that backward cannot run on meta tensors."""
+    key = (node.target, *(_describe(a) for a in tree_flatten((node.args, node.kwargs))[0]))
+    if key not in _runs:
+        try:
+            _runs[key] = _run(node)
+        except Exception:  # an op meta tensors cannot run: nothing learnt
+            _runs[key] = None
+    return _runs[key]
+
+
+def _describe(arg):
+    value = arg.meta.get("val") if isinstance(arg, fx.Node) else arg
+    if isinstance(value, torch.Tensor):
+        return ("tensor", tuple(value.shape), tuple(value.stride()), value.dtype)
+    return value if isinstance(value, (int, float, bool, str, type(None), torch.dtype)) else repr(value)
+
+
+def _run(node: fx.Node) -> tuple[BackwardOp, ...]:
+    leaves: list[torch.Tensor] = []
+
+    def stand_in(arg):
+        value = arg.meta.get("val") if isinstance(arg, fx.Node) else arg
+        if not isinstance(value, torch.Tensor):
+            return value
+        tensor = torch.empty_strided(value.shape, value.stride(), dtype=value.dtype, device="meta")
+        if tensor.is_floating_point():
+            leaves.append(tensor.requires_grad_())
+        return tensor
+
+    args, kwargs = tree_map(stand_in, (node.args, node.kwargs), is_leaf=lambda a: isinstance(a, fx.Node))
+    outputs = [x for x in tree_flatten(node.target(*args, **kwargs))[0] if isinstance(x, torch.Tensor) and x.requires_grad]
+    if not outputs:
+        return ()
+    gradients = [torch.ones_like(x) for x in outputs]
+    with _Recorder(gradients) as recorder:
+        torch.autograd.grad(outputs, leaves, gradients, allow_unused=True)
+    return tuple(recorder.ops)
+
+
+class _Recorder(TorchDispatchMode):
+    """Records every op, and which of its arguments the gradients are or were made from."""
+
+    def __init__(self, gradients: list[torch.Tensor]):
+        super().__init__()
+        self.made = list(gradients)  # held, so that no id is reused while recording
+        self.ops: list[BackwardOp] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        tensors = [a for a in tree_flatten((args, kwargs or {}))[0] if isinstance(a, torch.Tensor)]
+        ids = {id(t) for t in self.made}
+        positions = tuple(i for i, t in enumerate(tensors) if id(t) in ids)
+        if positions:
+            self.made += [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
+        self.ops.append(BackwardOp(func, positions, len(tensors)))
+        return out
