@@ -14,6 +14,10 @@ where the inputs arrive split on different mesh axes, and each axis has at most 
 of splitting among them, the rule is asked once more with every input in that merged
 layout, and its strategies for it are offered too, priced from the layouts the inputs
 arrive in. DTensor's selection then takes it when it is the cheapest, as the plan did.
+Not for an in-place op whose self would be split otherwise than it arrives: DTensor
+runs the op on a slice and re-labels self with the output's layout, its memory whole
+(DeepSeek V4's ``block_bias.scatter_(-1, index, 0)``, a whole bias and an index split by
+batch, left a bias labelled split whose local tensor was the whole one).
 """
 
 from __future__ import annotations
@@ -34,8 +38,8 @@ def merged(rule, diverged=lambda: None):
             return result
         arrivals = _tensor_inputs(op_schema)
         placements = _merged_placements(arrivals)
-        if placements is None:
-            return result
+        if placements is None or (op_schema.is_inplace_op() and placements != _arrival(arrivals[0])):
+            return result  # an in-place op keeps its self as it is: DTensor re-labels, never moves, it
         known = {_input_placements(spec) for spec in result.strategies}
         if (placements,) * len(arrivals) in known:
             return result
@@ -67,6 +71,10 @@ def _tensor_inputs(op_schema: OpSchema) -> list[OpStrategy]:
         elif isinstance(arg, TupleStrategy):
             found.extend(child for child in arg.children if isinstance(child, OpStrategy))
     return found
+
+
+def _arrival(strategy: OpStrategy) -> tuple:
+    return tuple(strategy.strategies[0].output_spec.placements)
 
 
 def _input_placements(spec: OpSpec) -> tuple | None:
