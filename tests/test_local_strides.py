@@ -4,7 +4,7 @@
 import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import init_device_mesh
-from torch.distributed.tensor import Shard, distribute_tensor
+from torch.distributed.tensor import Replicate, Shard, distribute_tensor
 from torch.testing._internal.distributed.fake_pg import FakeStore
 
 from autoplan.dtensor import overrides
@@ -58,5 +58,29 @@ def test_an_op_result_is_laid_out_as_its_dtensor_says_where_the_fake_kernel_disa
             grad = torch.ops.aten.softplus_backward(weight.transpose(1, 2), gate, 1.0, 20.0)
         assert _dim_order(grad._local_tensor.stride()) == _dim_order(grad.stride())
         assert tuple(rows.grad.shape) == (128, 4) and tuple(rows.grad._local_tensor.shape) == (32, 4)
+    finally:
+        dist.destroy_process_group()
+
+
+
+def test_a_moved_shard_takes_its_own_dtensors_order_where_the_target_layout_carries_another():
+    """Inkling2's gradient, gathered for a division in the backward: the layout DTensor
+    hands its move to reach (from the op's sharding decision) carried the whole tensor's
+    strides of an earlier call, read transposed, and the gathered shard was laid out
+    transposed under a DTensor that said contiguous; the backward's ``view`` of the sum it
+    went into failed. The order comes from the moved DTensor's own strides."""
+    from torch.distributed.tensor._dispatch import redistribute_local_tensor
+    from torch.distributed.tensor._dtensor_spec import DTensorSpec, TensorMeta
+
+    from autoplan.dtensor.local_strides import laid_out_as_global
+
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=4)
+    try:
+        mesh = init_device_mesh("cpu", (4,))
+        shape = torch.Size((8, 16, 128))
+        own = DTensorSpec(mesh, (Shard(0),), TensorMeta(shape, (2048, 128, 1), torch.float32))
+        other_calls = DTensorSpec(mesh, (Replicate(),), TensorMeta(shape, (2048, 1, 16), torch.float32))
+        moved = laid_out_as_global(redistribute_local_tensor)(torch.randn(2, 16, 128), own, other_calls)
+        assert tuple(moved.shape) == tuple(shape) and moved.is_contiguous()
     finally:
         dist.destroy_process_group()

@@ -31,11 +31,14 @@ import torch
 
 def laid_out_as_global(dtensor_move):
     """DTensor's ``dtensor_move`` of a local shard, the result laid out in the order of the
-    target DTensor's strides."""
+    moved DTensor's own strides (``current_spec``'s whole tensor): the layout DTensor hands
+    over to reach can carry the strides of another call of the op whose sharding decision
+    it came from (Inkling2's gradient, gathered for a division, was laid out as an earlier
+    call's transposed input, under a DTensor that said contiguous)."""
 
     def move(local_tensor, current_spec, target_spec, *args, **kwargs):
         moved = dtensor_move(local_tensor, current_spec, target_spec, *args, **kwargs)
-        return _laid_out_as(moved, target_spec.tensor_meta or current_spec.tensor_meta)
+        return _laid_out_as(moved, current_spec.tensor_meta or target_spec.tensor_meta)
 
     return move
 
