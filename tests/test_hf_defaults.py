@@ -8,6 +8,8 @@ sharding, runs one training step on a fake process group with exactly the predic
 collectives, and matches one device on 8 gloo processes.
 """
 
+import sys
+
 import pytest
 import torch
 
@@ -62,3 +64,15 @@ def test_the_cache_stays_on_outside_training():
     assert training_kwargs(torch.nn.Linear(2, 2).train(), {}) == {}  # no such argument: nothing added
     # A forward that passes **kwargs on, of a model whose config has the flag: it reaches the inner model.
     assert training_kwargs(import_model_file(MODEL_FILE).granitemoe().train(), {}) == {"use_cache": False}
+
+
+def test_the_cache_goes_off_where_a_nested_config_has_the_flag():
+    """MOSS-Transcribe's forward passes ``**kwargs`` on to its language model, whose flag is
+    in ``config.text_config``: its cache's empty start failed DTensor's ``cat`` under a plan
+    that splits the keys."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from hf_tiny import build_tiny_model
+
+    model = build_tiny_model("causal_lm", "moss_transcribe_diarize")
+    assert getattr(model.config, "use_cache", None) is None and model.config.text_config.use_cache
+    assert training_kwargs(model.train(), {}) == {"use_cache": False}

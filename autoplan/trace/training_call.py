@@ -8,7 +8,9 @@ The trace (``trace/tracer.py``) and the applied model (``apply/engine.py``) ther
 whose forward takes a ``use_cache`` argument with ``use_cache=False`` while it is in
 training mode, unless the batch sets it. So too a model whose forward only passes
 ``**kwargs`` on to its inner model but whose config has ``use_cache`` (GraniteMoE's causal
-LM, in transformers 5: its inner model reads the flag from the config when not given).
+LM, in transformers 5: its inner model reads the flag from the config when not given), or
+a config it nests has it (a speech-to-text model's ``text_config``: MOSS-Transcribe's
+language model built a cache whose empty start DTensor's ``cat`` cannot split).
 The loss and gradients are the same; a model in ``eval()`` mode (generation) keeps its cache.
 """
 
@@ -28,10 +30,20 @@ def training_kwargs(model: nn.Module, kwargs: dict) -> dict:
         return kwargs
     forward = getattr(model.forward, "__func__", model.forward)
     names, passes_on = _arguments(forward)
-    has_flag = getattr(getattr(model, "config", None), CACHE_ARGUMENT, None) is not None
-    if CACHE_ARGUMENT in names or (passes_on and has_flag):
+    if CACHE_ARGUMENT in names or (passes_on and _has_cache_flag(getattr(model, "config", None))):
         return {**kwargs, CACHE_ARGUMENT: False}
     return kwargs
+
+
+def _has_cache_flag(config) -> bool:
+    """Whether a model's config, or a config it nests (a multimodal model's ``text_config``,
+    whose language model reads the flag there), sets ``use_cache``."""
+    if config is None:
+        return False
+    if getattr(config, CACHE_ARGUMENT, None) is not None:
+        return True
+    nested = getattr(config, "__dict__", {}).values()
+    return any(getattr(value, CACHE_ARGUMENT, None) is not None for value in nested if value is not config)
 
 
 @functools.lru_cache(maxsize=256)
