@@ -72,7 +72,11 @@ def build_choices(traced: TracedGraph, mesh_shape: tuple[int, ...], axis_names: 
     cache: dict[tuple, tuple[Strategy, ...] | frozenset[str] | None] = {}  # per op signature
     uncovered: dict[str, list[str]] = {}
     without_backward: set[str] = set()  # ops with a rule whose backward op has none
-    replicated_backward: set[str] = set()  # backward ops of uncovered ops that have no rule either
+    # Ops without a rule that run replicated without a warning: the backward kernels of
+    # uncovered ops, and ops on values the model builds itself (replicated on every rank,
+    # but one of them can reach DTensor at run time through a module boundary, TAPAS's
+    # segment reductions of its token type ids).
+    replicated_backward: set[str] = set()
     module_of = traced.node_modules
 
     for node in traced.graph_module.graph.nodes:
@@ -140,6 +144,8 @@ def build_choices(traced: TracedGraph, mesh_shape: tuple[int, ...], axis_names: 
                     replicated_backward |= _backward_ops_without_rule(node, cache)
         else:
             kind = CONSTANT
+            if tensor_inputs and isinstance(node.target, torch._ops.OpOverload) and _needs_fallback(node.target):
+                replicated_backward.add(str(node.target))  # see below
         if not options:
             options = (_replicate_all(node, len(tensor_inputs), len(mesh_shape)),)
         graph.add_decision(Decision(node.name, kind, node, module_of[node.name], options, requires_grad=grad))
