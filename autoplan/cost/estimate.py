@@ -17,13 +17,11 @@ Per decision and strategy (arrays indexed like the decision's strategies):
   ``dtensor/loss_parallel.py``).
 - ``memory_bytes``: what the strategy holds where the backward starts, the step's usual
   peak; ``end_bytes``: what it holds where the backward ends; ``forward_bytes``: what it
-  holds where the forward's heaviest move runs; ``backward_bytes``: what it holds where
-  the backward gathers again the most (``cost/memory.py``).
+  holds where the forward's heaviest move runs (``cost/memory.py``).
 
 Per edge: ``kept_bytes[row][col]``, the moved copy of a value the consumer saves, kept until
 the backward (``cost/memory.py``'s ``kept_reads``), and ``forward_bytes``, the same up to the
-forward's heaviest move and that move's buffers, and ``backward_bytes``, the same for the
-backward's heaviest regather; ``seconds[row][col]`` for every (distinct producer output spec, distinct
+forward's heaviest move and that move's buffers; ``seconds[row][col]`` for every (distinct producer output spec, distinct
 consumer input spec) pair, from ``comm.redistribute_seconds``; backward included when
 the value carries a gradient. A pair DTensor never runs costs ``NOT_RUN_S`` on top
 (``_not_run``): on an edge DTensor moves itself (inside a module, ``_moved_by_dtensor``),
@@ -47,11 +45,9 @@ from autoplan.cost.memory import (
     STATE_COPIES_END,
     STATE_COPIES_START,
     heaviest_move,
-    heaviest_regather,
     kept_copy,
     kept_reads,
     moving_bytes,
-    regathered_reads,
     saved_outputs,
     transient_node,
     transient_parts,
@@ -62,7 +58,7 @@ from autoplan.cost.profile import ClusterProfile
 from autoplan.dtensor.fused_attention import FUSED_FORWARD
 from autoplan.dtensor.loss_parallel import own_collectives
 from autoplan.dtensor.view_rules import RESHAPING_VIEWS, splits_back
-from autoplan.placements import REPLICATE, Spec, is_shard, shard_dim, shard_factor
+from autoplan.placements import Spec, is_shard, shard_dim, shard_factor
 from autoplan.recompute_policy import selective_keeps
 
 aten = torch.ops.aten
@@ -94,8 +90,6 @@ class NodeCost:
     is zeros (parameters, inputs)."""
     forward_bytes: tuple[float, ...] = ()
     """Held while the forward's heaviest move runs (``cost/memory.py``'s third peak); () is zeros."""
-    backward_bytes: tuple[float, ...] = ()
-    """Held while the backward's heaviest regather runs (``cost/memory.py``'s fourth peak); () is zeros."""
 
 
 RECOMPUTE_ROWS = ("full_rerun_s", "full_freed_bytes", "selective_rerun_s", "selective_freed_bytes")
@@ -109,11 +103,6 @@ as attention's output projection and the MLP's down projection feed the residual
 def forward_row(cost: NodeCost) -> tuple[float, ...]:
     """``cost.forward_bytes``, zeros where the node has none."""
     return cost.forward_bytes or (0.0,) * len(cost.compute_s)
-
-
-def backward_row(cost: NodeCost) -> tuple[float, ...]:
-    """``cost.backward_bytes``, zeros where the node has none."""
-    return cost.backward_bytes or (0.0,) * len(cost.compute_s)
 
 
 def recompute_rows(cost: NodeCost) -> tuple[tuple[float, ...], ...]:
@@ -144,10 +133,6 @@ class EdgeCost:
     rerun_seconds: tuple[tuple[float, ...], ...] | None = None
     """Per (row, column): the move's forward part, which a checkpointed reader's rerun
     repeats (``solve/recompute.py``); None: none."""
-    backward_bytes: tuple[tuple[float, ...], ...] | None = None
-    """Per (row, column): what the move holds at the backward's heaviest regather
-    (``cost/memory.py``'s fourth peak): the kept copy where the reader runs up to it, and
-    where it is that op, the buffers of the weight's move again beside it; None: nothing."""
 
 
 @dataclass(frozen=True)
@@ -180,7 +165,6 @@ def estimate_costs(choices: ChoiceGraph, profile: ClusterProfile, reads=None) ->
     for u, v, k, out_index in graph.reads():
         edges[(u, v, k)] = _edge_cost(choices, profile, u, v, k, out_index, mesh_shape, moves, free_inputs, (u, v, k) in kept)
     _add_forward_row(choices, nodes, edges, transient)
-    _add_backward_row(choices, nodes, edges, transient)
     return CostedGraph(choices, profile, nodes, edges)
 
 
@@ -213,71 +197,6 @@ def _add_forward_row(choices, nodes, edges, transient) -> None:
         grid = moving[key] if v == heaviest else edge.kept_bytes if order[v] < at else None
         if grid is not None and any(b for row in grid for b in row):
             edges[key] = replace(edge, forward_bytes=grid)
-
-
-def _add_backward_row(choices, nodes, edges, transient) -> None:
-    """Fill in the fourth memory peak (``cost/memory.py``) of ``nodes`` and ``edges``:
-    everything held where the backward runs the op that gathers again the most weight
-    (``heaviest_regather``). The model state as where the
-    backward starts, the gradients of the parameters read after that op (the backward has
-    made them), what the forward saved up to that op and the copies kept for it, and the
-    op's own gradients (``transient_bytes``) beside the buffers of its gathers."""
-    graph = choices.graph
-    order = {name: i for i, name in enumerate(graph.nodes)}
-    regathers = {key: _regather_bytes(choices, key, edges[key]) for key in regathered_reads(graph)}
-    regathers = {key: grid for key, grid in regathers.items() if any(b for row in grid for b in row)}
-    heaviest = heaviest_regather(graph, nodes, regathers)
-    if heaviest is None:
-        return
-    at = order[heaviest]
-    for name, cost in nodes.items():
-        nodes[name] = replace(cost, backward_bytes=_held_in_backward(choices, name, cost, at, order, heaviest, transient))
-    for key, edge in edges.items():
-        v = key[1]
-        grid = edge.kept_bytes if order[v] <= at else None
-        if v == heaviest and key in regathers:  # gathered again beside any copy kept
-            grid = _added_grids(grid, regathers[key])
-        if grid is not None and any(b for row in grid for b in row):
-            edges[key] = replace(edge, backward_bytes=grid)
-
-
-def _regather_bytes(choices, key, edge: EdgeCost) -> tuple[tuple[float, ...], ...]:
-    """Per (row, column): the buffers of the backward's move of a weight again
-    (``REGATHERING_BACKWARDS``): it gathers the weight whole from the layout its forward
-    read it in (``moving_bytes``), and its product on the whole weight makes the weight's
-    gradient whole before it is split back. Nothing where the forward read it whole."""
-    u, v, k = key
-    value = output_values(choices.graph.decision(u))[choices.graph.out_index(u, v, k)]
-    whole = (REPLICATE,) * len(choices.mesh_shape)
-    gathered = [moving_bytes(dst, whole, value, choices.mesh_shape) for dst in edge.cols]
-    return tuple(tuple(b + tensor_bytes(value) if b else 0.0 for b in gathered) for _ in edge.rows)
-
-
-def _added_grids(kept, moving):
-    """Two grids of one edge summed; None is zeros."""
-    if kept is None:
-        return moving
-    return tuple(tuple(a + b for a, b in zip(ra, rb)) for ra, rb in zip(kept, moving))
-
-
-def _held_in_backward(choices, name, cost: NodeCost, at: int, order, heaviest: str, transient) -> tuple[float, ...]:
-    """What decision ``name`` holds, per strategy, where the backward runs ``heaviest``
-    (at ``at`` in graph order)."""
-    graph = choices.graph
-    decision = graph.decision(name)
-    if decision.kind == PARAMETER and decision.requires_grad:
-        made = any(order[v] > at for _, v, _, _ in graph.reads(name))  # the backward passed a reader: its gradient exists
-        return cost.end_bytes if made else cost.memory_bytes
-    if decision.kind != OP:
-        return cost.memory_bytes
-    if order[name] > at:  # its saved values are freed once its backward ran
-        return (0.0,) * len(cost.memory_bytes)
-    held = list(cost.memory_bytes)
-    if name == transient:  # the backward's first gradients: freed by now
-        held = [b - transient_bytes(choices, decision, strategy) for b, strategy in zip(held, decision.strategies)]
-    if name == heaviest:
-        held = [b + transient_bytes(choices, decision, strategy) for b, strategy in zip(held, decision.strategies)]
-    return tuple(held)
 
 
 def _moving_bytes(choices, key, edge: EdgeCost) -> tuple[tuple[float, ...], ...]:

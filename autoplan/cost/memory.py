@@ -1,8 +1,7 @@
-"""Per-device memory of one training step: what is alive at its four peaks.
+"""Per-device memory of one training step: what is alive at its three peaks.
 
-A step's memory peaks where its backward starts, where it ends, inside the forward where
-a large value is gathered late, or inside the backward where a weight is gathered again
-(measured with torch's ``MemTracker`` on the applied
+A step's memory peaks where its backward starts, where it ends, or inside the forward
+where a large value is gathered late (measured with torch's ``MemTracker`` on the applied
 plans, ``benchmarks/memory.py``):
 
 - backward start (``NodeCost.memory_bytes``, the ILP's budget row): parameters and
@@ -23,13 +22,6 @@ plans, ``benchmarks/memory.py``):
   that move's buffers (``moving_bytes``). A language model's output head reads its
   weight gathered, after every layer saved its activations: a split of the hidden dim is
   gathered into a buffer and copied into place, two weights' worth at once.
-- the backward's heaviest regather (``NodeCost.backward_bytes``, ``EdgeCost.backward_bytes``,
-  ``heaviest_regather``): the model state as where the backward starts, the gradients of
-  the parameters read after that op (made by then), what the forward saved up to that op
-  and the copies kept for it (later ops' saved values are freed), the op's own gradients
-  (``transient_parts``), and the buffers of the weights its backward moves again
-  (``regathered_reads``). A mixture of experts' last gate-up grouped matmul gathers its
-  weight whole for its backward, beside every earlier layer's activations.
 
 Between these, activations are freed as gradients appear; a layer's saved values
 outweigh its parameters' gradients in every model benchmarked, so no other peak is passed.
@@ -43,13 +35,6 @@ from autoplan.choices.graph import OP, PARAMETER
 from autoplan.placements import Spec, shard_dim, shard_factor
 
 _WHOLE_SUM = torch.ops.aten.sum.default
-
-REGATHERING_BACKWARDS = frozenset({torch.ops.aten._grouped_mm.default})
-"""Ops whose backward moves a weight again though the forward's move of it is kept: the
-experts' grouped matrix product reads its weight transposed per group (``grad @ w.T``),
-and DTensor's strategy for that product gathers it whole from the layout the forward read
-it in, so the kept copy (``dtensor/saved_inputs.py``) is not the move asked
-(``plan/runtime_choice.grouped_backward_moves``)."""
 
 STATE_COPIES_START = 3
 """Parameter, exp_avg, exp_avg_sq: a trainable parameter at the backward's start."""
@@ -222,37 +207,6 @@ def heaviest_move(graph, nodes, moving) -> str | None:
             best, most = name, before + into[name]
         memory = nodes[name].memory_bytes
         before += min(memory) if memory else 0.0
-    return best
-
-
-def regathered_reads(graph) -> set[tuple[str, str, int]]:
-    """The weight reads (``weight_values``) an op's backward moves again: those of the ops
-    in ``REGATHERING_BACKWARDS``. Any other op's backward finds the copy the step keeps
-    (``kept_reads``), or needs no weight (an embedding's reads only its indices)."""
-    weights = weight_values(graph)
-    return {
-        (u, v, k) for u, v, k, _ in graph.reads()
-        if u in weights and graph.decision(v).kind == OP and graph.decision(v).fx_node.target in REGATHERING_BACKWARDS
-    }
-
-
-def heaviest_regather(graph, nodes, regathers) -> str | None:
-    """The op whose backward gathers again the most weight (``regathers``: edge -> bytes
-    grid of the move's buffers, the edges of ``regathered_reads``) on top of what is still
-    saved when the backward reaches it: everything the forward saved up to that op, itself included (later ops' saved values
-    are freed by then). Judged at each decision's leanest, as ``heaviest_move``. A
-    mixture of experts' last gate-up grouped matmul, whose weight split on its middle dim
-    is gathered into a buffer and copied into place, beside all the layers' activations.
-    None where no such weight moves."""
-    into: dict[str, float] = {}
-    for (_, v, _), grid in regathers.items():
-        into[v] = into.get(v, 0.0) + max(max(row) for row in grid)
-    best, most, saved = None, 0.0, 0.0
-    for name in graph.nodes:  # graph order
-        memory = nodes[name].memory_bytes
-        saved += min(memory) if memory else 0.0
-        if into.get(name, 0.0) > 0 and graph.decision(name).kind == OP and saved + into[name] >= most:
-            best, most = name, saved + into[name]
     return best
 
 

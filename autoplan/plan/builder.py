@@ -238,11 +238,10 @@ STATE_COPIES_OPTIMIZER = 2
 
 
 def memory_split(costed: CostedGraph, choice: dict[str, int], checkpointed: Checkpointed | None = None) -> dict[str, int]:
-    """The peak of one assignment by category, at whichever of the four peaks of
-    ``cost/memory.py`` is highest: where the backward starts (no parameter gradients yet,
-    the saved activations, the first backward op's gradients as temporaries), where it
-    ends (the gradients, no activation but the batch), at the forward's heaviest move or
-    at the backward's heaviest regather."""
+    """The peak of one assignment by category, at whichever of the two peaks of
+    ``cost/memory.py`` is higher: where the backward starts (no parameter gradients yet,
+    the saved activations, the first backward op's gradients as temporaries) or where it
+    ends (the gradients, no activation but the batch)."""
     choices = costed.choices
     graph = choices.graph
     start = dict.fromkeys(MEMORY_CATEGORIES, 0.0)
@@ -285,42 +284,13 @@ def memory_split(costed: CostedGraph, choice: dict[str, int], checkpointed: Chec
     for u, v, edge in moved:
         held = edge.forward_bytes[edge.row_of[choice[u]]][edge.col_of[choice[v]]]
         forward["temporaries" if v == heaviest else "activations"] += held
-    backward = _backward_split(costed, choice, start)
     if checkpointed is not None:
         freed = freed_bytes(costed, choice, checkpointed.freed, checkpointed.share, checkpointed.mode, checkpointed.decisions,
                             checkpointed.inputs, checkpointed.layers)
         start["activations"] -= freed
         forward["activations"] -= freed
-        backward["activations"] -= freed
-    peak = max(start, end, forward, backward, key=lambda split: sum(split.values()))
+    peak = max(start, end, forward, key=lambda split: sum(split.values()))
     return {key: int(value) for key, value in peak.items()}
-
-
-def _backward_split(costed: CostedGraph, choice: dict[str, int], start: dict[str, float]) -> dict[str, float]:
-    """At the backward's heaviest regather, by category: the model state as where the
-    backward starts, the gradients made so far (what a parameter holds there beyond its
-    start), the saved values and kept copies as activations, and the regathering op's own
-    gradients and gather buffers (what it holds beyond its saved values) as temporaries."""
-    graph = costed.choices.graph
-    split = {key: start[key] for key in ("parameters", "buffers", "optimizer")}
-    split.update(gradients=0.0, activations=0.0, temporaries=0.0)
-    for name, cost in costed.nodes.items():
-        if not cost.backward_bytes:
-            continue
-        kind = graph.decision(name).kind
-        held, at_start = cost.backward_bytes[choice[name]], cost.memory_bytes[choice[name]]
-        if kind == PARAMETER:
-            split["gradients"] += held - at_start
-        elif kind in (OP, INPUT):
-            split["activations"] += min(held, at_start)
-            split["temporaries"] += max(0.0, held - at_start)
-    for (u, v, _), edge in costed.edges.items():
-        if edge.backward_bytes:
-            row, col = edge.row_of[choice[u]], edge.col_of[choice[v]]
-            held, kept = edge.backward_bytes[row][col], edge.kept_bytes[row][col] if edge.kept_bytes else 0.0
-            split["activations"] += min(held, kept)
-            split["temporaries"] += max(0.0, held - kept)  # what is gathered again
-    return split
 
 
 def _call_layout(costed: CostedGraph, choice, call: ModuleCall, output_spec, order) -> ModuleLayout:

@@ -65,7 +65,7 @@ from autoplan.solve.recompute import (
     rerun_edges,
     rerun_seconds,
 )
-from autoplan.solve.warm_start import backward_bytes, forward_bytes, greedy_start, peak_bytes, start_bytes
+from autoplan.solve.warm_start import forward_bytes, greedy_start, peak_bytes, start_bytes
 
 NS = 1e9  # objective unit: nanoseconds
 TIE_BREAK_NS = 1
@@ -135,7 +135,7 @@ def solve(
         while found is not None and recompute.forced is None:
             freed_all = freed_bytes(costed, found.choice, recompute.freed, 1.0, mode, recompute.decisions, recompute.inputs,
                                     recompute.layers)
-            held = max(row(costed, found.choice) for row in (start_bytes, forward_bytes, backward_bytes))  # the rows checkpointing lowers
+            held = max(start_bytes(costed, found.choice), forward_bytes(costed, found.choice))  # the rows checkpointing lowers
             fewer = fewest_layers(recompute, mode, held, freed_all, memory_budget_bytes)
             if not 0 < fewer < found.recompute_layers:
                 break  # none: the layout fits unchecked, which the solve without checkpointing covers
@@ -415,19 +415,18 @@ def _edge_folds(costed, s) -> dict[str, list[int]]:
 
 
 def _add_memory_limit(model, costed, s, e, budget, checkpoint=None):
-    """The peaks of ``cost/memory.py``, each within the budget (coefficients in GiB)."""
+    """The two peaks of ``cost/memory.py``, each within the budget (coefficients in GiB)."""
     for terms, constant in _memory_rows(costed, s, e, checkpoint):
         model.add_linear_constraint(mathopt.fast_sum(terms) <= budget / 2**30 - constant / 2**30)
 
 
 def _memory_rows(costed, s, e, checkpoint=None) -> list[tuple[list, float]]:
     """Per memory row of ``cost/memory.py``: its terms (GiB) and its constant part (bytes).
-    Where the backward starts, at the forward's heaviest move and at the backward's heaviest
-    regather, less what checkpointing frees (``checkpoint``: the checkpointed layers come
-    before the regather, the last layer's); the last two only where the model has such a move."""
+    Where the backward starts and at the forward's heaviest move, less what checkpointing
+    frees (``checkpoint``); the forward's row only where the model has such a move."""
     rows = []
-    for row, grid_of in (("memory_bytes", _kept), ("end_bytes", None), ("forward_bytes", _forward), ("backward_bytes", _backward)):
-        if row in ("forward_bytes", "backward_bytes") and not any(getattr(cost, row) for cost in costed.nodes.values()):
+    for row, grid_of in (("memory_bytes", _kept), ("end_bytes", None), ("forward_bytes", _forward)):
+        if row == "forward_bytes" and not any(cost.forward_bytes for cost in costed.nodes.values()):
             continue
         folds = _grid_folds(costed, s, grid_of) if grid_of else None
         terms, constant = [], 0.0
@@ -459,10 +458,6 @@ def _kept(edge):
 
 def _forward(edge):
     return edge.forward_bytes
-
-
-def _backward(edge):
-    return edge.backward_bytes
 
 
 def _rerun(edge):

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from autoplan.cost.estimate import RECOMPUTE_ROWS, CostedGraph, EdgeCost, NodeCost, backward_row, forward_row, recompute_rows
+from autoplan.cost.estimate import RECOMPUTE_ROWS, CostedGraph, EdgeCost, NodeCost, forward_row, recompute_rows
 from autoplan.recompute_policy import selective_keeps
 
 
@@ -60,7 +60,7 @@ def merge_followers(costed: CostedGraph, regions: dict | None = None, keep=froze
     keeps = selective_keeps()
     totals = {
         name: [list(c.compute_s), list(c.comm_s), list(c.memory_bytes), list(c.end_bytes or (0.0,) * len(c.compute_s))]
-        + [list(row) for row in recompute_rows(c)] + [list(forward_row(c)), list(backward_row(c))]
+        + [list(row) for row in recompute_rows(c)] + [list(forward_row(c))]
         for name, c in costed.nodes.items()
     }
 
@@ -89,10 +89,8 @@ def merge_followers(costed: CostedGraph, regions: dict | None = None, keep=froze
             totals[leader][1][i] += cost.comm_s[best] + edge.seconds[row][edge.col_of[best]]
             totals[leader][2][i] += cost.memory_bytes[best] + (edge.kept_bytes[row][edge.col_of[best]] if edge.kept_bytes else 0.0)
             totals[leader][3][i] += cost.end_bytes[best] if cost.end_bytes else 0.0
-            totals[leader][-2][i] += forward_row(cost)[best] + (
+            totals[leader][-1][i] += forward_row(cost)[best] + (
                 edge.forward_bytes[row][edge.col_of[best]] if edge.forward_bytes else 0.0)
-            totals[leader][-1][i] += backward_row(cost)[best] + (
-                edge.backward_bytes[row][edge.col_of[best]] if edge.backward_bytes else 0.0)
             for recompute_row, values in enumerate(recompute_rows(cost)):
                 totals[leader][4 + recompute_row][i] += values[best]
             if edge.rerun_seconds:  # the follower's read, repeated by a rerun as its forward is
@@ -104,7 +102,7 @@ def merge_followers(costed: CostedGraph, regions: dict | None = None, keep=froze
 
     nodes = {
         name: NodeCost(tuple(t[0]), tuple(t[1]), tuple(t[2]), costed.nodes[name].memory_kind, tuple(t[3]),
-                       tuple(tuple(row) for row in t[4:-2]), tuple(t[-2]), tuple(t[-1]))
+                       tuple(tuple(row) for row in t[4:-1]), tuple(t[-1]))
         for name, t in totals.items()
         if name not in followers
     }
@@ -125,11 +123,10 @@ def merge_followers(costed: CostedGraph, regions: dict | None = None, keep=froze
         specs = tuple(rows)
         seconds = tuple(edge.seconds[edge.rows.index(spec)] for spec in specs)
         kept = tuple(edge.kept_bytes[edge.rows.index(spec)] for spec in specs) if edge.kept_bytes else None
-        forward, rerun, backward = (
-            tuple(grid[edge.rows.index(spec)] for spec in specs) if grid else None
-            for grid in (edge.forward_bytes, edge.rerun_seconds, edge.backward_bytes)
+        forward, rerun = (
+            tuple(grid[edge.rows.index(spec)] for spec in specs) if grid else None for grid in (edge.forward_bytes, edge.rerun_seconds)
         )
-        edges[(leader, v, k)] = EdgeCost(specs, edge.cols, row_of, edge.col_of, seconds, kept, forward, rerun, backward)
+        edges[(leader, v, k)] = EdgeCost(specs, edge.cols, row_of, edge.col_of, seconds, kept, forward, rerun)
     reduced = CostedGraph(costed.choices, costed.profile, nodes, edges)
     return Simplified(reduced, followers)
 

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 from autoplan.choices.decision import Decision
 from autoplan.choices.graph import BUFFER, PARAMETER, ChoiceGraph
-from autoplan.cost.estimate import RECOMPUTE_ROWS, CostedGraph, EdgeCost, NodeCost, backward_row, forward_row, recompute_rows
+from autoplan.cost.estimate import RECOMPUTE_ROWS, CostedGraph, EdgeCost, NodeCost, forward_row, recompute_rows
 from autoplan.recompute_policy import selective_keeps
 from autoplan.solve.simplify import Simplified, merge_followers
 from autoplan.trace.repeats import RepeatedBlocks
@@ -146,8 +146,8 @@ def tie_costs(simplified: Simplified, twins: dict[str, str], node_weight) -> Tie
     kinds: dict[str, str] = {}
     for name, cost in costed.nodes.items():
         w = node_weight(name)
-        total = sums.setdefault(target(name), [[0.0] * len(cost.compute_s) for _ in range(6 + len(RECOMPUTE_ROWS))])
-        columns = (cost.compute_s, cost.comm_s, cost.memory_bytes, cost.end_bytes, *recompute_rows(cost), forward_row(cost), backward_row(cost))
+        total = sums.setdefault(target(name), [[0.0] * len(cost.compute_s) for _ in range(5 + len(RECOMPUTE_ROWS))])
+        columns = (cost.compute_s, cost.comm_s, cost.memory_bytes, cost.end_bytes, *recompute_rows(cost), forward_row(cost))
         for column, values in zip(total, columns):
             for i, value in enumerate(values):
                 column[i] += w * value
@@ -160,17 +160,15 @@ def tie_costs(simplified: Simplified, twins: dict[str, str], node_weight) -> Tie
         scaled = tuple(tuple(w * t for t in row) for row in edge.seconds)
         kept = _scaled(edge.kept_bytes, w)
         forward = _scaled(edge.forward_bytes, w)
-        backward = _scaled(edge.backward_bytes, w)
         rerun = _scaled(edge.rerun_seconds, w)
         if tu == tv:  # a value read by its own twin: both ends take the same strategy
-            comm, memory, held, held_back = sums[tu][1], sums[tu][2], sums[tu][-2], sums[tu][-1]
+            comm, memory, held = sums[tu][1], sums[tu][2], sums[tu][-1]
             reruns = [sums[tu][4 + RECOMPUTE_ROWS.index(row)] for row in ("full_rerun_s", "selective_rerun_s")]
             selective = graph.decision(v).fx_node.target not in keeps  # "selective" hands kept outputs back
             for i in range(len(comm)):
                 comm[i] += scaled[edge.row_of[i]][edge.col_of[i]]
                 memory[i] += kept[edge.row_of[i]][edge.col_of[i]] if kept else 0.0
                 held[i] += forward[edge.row_of[i]][edge.col_of[i]] if forward else 0.0
-                held_back[i] += backward[edge.row_of[i]][edge.col_of[i]] if backward else 0.0
                 if rerun:
                     reruns[0][i] += rerun[edge.row_of[i]][edge.col_of[i]]
                     reruns[1][i] += rerun[edge.row_of[i]][edge.col_of[i]] if selective else 0.0
@@ -182,13 +180,12 @@ def tie_costs(simplified: Simplified, twins: dict[str, str], node_weight) -> Tie
             scaled = tuple(tuple(a + b for a, b in zip(ra, rb)) for ra, rb in zip(old.seconds, scaled))
             kept = _added(old.kept_bytes, kept)
             forward = _added(old.forward_bytes, forward)
-            backward = _added(old.backward_bytes, backward)
             rerun = _added(old.rerun_seconds, rerun)
-        edges[key] = EdgeCost(edge.rows, edge.cols, edge.row_of, edge.col_of, scaled, kept, forward, rerun, backward)
+        edges[key] = EdgeCost(edge.rows, edge.cols, edge.row_of, edge.col_of, scaled, kept, forward, rerun)
 
     nodes = {
-        name: NodeCost(tuple(c), tuple(m), tuple(b), kinds[name], tuple(e), tuple(tuple(row) for row in rest), tuple(f), tuple(g))
-        for name, (c, m, b, e, *rest, f, g) in sums.items()
+        name: NodeCost(tuple(c), tuple(m), tuple(b), kinds[name], tuple(e), tuple(tuple(row) for row in rest), tuple(f))
+        for name, (c, m, b, e, *rest, f) in sums.items()
     }
     tied = CostedGraph(costed.choices, costed.profile, nodes, edges)
     return Tied(tied, twin_of, simplified)
@@ -202,19 +199,18 @@ def scale_costs(costed: CostedGraph, node_weight) -> CostedGraph:
         nodes[name] = NodeCost(
             *(tuple(w * x for x in values) for values in (c.compute_s, c.comm_s, c.memory_bytes)), c.memory_kind,
             tuple(w * x for x in c.end_bytes), tuple(tuple(w * x for x in row) for row in c.recompute),
-            tuple(w * x for x in c.forward_bytes), tuple(w * x for x in c.backward_bytes),
+            tuple(w * x for x in c.forward_bytes),
         )
     edges = {}
     for key, e in costed.edges.items():
         w = node_weight(key[1])
         edges[key] = EdgeCost(e.rows, e.cols, e.row_of, e.col_of, tuple(tuple(w * t for t in row) for row in e.seconds),
-                              _scaled(e.kept_bytes, w), _scaled(e.forward_bytes, w), _scaled(e.rerun_seconds, w),
-                              _scaled(e.backward_bytes, w))
+                              _scaled(e.kept_bytes, w), _scaled(e.forward_bytes, w), _scaled(e.rerun_seconds, w))
     return CostedGraph(costed.choices, costed.profile, nodes, edges)
 
 
 def _scaled(grid, w: float):
-    """An edge's grid (``EdgeCost.kept_bytes``, ``forward_bytes``, ``backward_bytes``, ``rerun_seconds``) times ``w``;
+    """An edge's grid (``EdgeCost.kept_bytes``, ``forward_bytes``, ``rerun_seconds``) times ``w``;
     None stays None."""
     return tuple(tuple(w * b for b in row) for row in grid) if grid else None
 

@@ -43,7 +43,7 @@ def greedy_start(costed: CostedGraph, budget_bytes: float, allowed: dict[str, se
 def peak_bytes(costed: CostedGraph, choice: dict[str, int]) -> float:
     """One assignment's peak: the largest of its memory rows (``cost/memory.py``)."""
     end = sum(costed.nodes[n].end_bytes[i] for n, i in choice.items() if costed.nodes[n].end_bytes)
-    return max(start_bytes(costed, choice), end, forward_bytes(costed, choice), backward_bytes(costed, choice))
+    return max(start_bytes(costed, choice), end, forward_bytes(costed, choice))
 
 
 def forward_bytes(costed: CostedGraph, choice: dict[str, int]) -> float:
@@ -52,15 +52,6 @@ def forward_bytes(costed: CostedGraph, choice: dict[str, int]) -> float:
     return held + sum(
         edge.forward_bytes[edge.row_of[choice[u]]][edge.col_of[choice[v]]]
         for (u, v, _), edge in costed.edges.items() if edge.forward_bytes
-    )
-
-
-def backward_bytes(costed: CostedGraph, choice: dict[str, int]) -> float:
-    """One assignment's memory row at the backward's heaviest regather (nothing checkpointed)."""
-    held = sum(costed.nodes[n].backward_bytes[i] for n, i in choice.items() if costed.nodes[n].backward_bytes)
-    return held + sum(
-        edge.backward_bytes[edge.row_of[choice[u]]][edge.col_of[choice[v]]]
-        for (u, v, _), edge in costed.edges.items() if edge.backward_bytes
     )
 
 
