@@ -13,9 +13,9 @@ step runs it:
     forward_op_s          a chain of DTensor ops (mm, two views, mul, add per block),
                           leaves requiring grad so that autograd records as in training,
                           under the apply engine's ``plan_execution``; time per op
-    backward_op_s         the same chain, forward + backward, minus the forward (the two
-                          timed in alternate repeats, ``Timer.seconds_and_added``);
-                          time per forward op (its derivative ops, the autograd engine)
+    backward_op_s         the same chain's backward, timed itself after each forward
+                          (``Timer.seconds_of_parts``); time per forward op (its
+                          derivative ops, the autograd engine)
     optimizer             AdamW.step() over DTensor parameters of several sizes: fixed
                           time per parameter and local bytes updated per second (a line fit)
     op_classes            forward and backward of representative ops of each op class
@@ -81,11 +81,11 @@ def count_dispatch_points(optimizer_elements: tuple[int, ...]) -> int:
 
 def measure_dispatch(mesh: DeviceMesh, optimizer_elements: tuple[int, ...], timer: Timer, progress: Progress) -> DispatchSample:
     """Every rank measures the same points at once; every rank returns the same figures."""
-    forward, forward_backward = _chain(mesh)
+    forward, backward = _chain(mesh)
     ops = CHAIN_BLOCKS * OPS_PER_BLOCK
     op_timer = replace(timer, sweep=replace(timer.sweep, target_s=timer.sweep.dispatch_target_s))
     with torch.enable_grad():
-        forward_s, backward_s = op_timer.seconds_and_added(forward, forward_backward)
+        forward_s, backward_s = op_timer.seconds_of_parts(forward, backward)
         progress.step("DTensor op, forward")
         progress.step("DTensor op, forward + backward")
     samples = []
@@ -95,9 +95,7 @@ def measure_dispatch(mesh: DeviceMesh, optimizer_elements: tuple[int, ...], time
         samples.append(OptimizerSample(elements, elements * itemsize, seconds))
         progress.step(f"AdamW step, {elements} elements per parameter")
     op_classes = measure_op_classes(mesh, op_timer, progress)
-    # The backward is what the forward + backward adds (timed in alternate repeats); a
-    # noisy median could still put it below zero, "no measurable backward": zero then.
-    return DispatchSample(forward_s / ops, max(backward_s, 0.0) / ops, tuple(samples), op_classes)
+    return DispatchSample(forward_s / ops, backward_s / ops, tuple(samples), op_classes)
 
 
 def _activation_placements(mesh: DeviceMesh) -> list:
@@ -105,7 +103,7 @@ def _activation_placements(mesh: DeviceMesh) -> list:
 
 
 def _chain(mesh: DeviceMesh):
-    """(forward, forward + backward) closures over one chain of tiny DTensor ops."""
+    """(forward, backward of what the forward made) closures over one chain of tiny DTensor ops."""
     device = mesh.device_type
     replicated = [Replicate()] * mesh.ndim
     x = DTensor.from_local(torch.ones(TINY, TINY, device=device), mesh, _activation_placements(mesh), run_check=False)
@@ -127,12 +125,12 @@ def _chain(mesh: DeviceMesh):
                 h = y * scale + h
         return h
 
-    def forward_backward():
-        forward().backward(seed)
+    def backward(h):
+        h.backward(seed)
         for leaf in (x, weight, scale):
             leaf.grad = None
 
-    return forward, forward_backward
+    return forward, backward
 
 
 def _optimizer_step(mesh: DeviceMesh, elements: int):

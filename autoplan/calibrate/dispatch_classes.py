@@ -149,7 +149,7 @@ def measure_op_classes(mesh: DeviceMesh, timer: Timer, progress: Progress) -> tu
     with torch.enable_grad():
         for case in _CASES:
             try:
-                forward, forward_backward = _closures(case, mesh)
+                forward, backward = _closures(case, mesh)
             except (NotImplementedError, RuntimeError) as err:
                 # DTensor cannot run the op, or its backward, on this device or torch (on
                 # CUDA batch norm runs as cudnn_batch_norm, which has no DTensor rule): the
@@ -158,9 +158,8 @@ def measure_op_classes(mesh: DeviceMesh, timer: Timer, progress: Progress) -> tu
                     raise  # NotImplementedError is a RuntimeError too
                 progress.step(f"DTensor {case.op}: DTensor cannot run it here, skipped ({_first_line(err)})")
                 continue
-            forward_s, backward_s = timer.seconds_and_added(forward, forward_backward)
-            # A noisy median could put the backward below zero: "no measurable backward".
-            sample = OpClassSample(op_class(case.op), str(case.op), forward_s / INSTANCES, max(backward_s, 0.0) / INSTANCES)
+            forward_s, backward_s = timer.seconds_of_parts(forward, backward)
+            sample = OpClassSample(op_class(case.op), str(case.op), forward_s / INSTANCES, backward_s / INSTANCES)
             samples.append(sample)
             progress.step(f"DTensor {case.op}, forward and backward")
     return tuple(samples)
@@ -177,7 +176,8 @@ def class_figures(samples: tuple[OpClassSample, ...]) -> dict[str, tuple[float, 
 
 
 def _closures(case: _Case, mesh: DeviceMesh):
-    """(forward, forward + backward) closures over ``INSTANCES`` independent calls of the case's op."""
+    """(forward, backward of what the forward made) closures over ``INSTANCES`` independent
+    calls of the case's op."""
     inputs = _Inputs(mesh, case.replicated)
     calls = [case.make(inputs) for _ in range(INSTANCES)]
     needs_grad = [x for args in calls for x in args if isinstance(x, torch.Tensor) and x.requires_grad]
@@ -193,10 +193,10 @@ def _closures(case: _Case, mesh: DeviceMesh):
     if comm.get_total_counts():
         raise RuntimeError(f"calibrating {case.op} on mesh {tuple(mesh.shape)} communicated: {comm.get_comm_counts()}")
 
-    def forward_backward():
-        torch.autograd.grad(forward(), needs_grad, seeds, allow_unused=True)
+    def backward(outputs):
+        torch.autograd.grad(outputs, needs_grad, seeds, allow_unused=True)
 
-    return forward, forward_backward
+    return forward, backward
 
 
 def _first_line(err: Exception) -> str:

@@ -38,18 +38,19 @@ class Timer:
         per_call = [self._repeat(op, iters) for _ in range(self.sweep.repeats)]
         return statistics.median(self.agree_max(per_call))
 
-    def seconds_and_added(self, base: Callable[[], object], more: Callable[[], object]) -> tuple[float, float]:
-        """(``seconds(base)``, the time ``more`` takes over ``base`` per call): the two are
-        timed in alternate repeats, so that both see the same load, and the added time is
-        the median of the repeats' differences. Timed apart, a load that came and went
-        between them (other processes on shared cores) could hide what ``more`` adds."""
-        base_iters, more_iters = self._iterations(base), self._iterations(more)
-        base_s, more_s = [], []
+    def seconds_of_parts(self, first: Callable[[], object], then: Callable[[object], object]) -> tuple[float, float]:
+        """(time per call of ``first``, of ``then(first())``), medians over repeats of the
+        slowest rank's: every call times both parts, so both see the same load, and
+        ``then`` (a backward) is timed itself. Timed as the difference of ``first`` and
+        ``first`` + ``then`` instead, a load that came and went on shared cores put it at
+        zero (a CI run: 4 gloo ranks beside 4 test workers on 2 cores)."""
+        iters = self._iterations(lambda: then(first()))
+        first_s, then_s = [], []
         for _ in range(self.sweep.repeats):
-            base_s.append(self._repeat(base, base_iters))
-            more_s.append(self._repeat(more, more_iters))
-        base_s, more_s = self.agree_max(base_s), self.agree_max(more_s)
-        return statistics.median(base_s), statistics.median(m - b for b, m in zip(base_s, more_s))
+            spent_first, spent_then = self._repeat_parts(first, then, iters)
+            first_s.append(spent_first)
+            then_s.append(spent_then)
+        return statistics.median(self.agree_max(first_s)), statistics.median(self.agree_max(then_s))
 
     def _iterations(self, op: Callable[[], object]) -> int:
         """Warm ``op`` up; the calls per repeat that fill the sweep's target time (every rank
@@ -71,6 +72,21 @@ class Timer:
             op()
         self._sync()
         return (time.perf_counter() - start) / iters
+
+    def _repeat_parts(self, first, then, iters: int) -> tuple[float, float]:
+        """This rank's time per call of ``first`` and of ``then`` on its result, over ``iters`` calls."""
+        self.agree_max([0.0])  # barrier: every rank starts the repeat together
+        spent_first = spent_then = 0.0
+        for _ in range(iters):
+            start = time.perf_counter()
+            made = first()
+            self._sync()
+            middle = time.perf_counter()
+            then(made)
+            self._sync()
+            spent_first += middle - start
+            spent_then += time.perf_counter() - middle
+        return spent_first / iters, spent_then / iters
 
     def agree_max(self, values: list[float]) -> list[float]:
         """Element-wise maximum of ``values`` over all ranks (also a barrier)."""
