@@ -76,7 +76,7 @@ def build_choices(traced: TracedGraph, mesh_shape: tuple[int, ...], axis_names: 
     # uncovered ops, and ops on values the model builds itself (replicated on every rank,
     # but one of them can reach DTensor at run time through a module boundary, TAPAS's
     # segment reductions of its token type ids).
-    replicated_backward: set[str] = set()
+    silent_fallbacks: set[str] = set()
     module_of = traced.node_modules
 
     for node in traced.graph_module.graph.nodes:
@@ -141,11 +141,11 @@ def build_choices(traced: TracedGraph, mesh_shape: tuple[int, ...], axis_names: 
                 kind = FALLBACK
                 uncovered.setdefault(str(node.target), []).append(node.name)
                 if grad:
-                    replicated_backward |= _backward_ops_without_rule(node, cache)
+                    silent_fallbacks |= _backward_ops_without_rule(node, cache)
         else:
             kind = CONSTANT
             if tensor_inputs and isinstance(node.target, torch._ops.OpOverload) and _needs_fallback(node.target):
-                replicated_backward.add(str(node.target))  # see below
+                silent_fallbacks.add(str(node.target))
         if not options:
             options = (_replicate_all(node, len(tensor_inputs), len(mesh_shape)),)
         graph.add_decision(Decision(node.name, kind, node, module_of[node.name], options, requires_grad=grad))
@@ -162,7 +162,7 @@ def build_choices(traced: TracedGraph, mesh_shape: tuple[int, ...], axis_names: 
         for fqn, cls in sorted(traced.opaque_modules.items())
         for reason in (traced.opaque_reasons.get(fqn, DATA_DEPENDENT),)
     )
-    fallback_ops = tuple(sorted(set(uncovered) | replicated_backward))
+    fallback_ops = tuple(sorted(set(uncovered) | silent_fallbacks))
     return ChoiceGraph(graph, traced, tuple(mesh_shape), tuple(axis_names), warnings, fallback_ops)
 
 
