@@ -46,13 +46,14 @@ def test_quick_run_on_four_gloo_processes_writes_a_loadable_profile(tmp_path, ca
     assert "copied from intra_node" in prov["links"]["inter_node"]
     assert profile.peak_flops.keys() == {"float32"}
 
-    # Eager DTensor costs measured on the mesh: an AdamW step (about ten DTensor ops) costs
-    # more per parameter than one op. Not asserted: DTensor op > plain one-element add. With
-    # 4 ranks on 2 cores the quick sweep's plain add (a few microseconds of work) is mostly
-    # time spent descheduled, and one CI run measured it at 41 us against 34 us per DTensor op.
+    # Eager DTensor costs measured on the mesh. Not asserted: an order between them. With 4
+    # ranks on 2 cores the quick sweep's tiny timings are mostly time spent descheduled: one CI
+    # run measured the plain one-element add at 41 us against 34 us per DTensor op, another
+    # AdamW's fixed cost per parameter (about seven DTensor ops without autograd, fitted
+    # through two sizes) at 135 us against 148 us per recorded forward op under plan_execution.
     dispatch = profile.dispatch
     assert dispatch.forward_op_s > 0 and profile.kernel_overhead_s > 0
-    assert dispatch.optimizer_param_s > dispatch.forward_op_s
+    assert dispatch.optimizer_param_s > 0 and dispatch.optimizer_bytes_per_s > 0
     assert dispatch.backward_op_s > 0 and not dispatch.overlaps_device
     assert len(prov["measurements"]["optimizer"]) == 2 and prov["fits"]["optimizer"]["samples"] == 2
     # Every op class is priced by its own representative ops, each timed on the mesh.
