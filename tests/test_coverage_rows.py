@@ -103,14 +103,8 @@ step each, collectives compared.
   (``plan/gradient_rules.passes_gradient``).
 """
 
-import sys
-from pathlib import Path
-
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
-
-import hf_row  # noqa: E402
+from coverage_row import assert_row_runs_the_predicted_collectives
 
 ROWS = [("causal_lm", "mixtral", "float32"), ("causal_lm", "llama", "bfloat16"), ("masked_lm", "bart", "float32"),
         ("causal_lm", "smollm3", "bfloat16"), ("causal_lm", "gptj", "float32"),
@@ -126,11 +120,4 @@ ROWS = [("causal_lm", "mixtral", "float32"), ("causal_lm", "llama", "bfloat16"),
 @pytest.mark.slow  # plans each model three times
 @pytest.mark.parametrize("task,model_type,dtype", ROWS, ids=[f"{m}-{d}" for _, m, d in ROWS])
 def test_forced_budget_row_runs_the_predicted_collectives(tmp_path, task, model_type, dtype):
-    model_file = tmp_path / f"{model_type}.py"
-    model_file.write_text(hf_row.hf_model_file_text(task, model_type))
-    row = {"task": task, "model_type": model_type, "class": model_type}
-    row = hf_row.run_row(row, model_file, [dtype], numerics=False, numerics_max_step_s=0.0, out=tmp_path / "row.json")
-    stages = row["stages"]
-    assert stages[f"plan {dtype}/forced"]["sharded_every_axis"], stages[f"plan {dtype}/forced"]
-    for budget in ("default", "forced"):
-        assert stages[f"collectives {dtype}/{budget}"]["ok"], stages[f"collectives {dtype}/{budget}"]
+    assert_row_runs_the_predicted_collectives(tmp_path, task, model_type, dtype)

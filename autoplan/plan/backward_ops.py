@@ -47,3 +47,11 @@ def _keeps_partial(read: BackwardOp) -> bool:
         return len(read.gradient_positions) == read.operands
     allowed = _LINEAR_IN_ONE.get(read.op)
     return allowed is not None and len(read.gradient_positions) == 1 and read.gradient_positions[0] in allowed
+
+
+def backward_reads_only_gradient(node: fx.Node) -> bool:
+    """Whether the backward of the traced op ``node`` runs on its output's gradient alone,
+    reading nothing saved (``1 - w``'s negation): whatever layout the op made its output
+    in, nothing there asks for the gradient whole."""
+    run = backward_run(node)
+    return run is not None and all(read.operands == len(read.gradient_positions) for read in run)

@@ -7,13 +7,14 @@ from dataclasses import dataclass
 import torch
 
 from autoplan.choices.graph import BUFFER, INPUT, OP, PARAMETER
-from autoplan.cost.estimate import CostedGraph, is_view, transient_bytes
+from autoplan.cost.estimate import CostedGraph, transient_bytes
 from autoplan.cost.memory import STATE_COPIES_END, transient_node
 from autoplan.dtensor.strategies import is_inplace
 from autoplan.placements import format_spec
 from autoplan.plan.collectives import module_table, step_collectives
 from autoplan.plan.module_plan import MEMORY_CATEGORIES, BatchInput, ModuleLayout, Plan, Predicted, SolverReport, rounded, total_table
-from autoplan.plan.views import reshaping_readers, spec_before_views, view_chain, within
+from autoplan.plan.parameter_uses import parameter_uses, through_views
+from autoplan.plan.views import reshaping_readers, within
 from autoplan.solve.ilp import Solution
 from autoplan.solve.recompute import freed_bytes, rerun_parts
 from autoplan.trace.tracer import ModuleCall
@@ -66,7 +67,7 @@ def build_plan(
             shapes[fqn] = tuple(value.shape)
             dtypes[fqn] = str(value.dtype).removeprefix("torch.")
         tied.update({fqn: fqns[0] for fqn in fqns[1:]})
-    uses, readers = _parameter_uses(choices, choice, parameters)
+    uses, readers = parameter_uses(choices, choice, parameters)
     inputs = {}
     for node, key in traced.inputs.items():
         decision = graph.decision(node)
@@ -133,72 +134,6 @@ def _moved_inplace_selves(graph, choice: dict[str, int]) -> list[str]:
                 f"{format_spec(made)}: DTensor runs it where self is, and the run will differ from the prediction there"
             )
     return found
-
-
-def _parameter_uses(choices, choice: dict[str, int], storage: dict) -> tuple[dict, dict]:
-    """(FQN -> the layout its module computes with, where that differs from how it is
-    stored; FQN -> the other modules that read it, ``Plan.parameter_readers``).
-
-    A parameter stored sharded and used replicated (FSDP-style) is gathered by its module
-    just before use; recording the planned use layout lets the apply engine do that
-    gather itself rather than leave it to DTensor's runtime choice, which may differ from
-    the plan (and, for some ops, ignores a sharded weight: DTensor's convolution rule runs
-    the local shard of a depthwise filter). A tied parameter used by two modules gets an
-    entry under each module's own FQN. One read in another module's own code (Mamba's
-    mixer convolving with ``self.conv1d.weight``) is keyed by the parameter's first name,
-    and that module gathers it too: the owner's forward never runs around that read.
-    """
-    traced = choices.traced
-    found: dict[str, set] = {}
-    read_by: dict[str, set] = {}
-    for node, fqns in traced.parameters.items():
-        for consumer, spec in _uses(choices, choice, node):
-            reader = traced.node_modules.get(consumer, "")
-            fqn = next((f for f in fqns if f.rpartition(".")[0] == reader), None)
-            if fqn is None:
-                fqn = fqns[0]
-                # read in code the owner's forward does not wrap, and not by an opaque region
-                # (which gathers all it reads itself: ``apply/engine._run_replicated``)
-                outside = not within(reader, fqn.rpartition(".")[0])
-                if outside and not any(within(reader, region) for region in traced.opaque_modules):
-                    read_by.setdefault(fqn, set()).add(reader)
-            found.setdefault(fqn, set()).add(spec)
-    uses = {
-        fqn: next(iter(specs))
-        for fqn, specs in sorted(found.items())
-        if len(specs) == 1 and next(iter(specs)) != storage[fqn]
-    }
-    return uses, {fqn: tuple(sorted(read_by[fqn])) for fqn in uses if fqn in read_by}
-
-
-def _uses(choices, choice: dict[str, int], node: str):
-    """(consumer, spec) for each use of parameter ``node``: the layout the parameter itself
-    must have for that use (``_through_views``). A view of it that nothing reads is no use:
-    no op computes with it, so its layout must not stop the parameter's one real use from
-    being gathered (Zamba2's mixer takes ``self.conv1d.weight.squeeze(1)`` once more than
-    it convolves with, and DTensor's convolution runs a depthwise filter's local shard as is)."""
-    graph = choices.graph
-    for _, consumer, key in graph.out_edges(node, keys=True):
-        found = _through_views(graph, choice, consumer, key)
-        if found is not None and not _unread_view(graph, found[0]):
-            yield found
-
-
-def _unread_view(graph, name: str) -> bool:
-    """Whether ``name`` is a view whose value no op reads (a dead end of the traced step)."""
-    return is_view(graph.decision(name)) and graph.out_degree(name) == 0
-
-
-def _through_views(graph, choice: dict[str, int], consumer: str, key: int, inside=lambda node: True):
-    """(op, spec): the first non-view op down the views from input ``key`` of ``consumer``
-    (``views.view_chain``), and the layout the chain's input must have to give that op the
-    spec its strategy asks for. A value laid out so is what the op computes with; laid out
-    as the view's own strategy takes it, DTensor would be free to choose another strategy
-    for the op. None if no view strategy gives it."""
-    chain = view_chain(graph, consumer, key, inside)
-    last, last_key = chain[-1]
-    wanted = spec_before_views(graph, chain, graph.decision(last).strategies[choice[last]].inputs[last_key])
-    return None if wanted is None else (last, wanted)
 
 
 def predict(
@@ -315,7 +250,7 @@ def _call_layout(costed: CostedGraph, choice, call: ModuleCall, output_spec, ord
         )
         if consumers:
             _, v, k = consumers[0]
-            found = _through_views(graph, choice, v, k, inside)
+            found = through_views(graph, choice, v, k, inside)
             inputs[key] = found[1] if found is not None else graph.decision(v).strategies[choice[v]].inputs[k]
             passed.setdefault((source, out_index), inputs[key])
     outputs = {}

@@ -7,7 +7,8 @@ Each op runs the strategy DTensor picks for the layouts its inputs arrive in
 move of the other input, a view run on its input as it arrives), that one, and the
 layout it makes is what the next readers get (a module output hook moves it back to the
 plan's layout, forward and backward). Parameters arrive as their op asks: the module's
-hook gathers them (``Plan.parameter_uses``).
+hook gathers them (``Plan.parameter_uses``); one whose uses ask for different layouts has
+no hook and arrives at each op as stored (``parameter_uses.gathered_parameters``).
 
 - each module input the plan lays out: the module's input hook (``apply_plan``) moves the
   value once per call, from the layout it arrives in (its producer's, or an enclosing
@@ -41,7 +42,11 @@ hook gathers them (``Plan.parameter_uses``).
   of such an op's input ran below autograd and has no backward), to the first op whose
   backward does (``carries_partial``); an experts' grouped product whose operands were
   saved split carries it on where DTensor, asked, moves the saved operands instead
-  (``runtime_choice.grouped_backward_moves``: Qwen2-MoE gathers its weight); a product
+  (``runtime_choice.grouped_backward_moves``: Qwen2-MoE gathers its weight); a matrix
+  product that moved an operand inside its forward (autograd saved it unmoved) hands its
+  inputs the gradients of the backward products DTensor picks for the operands as saved
+  (``runtime_choice.product_backward``: Segformer's MLP gathers the smaller gradient
+  rather than its weight once more); a product
   whose output gradient came back whole where it was made split hands its inputs whole
   gradients where the other operands were read whole (``whole_product_gradient``);
 - a gradient split where a pointwise op made its output whole runs that op's backward
@@ -84,7 +89,7 @@ from autoplan.choices.graph import OP, PARAMETER, planning_mesh
 from autoplan.cost.comm import (
     gradient_collectives, moves_locally, redistribute_collectives, splits_a_dim_twice, without_partial,
 )
-from autoplan.cost.estimate import CostedGraph, output_values, splits_work, tensor_bytes
+from autoplan.cost.estimate import CostedGraph, gradient_roots, output_values, splits_work, tensor_bytes
 from autoplan.dtensor import overrides
 from autoplan.dtensor.loss_parallel import own_collectives
 from autoplan.dtensor.strategies import SHAPE_ONLY_OPS, Strategy
@@ -100,8 +105,11 @@ from autoplan.plan.split_gradients import (
     matmul_input_gradient, matmul_split_axes, reshaped_gradient, resplit_moves, resplit_through, sliced_gradient,
     split_input_gradient, split_through,
 )
+from autoplan.plan.parameter_uses import gathered_parameters
 from autoplan.plan.recompute import recompute_collectives
-from autoplan.plan.runtime_choice import JOINS, grouped_backward_moves, joined_gradient, runtime_strategy
+from autoplan.plan.runtime_choice import (
+    JOINS, grouped_backward_moves, joined_gradient, product_backward, runtime_strategy,
+)
 from autoplan.plan.views import layouts_along_views, view_chain, within
 
 
@@ -149,12 +157,18 @@ def step_collectives(
     # A parameter (or a view of one) arrives as the op asks: its module's hook gathers it
     # to that layout (``Plan.parameter_uses``).
     mesh = planning_mesh(mesh_shape, choices.axis_names)
+    # Where no hook moves a parameter (its uses ask for different layouts), it arrives at
+    # each op as stored, like any value (RWKV's time-mix weights, split twice on one dim,
+    # read by a product and by ``1 - w``: DTensor gathers only what each op needs)
+    gathered = gathered_parameters(choices, choice)
     weights: set[str] = set()
     with overrides.installed():
         for decision in graph.decisions():
             name = decision.name
             inputs = graph.inputs_of(name)
-            if decision.kind == PARAMETER or (views_follow(graph, name) and len(inputs) == 1 and inputs[0][0] in weights):
+            if (decision.kind == PARAMETER and name in gathered) or (
+                views_follow(graph, name) and len(inputs) == 1 and inputs[0][0] in weights
+            ):
                 weights.add(name)
                 continue
             if decision.kind != OP or not inputs:
@@ -173,7 +187,7 @@ def step_collectives(
     # op -> {input index: (the layout autograd saved it in, the layout the op read it in)}:
     # a move DTensor makes inside an op runs below autograd, a module's hook moves above it
     operands: dict[str, dict[int, tuple]] = {}
-    hooked = _hooked_reads(graph, choice, made)
+    hooked = _hooked_reads(graph, choice, made, gathered)
     for u, v, k, out_index in graph.reads():
         value = (u, out_index)
         attach, arrived = arrival(u, out_index, v)
@@ -191,7 +205,8 @@ def step_collectives(
                 found[(module_of(v), kind, axis, round(size))] += 1
                 forward.append((where, (module_of(v), kind, axis, round(size))))
         readers.setdefault(value, []).append((v, k, strategy, arrived, dst, attach, u in weights))
-        operands.setdefault(v, {})[k] = (dst if u in weights else arrived, dst)
+        # a parameter is saved as its hook moved it, anything else as it arrived
+        operands.setdefault(v, {})[k] = (used if u in weights else arrived, dst)
     for value, chain in boundaries.items():
         nbytes, shape = _size(graph, value)
         for b in chain:
@@ -265,6 +280,21 @@ def step_collectives(
             return rule
         return tuple(r or is_partial(g) for r, g in zip(rule, grad))
 
+    def backward_product(name: str, k: int, grad: tuple, operands_of: dict) -> tuple | None:
+        """The gradient the matrix product ``name``'s backward hands its operand ``k``
+        where DTensor runs that backward product otherwise than the planner's rules say
+        (``runtime_choice.product_backward``), its moves counted; None elsewhere."""
+        answer = product_backward(graph.decision(name), k, grad, operands_of, mesh)
+        if answer is None:
+            return None
+        layout, moves = answer
+        values = {index: (u, i) for u, i, index in graph.inputs_of(name)}
+        for which, before, read in moves:
+            nbytes, shape = _size(graph, (name, 0) if which == "gradient" else values[which])
+            for kind, axis, size, _ in redistribute_collectives(before, read, nbytes, mesh_shape, backward=False, shape=shape):
+                found[(module_of(name), kind, axis, round(size))] += 1
+        return layout
+
     with overrides.installed():  # ``join`` asks DTensor's rules as they run
         for decision in reversed(list(graph.decisions())):
             name = decision.name
@@ -277,7 +307,7 @@ def step_collectives(
                     continue
                 grads[value] = _value_gradient(
                     value, backward_readers, boundaries.get(value, ()), graph, order, grads, mesh_shape, parent_spec,
-                    found, module_of, made, exits, operands, join, carries_on,
+                    found, module_of, made, exits, operands, join, carries_on, backward_product,
                 )
     for value, grad in grads.items():
         u = value[0]
@@ -296,8 +326,14 @@ def step_collectives(
         # product's that saved its operands whole (``matmul_split_axes``); a partial
         # one is reduced there. One redistribute, in DTensor's order of steps: where the
         # value's dim is split over two axes, it may reduce first and split after.
-        kept = split_through(graph, u, exits, grad, src, mesh_shape)
-        kept = tuple(a or b for a, b in zip(kept, matmul_split_axes(graph, u, exits, grad, src, operands.get(u, {}))))
+        split_kept = split_through(graph, u, exits, grad, src, mesh_shape)
+        kept = tuple(a or b for a, b in zip(split_kept, matmul_split_axes(graph, u, exits, grad, src, operands.get(u, {}))))
+        if any(split_kept):
+            # a pointwise backward run on its gradient's split runs on it whole where it came
+            # whole: nothing splits it there, whatever the op made (Segformer's drop path, made
+            # split by channels on dp, hands its gradient on split by channels on tp as it came;
+            # splitting it on dp too would take a gather on tp first)
+            kept = tuple(k or g == REPLICATE for k, g in zip(kept, grad))
         reduced = tuple(REPLICATE if c else g for c, g in zip(carried, grad))
         target = tuple(REPLICATE if c else (g if k else q) for c, k, g, q in zip(carried, kept, grad, src))
         # A parameter's gradient is settled by its module's hook (``Plan.parameter_uses``).
@@ -334,24 +370,53 @@ def step_collectives(
 def _reached_by_backward(choices) -> set[str]:
     """The decisions whose outputs get a gradient: those that need one and lead to the loss
     (a pooler whose output the loss never reads, BigBird's under its causal-LM head, gets
-    none, and its module hooks move nothing back)."""
+    none, and its module hooks move nothing back), or write in place into a value that
+    does (``out[:, t] = x``: RWKV's recurrence writes each step's output so, and autograd's
+    backward of the write hands ``x`` its part of the gradient of ``out``)."""
     graph = choices.graph
     loss = loss_output(choices)
-    leading = nx.ancestors(graph, loss[0]) | {loss[0]} if loss is not None else set(graph.nodes)
+    if loss is None:
+        return {name for name in graph.nodes if graph.decision(name).requires_grad}
+    leading = nx.ancestors(graph, loss[0]) | {loss[0]}
+    roots = gradient_roots(choices)
+    writes = [
+        (decision.name, roots.get(written.name, written.name))
+        for decision in graph.decisions()
+        if decision.kind == OP and (written := _written_in_place(decision.fx_node)) is not None
+    ]
+    grown = True
+    while grown:  # a write can make another write's target lead to the loss
+        grown = False
+        for name, root in writes:
+            if name not in leading and root in leading:
+                leading |= nx.ancestors(graph, name) | {name}
+                grown = True
     return {name for name in leading if graph.decision(name).requires_grad}
 
 
-def _hooked_reads(graph, choice: dict[str, int], made) -> dict[tuple[str, str, int], tuple]:
+def _written_in_place(node):
+    """The tensor argument ``node``'s op writes into (its first, for ``copy_``, ``add_``
+    and the like), or None."""
+    schema = getattr(node.target, "_schema", None)
+    if schema is None or not schema.arguments or not node.args:
+        return None
+    alias = schema.arguments[0].alias_info
+    first = node.args[0]
+    return first if alias is not None and alias.is_write and hasattr(first, "name") else None
+
+
+def _hooked_reads(graph, choice: dict[str, int], made, gathered: set[str]) -> dict[tuple[str, str, int], tuple]:
     """``(value, reader, input index) -> (arrived, read)`` for the reads of a parameter stored
     with a dim split over several axes, and of the views between it and its compute op.
 
     Its module's hook moves it straight to the layout the compute op reads, through the
     views (``Plan.parameter_uses``); no view strategy takes a multi-axis layout, so the
     views' planned strategies (merged into the parameter's decision as the cheapest move
-    of their own) are not the ones that run: each view runs on what the hook made."""
+    of their own) are not the ones that run: each view runs on what the hook made.
+    ``gathered``: the parameters a hook moves (``parameter_uses.gathered_parameters``)."""
     found = {}
     for decision in graph.decisions():
-        stored = made(decision.name, 0) if decision.kind == PARAMETER else None
+        stored = made(decision.name, 0) if decision.kind == PARAMETER and decision.name in gathered else None
         if stored is None or not splits_a_dim_twice(stored):
             continue
         for _, v, k in graph.out_edges(decision.name, keys=True):
@@ -368,14 +433,15 @@ def _hooked_reads(graph, choice: dict[str, int], made) -> dict[tuple[str, str, i
 
 def _value_gradient(
     value, readers, chain, graph, order, grads, mesh_shape, parent_spec, found, module_of, made, exits, operands, join,
-    carries_on,
+    carries_on, backward_product,
 ):
     """The layout of ``value``'s summed gradient where it was made (partial where a
     reduction is still due); the collectives on its way back go into ``found``.
     ``order``: node -> its position in the graph (when its gradient part is ready);
     ``operands``: op -> its inputs' layouts, as saved and as read; ``join``: a split ->
     its outputs' gradients joined as DTensor joins them, or None; ``carries_on``: an op -> the
-    axes on which its backward carries a partial gradient on unreduced."""
+    axes on which its backward carries a partial gradient on unreduced; ``backward_product``: a matrix
+    product's operand -> its gradient as DTensor's backward product makes it, or None."""
     into: dict[object, list] = {}  # attach point -> [(when the part is ready, gradient)]
     nbytes, shape = _size(graph, value)
     for v, k, strategy, arrived, dst, attach, hooked in readers:  # those the backward reaches
@@ -419,6 +485,7 @@ def _value_gradient(
             )
             after = output_gradient(graph, v, grads)
             v_made, v_operands = made(v, 0), operands.get(v, {})
+            asked = backward_product(v, k, after, v_operands) if after is not None and v not in exits else None
             averaged = averaged_product_axes(graph, v, k, shape, v_operands)
             if any(averaged):  # the full-size product is all-reduced before the broadcast sum
                 whole = without_partial(after or v_made)
@@ -426,13 +493,15 @@ def _value_gradient(
                 for kind, axis, size in gradient_collectives(product, whole, _size(graph, (v, 0))[0], mesh_shape):
                     found[(module_of(v), kind, axis, round(size))] += 1
                 grad = tuple(REPLICATE if a else g for a, g in zip(averaged, grad))
-            if after is not None:
+            if asked is not None:
+                grad = asked  # DTensor's own backward product, its moves counted
+            elif after is not None:
                 # a split output gradient runs this pointwise op's backward split (``split_through``)
                 grad = split_input_gradient(graph, v, shape, after, v_made, exits, grad, mesh_shape)
                 grad = matmul_input_gradient(graph, v, k, after, v_made, exits, v_operands, grad)
                 if v not in exits:
                     grad = whole_product_gradient(graph, v, v_operands, k, after, v_made, grad)
-            if after is not None and v not in exits:  # an output hook settles it first
+            if asked is None and after is not None and v not in exits:  # an output hook settles it first
                 # a partial output gradient goes through this op's backward unreduced where it
                 # reads nothing split: DTensor reduces it at the first backward op that does
                 through = carries_on(v, after, v_operands, v_made)

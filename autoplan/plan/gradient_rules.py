@@ -33,7 +33,7 @@ import torch
 from autoplan.choices.graph import OP
 from autoplan.cost.comm import _moves, without_partial
 from autoplan.cost.estimate import is_view, output_values
-from autoplan.plan.backward_ops import backward_keeps_partial
+from autoplan.plan.backward_ops import backward_keeps_partial, backward_reads_only_gradient
 from autoplan.dtensor.strategies import is_pointwise
 from autoplan.placements import PARTIAL, PARTIAL_AVG, REPLICATE, is_partial, is_shard, shard_dim
 
@@ -215,17 +215,22 @@ def whole_product_gradient(graph, name: str, operands: dict, k: int, after: tupl
 
 def partial_axes(graph, name: str, operands: dict, made: tuple) -> tuple[bool, ...]:
     """Per mesh axis: whether a partial gradient of ``name``'s output goes through its
-    backward unreduced (``carries_partial``). Not where the output was made split; for a
+    backward unreduced (``carries_partial``). Not where the output was made split, unless
+    the backward reads nothing saved (``backward_ops.backward_reads_only_gradient``); for a
     product, not where an operand was read or saved split or partial either (``operands``:
     input index -> (layout autograd saved, layout read); a move DTensor made inside the op
     is not what autograd saved): DTensor's product of a partial gradient and a split
     operand reduces first."""
     if not carries_partial(graph, name):
         return (False,) * len(made)
-    product = graph.decision(name).fx_node.target in _PRODUCTS
+    node = graph.decision(name).fx_node
+    product = node.target in _PRODUCTS
     layouts = operand_layouts(operands)
+    # a backward that reads nothing saved carries it whatever the op made (RWKV's ``1 - w``
+    # of a weight stored split twice on one dim)
+    anywhere = not product and backward_reads_only_gradient(node)
     return tuple(
-        not is_shard(m) and not (product and any(layout[axis] != REPLICATE for layout in layouts))
+        (anywhere or not is_shard(m)) and not (product and any(layout[axis] != REPLICATE for layout in layouts))
         for axis, m in enumerate(made)
     )
 

@@ -137,6 +137,52 @@ def grouped_backward_moves(decision: Decision, grad: Spec, saved: dict[int, Spec
     return moves
 
 
+_PRODUCTS = {torch.ops.aten.mm.default: 0, torch.ops.aten.addmm.default: 1}
+"""2-D matrix products -> the argument index of their first matrix operand."""
+
+
+def product_backward(decision: Decision, k: int, grad: Spec, operands: dict[int, tuple[Spec, Spec]], mesh: DeviceMesh):
+    """DTensor's backward product for operand ``k`` of the 2-D matrix product ``decision``
+    (``grad @ b.T`` for ``a``, ``a.T @ grad`` for ``b``) with the output gradient laid out
+    ``grad`` and the other operand as autograd saved it: ``(the gradient's layout, [(which,
+    layout before, layout read)])``, ``which`` being ``"gradient"`` or the other operand's
+    input index. Only where DTensor moved that operand inside the forward product (below
+    autograd, so autograd saved it unmoved) and the backward moves it, or the gradient,
+    otherwise than again the same way (a repeat of the forward's move is kept,
+    ``dtensor/saved_inputs.py``, and the planner's own rules hold): Segformer's MLP output
+    projection gathers its weight on tp inside the forward product, and its backward
+    gathers the smaller gradient instead. None elsewhere, or where DTensor cannot say.
+    ``operands``: input index -> (the layout autograd saved it in, the layout the op read it in)."""
+    node = decision.fx_node
+    first = _PRODUCTS.get(node.target)
+    if decision.kind != OP or first is None or k not in (first, first + 1):
+        return None
+    other = first + 1 if k == first else first
+    if other not in operands or operands[other][0] == operands[other][1]:
+        return None
+    saved, read = operands[other]
+    a, b, out = node.args[first].meta.get("val"), node.args[first + 1].meta.get("val"), node.meta.get("val")
+    if any(not isinstance(t, torch.Tensor) or t.dim() != 2 for t in (a, b, out)):
+        return None
+    if k == first:
+        tensors, layouts, at = (out, b.t()), (grad, _transposed(saved, 2)), 1
+    else:
+        tensors, layouts, at = (a.t(), out), (_transposed(saved, 2), grad), 0
+    op = torch.ops.aten.mm.default
+    specs = [DTensorSpec(mesh, to_placements(s), tensor_meta=tensor_meta(t)) for t, s in zip(tensors, layouts)]
+    try:
+        sharding = overrides.propagate_uncached(OpSchema(op, tuple(specs), {}, schema_info=runtime_schema_info(op)))
+        wanted = sharding.redistribute_schema.args_spec if sharding.redistribute_schema is not None else specs
+        reads = [spec_from_placements(s.placements) for s in wanted]
+        result = spec_from_placements(sharding.output_spec.placements)
+    except Exception:  # DTensor cannot run it as given: the planner's own rules stand
+        return None
+    operand_read = _transposed(reads[at], 2)
+    if operand_read == read:
+        return None  # the forward's move once more: kept, as the planner's rules assume
+    return result, [("gradient", grad, reads[1 - at]), (other, saved, operand_read)]
+
+
 def _transposed(spec: Spec, dims: int) -> Spec:
     """The layout of a tensor of ``dims`` dims laid out ``spec``, as its transpose of the
     last two dims is laid out (the same the other way)."""

@@ -216,7 +216,10 @@ def split_input_gradient(
         return grad
     node = graph.decision(name).fx_node
     out_shape = tuple(node.meta["val"].shape)
-    result = list(grad)
+    # The backward runs on the gradient as it comes: where that is whole, so is the input's
+    # (Segformer's drop path hands on a gradient whole on dp, split on tp, to the MLP output
+    # it read split on dp)
+    result = [REPLICATE if after[axis] == REPLICATE else g for axis, g in enumerate(grad)]
     for axis, split in enumerate(through):
         if not split:
             continue

@@ -1,0 +1,88 @@
+"""Where a parameter's module gathers it: the layout each parameter is computed with.
+
+A parameter stored split and computed with in another layout is moved by its module's
+hook just before use (``Plan.parameter_uses``, ``apply/engine.py``), where every use asks
+for the same layout; one whose uses disagree arrives at each op as stored, and DTensor
+moves it there as that op's strategy asks (``plan/collectives.py``).
+"""
+
+from __future__ import annotations
+
+from autoplan.cost.estimate import is_view
+from autoplan.plan.views import spec_before_views, view_chain, within
+
+
+def parameter_uses(choices, choice: dict[str, int], storage: dict) -> tuple[dict, dict]:
+    """(FQN -> the layout its module computes with, where that differs from how it is
+    stored; FQN -> the other modules that read it, ``Plan.parameter_readers``).
+
+    A parameter stored sharded and used replicated (FSDP-style) is gathered by its module
+    just before use; recording the planned use layout lets the apply engine do that
+    gather itself rather than leave it to DTensor's runtime choice, which may differ from
+    the plan (and, for some ops, ignores a sharded weight: DTensor's convolution rule runs
+    the local shard of a depthwise filter). A tied parameter used by two modules gets an
+    entry under each module's own FQN. One read in another module's own code (Mamba's
+    mixer convolving with ``self.conv1d.weight``) is keyed by the parameter's first name,
+    and that module gathers it too: the owner's forward never runs around that read.
+    """
+    traced = choices.traced
+    found: dict[str, set] = {}
+    read_by: dict[str, set] = {}
+    for node, fqns in traced.parameters.items():
+        for consumer, spec in _uses(choices, choice, node):
+            reader = traced.node_modules.get(consumer, "")
+            fqn = next((f for f in fqns if f.rpartition(".")[0] == reader), None)
+            if fqn is None:
+                fqn = fqns[0]
+                # read in code the owner's forward does not wrap, and not by an opaque region
+                # (which gathers all it reads itself: ``apply/engine._run_replicated``)
+                outside = not within(reader, fqn.rpartition(".")[0])
+                if outside and not any(within(reader, region) for region in traced.opaque_modules):
+                    read_by.setdefault(fqn, set()).add(reader)
+            found.setdefault(fqn, set()).add(spec)
+    uses = {
+        fqn: next(iter(specs))
+        for fqn, specs in sorted(found.items())
+        if len(specs) == 1 and next(iter(specs)) != storage[fqn]
+    }
+    return uses, {fqn: tuple(sorted(read_by[fqn])) for fqn in uses if fqn in read_by}
+
+
+def _uses(choices, choice: dict[str, int], node: str):
+    """(consumer, spec) for each use of parameter ``node``: the layout the parameter itself
+    must have for that use (``through_views``). A view of it that nothing reads is no use:
+    no op computes with it, so its layout must not stop the parameter's one real use from
+    being gathered (Zamba2's mixer takes ``self.conv1d.weight.squeeze(1)`` once more than
+    it convolves with, and DTensor's convolution runs a depthwise filter's local shard as is)."""
+    graph = choices.graph
+    for _, consumer, key in graph.out_edges(node, keys=True):
+        found = through_views(graph, choice, consumer, key)
+        if found is not None and not _unread_view(graph, found[0]):
+            yield found
+
+
+def _unread_view(graph, name: str) -> bool:
+    """Whether ``name`` is a view whose value no op reads (a dead end of the traced step)."""
+    return is_view(graph.decision(name)) and graph.out_degree(name) == 0
+
+
+def through_views(graph, choice: dict[str, int], consumer: str, key: int, inside=lambda node: True):
+    """(op, spec): the first non-view op down the views from input ``key`` of ``consumer``
+    (``views.view_chain``), and the layout the chain's input must have to give that op the
+    spec its strategy asks for. A value laid out so is what the op computes with; laid out
+    as the view's own strategy takes it, DTensor would be free to choose another strategy
+    for the op. None if no view strategy gives it."""
+    chain = view_chain(graph, consumer, key, inside)
+    last, last_key = chain[-1]
+    wanted = spec_before_views(graph, chain, graph.decision(last).strategies[choice[last]].inputs[last_key])
+    return None if wanted is None else (last, wanted)
+
+
+def gathered_parameters(choices, choice: dict[str, int]) -> set[str]:
+    """The parameter nodes a module's hook moves to the layout their uses ask for (one
+    layout for every use, not the stored one); the others arrive at each op as stored."""
+    traced = choices.traced
+    storage = {fqn: choices.graph.decision(node).strategies[choice[node]].output(0)
+               for node, fqns in traced.parameters.items() for fqn in fqns}
+    uses, _ = parameter_uses(choices, choice, storage)
+    return {node for node, fqns in traced.parameters.items() if any(fqn in uses for fqn in fqns)}

@@ -1,0 +1,31 @@
+"""More rows of the coverage benchmark whose forced-budget step once ran other collectives
+than predicted, run as ``tests/test_coverage_rows.py`` runs its rows (a file of their own,
+so that the test workers share the rows out). Both went wrong in the backward:
+
+- Segformer, float32: its MLP's output projection reads its weight gathered on tp inside
+  the product (below autograd, so autograd saved it split), and the product's backward,
+  asked of DTensor with the weight as saved, gathers the smaller gradient instead
+  (``plan/runtime_choice.product_backward``); its drop path, a pointwise product run on a
+  gradient split by channels on tp as it comes, runs on it whole on dp where it came whole
+  (``plan/split_gradients.split_input_gradient``), where the prediction had the gradient
+  split on that dim on both axes, a layout that takes a gather on tp first.
+- RWKV, float32: its recurrence writes each step's output in place into a zero tensor
+  (``out[:, t] = x``), so the value projection leads to the loss only through the writes
+  (``plan/collectives._reached_by_backward``); its time-mix weights, stored split twice on
+  one dim and read both by a product and by ``1 - w``, have no one layout a hook could
+  gather them to, so they arrive at each op as stored and DTensor gathers only what each
+  op needs (``plan/parameter_uses.gathered_parameters``); and ``1 - w``'s backward, which
+  reads nothing saved, carries the partial gradient on unreduced
+  (``plan/gradient_rules.partial_axes``).
+"""
+
+import pytest
+from coverage_row import assert_row_runs_the_predicted_collectives
+
+ROWS = [("image_classification", "segformer", "float32"), ("causal_lm", "rwkv", "float32")]
+
+
+@pytest.mark.slow  # plans each model three times
+@pytest.mark.parametrize("task,model_type,dtype", ROWS, ids=[f"{m}-{d}" for _, m, d in ROWS])
+def test_forced_budget_row_runs_the_predicted_collectives(tmp_path, task, model_type, dtype):
+    assert_row_runs_the_predicted_collectives(tmp_path, task, model_type, dtype)
