@@ -11,7 +11,7 @@ so that the test workers share the rows out). Both went wrong in the backward:
   split on that dim on both axes, a layout that takes a gather on tp first.
 - RWKV, float32: its recurrence writes each step's output in place into a zero tensor
   (``out[:, t] = x``), so the value projection leads to the loss only through the writes
-  (``plan/collectives._reached_by_backward``); its time-mix weights, stored split twice on
+  (``plan/reached.reached_by_backward``); its time-mix weights, stored split twice on
   one dim and read both by a product and by ``1 - w``, have no one layout a hook could
   gather them to, so they arrive at each op as stored and DTensor gathers only what each
   op needs (``plan/parameter_uses.gathered_parameters``); and ``1 - w``'s backward, which

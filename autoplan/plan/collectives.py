@@ -83,13 +83,11 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
-import networkx as nx
-
 from autoplan.choices.graph import OP, PARAMETER, planning_mesh
 from autoplan.cost.comm import (
     gradient_collectives, moves_locally, redistribute_collectives, splits_a_dim_twice, without_partial,
 )
-from autoplan.cost.estimate import CostedGraph, gradient_roots, output_values, splits_work, tensor_bytes
+from autoplan.cost.estimate import CostedGraph, output_values, splits_work, tensor_bytes
 from autoplan.dtensor import overrides
 from autoplan.dtensor.loss_parallel import own_collectives
 from autoplan.dtensor.strategies import SHAPE_ONLY_OPS, Strategy
@@ -106,6 +104,7 @@ from autoplan.plan.split_gradients import (
     split_input_gradient, split_through,
 )
 from autoplan.plan.parameter_uses import gathered_parameters
+from autoplan.plan.reached import reached_by_backward
 from autoplan.plan.recompute import recompute_collectives
 from autoplan.plan.runtime_choice import (
     JOINS, grouped_backward_moves, joined_gradient, product_backward, runtime_strategy,
@@ -215,7 +214,7 @@ def step_collectives(
             ):
                 found[(b.fqn, kind, axis, round(size))] += 1
                 forward.append((("boundary", b.fqn), (b.fqn, kind, axis, round(size))))
-    reached = _reached_by_backward(choices)
+    reached = reached_by_backward(choices)
     for name in exits:  # a module output hook puts what DTensor made back in the plan's layout
         if name in runs and runs[name].output(0) != planned_out(name, 0):
             nbytes, shape = _size(graph, (name, 0))
@@ -365,44 +364,6 @@ def step_collectives(
     if recompute:
         found.update(recompute_collectives(choices, forward, recompute))
     return found
-
-
-def _reached_by_backward(choices) -> set[str]:
-    """The decisions whose outputs get a gradient: those that need one and lead to the loss
-    (a pooler whose output the loss never reads, BigBird's under its causal-LM head, gets
-    none, and its module hooks move nothing back), or write in place into a value that
-    does (``out[:, t] = x``: RWKV's recurrence writes each step's output so, and autograd's
-    backward of the write hands ``x`` its part of the gradient of ``out``)."""
-    graph = choices.graph
-    loss = loss_output(choices)
-    if loss is None:
-        return {name for name in graph.nodes if graph.decision(name).requires_grad}
-    leading = nx.ancestors(graph, loss[0]) | {loss[0]}
-    roots = gradient_roots(choices)
-    writes = [
-        (decision.name, roots.get(written.name, written.name))
-        for decision in graph.decisions()
-        if decision.kind == OP and (written := _written_in_place(decision.fx_node)) is not None
-    ]
-    grown = True
-    while grown:  # a write can make another write's target lead to the loss
-        grown = False
-        for name, root in writes:
-            if name not in leading and root in leading:
-                leading |= nx.ancestors(graph, name) | {name}
-                grown = True
-    return {name for name in leading if graph.decision(name).requires_grad}
-
-
-def _written_in_place(node):
-    """The tensor argument ``node``'s op writes into (its first, for ``copy_``, ``add_``
-    and the like), or None."""
-    schema = getattr(node.target, "_schema", None)
-    if schema is None or not schema.arguments or not node.args:
-        return None
-    alias = schema.arguments[0].alias_info
-    first = node.args[0]
-    return first if alias is not None and alias.is_write and hasattr(first, "name") else None
 
 
 def _hooked_reads(graph, choice: dict[str, int], made, gathered: set[str]) -> dict[tuple[str, str, int], tuple]:
