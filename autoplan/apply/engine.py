@@ -294,7 +294,10 @@ def _as_dtensor(value, mesh: DeviceMesh):
 
 def _redistribute_tree(tree, layouts: dict[str, tuple], mesh: DeviceMesh, settle_gradients: bool = False):
     """``tree`` with each tensor the plan lays out (by pytree path, to DTensor placements)
-    in that layout."""
+    in that layout. A tensor found at several paths is moved once per layout: Funnel's
+    layers take their hidden states as query, key and value, one tensor three times, and
+    the plan prices one move of the value (its gradients, summed, go back once too)."""
+    placed_once: dict[tuple, torch.Tensor] = {}
 
     def place(key: str, leaf):
         # Integer tensors too: position ids the model makes (plain, the same on every rank)
@@ -302,12 +305,16 @@ def _redistribute_tree(tree, layouts: dict[str, tuple], mesh: DeviceMesh, settle
         placements = layouts.get(key)
         if placements is None or not isinstance(leaf, torch.Tensor):
             return leaf
-        leaf = _as_dtensor(leaf, mesh)
-        if tuple(leaf.placements) != placements:
-            leaf = leaf.redistribute(mesh, placements)
-        if settle_gradients and leaf.requires_grad:
-            leaf.register_hook(_settle_gradient(placements, mesh))
-        return leaf
+        seen = (id(leaf), placements)
+        if seen in placed_once:
+            return placed_once[seen]
+        moved = _as_dtensor(leaf, mesh)
+        if tuple(moved.placements) != placements:
+            moved = moved.redistribute(mesh, placements)
+        if settle_gradients and moved.requires_grad:
+            moved.register_hook(_settle_gradient(placements, mesh))
+        placed_once[seen] = moved
+        return moved
 
     placed = map_keyed_leaves(tree, place)
     if placed is not None:
