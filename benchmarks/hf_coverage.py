@@ -212,6 +212,12 @@ def failures_of(row: dict, keys: list[str]) -> list[tuple[str, str]]:
         return [("build", stages.get("build", {}).get("cause") or "not built")]
     found = []
     for key in keys:
+        dtype = key.split("/")[0]
+        build = stages.get(f"build {dtype}")
+        if build is not None and not build["ok"]:
+            if (f"build {dtype}", build["cause"]) not in found:
+                found.append((f"build {dtype}", build["cause"]))
+            continue
         for stage in RUN_STAGES:
             info = stages.get(f"{stage} {key}")
             if info is not None and not info["ok"]:
@@ -228,12 +234,13 @@ def summarize(rows: list[dict], keys: list[str]) -> dict:
     built = [r for r in rows if stage_ok(r, "build")]
     runs = {}
     for key in keys:
-        counts = {stage: sum(1 for r in built if stage_ok(r, f"{stage} {key}")) for stage in RUN_STAGES}
+        ran = built_in(built, key.split("/")[0])
+        counts = {"built": len(ran), **{stage: sum(1 for r in ran if stage_ok(r, f"{stage} {key}")) for stage in RUN_STAGES}}
         if key.endswith("forced"):
             counts["sharded_every_axis"] = sum(
-                1 for r in built if r["stages"].get(f"plan {key}", {}).get("sharded_every_axis")
+                1 for r in ran if r["stages"].get(f"plan {key}", {}).get("sharded_every_axis")
             )
-        seconds = [r["stages"][f"plan {key}"]["plan_seconds"] for r in built
+        seconds = [r["stages"][f"plan {key}"]["plan_seconds"] for r in ran
                    if stage_ok(r, f"plan {key}") and "plan_seconds" in r["stages"][f"plan {key}"]]
         counts["plan_seconds_median"] = round(statistics.median(seconds), 2) if seconds else None
         counts["plan_seconds_max"] = round(max(seconds), 2) if seconds else None
@@ -255,15 +262,25 @@ def summarize(rows: list[dict], keys: list[str]) -> dict:
     return {"rows": len(rows), "built": len(built), "runs": runs, "numerics": numerics, "failures": failures}
 
 
+def built_in(built: list[dict], dtype: str) -> list[dict]:
+    """The built rows that also train in ``dtype`` on one device: a row whose bfloat16 build
+    failed (a kernel without bfloat16 on the CPU, a model that mixes dtypes by hand) has no
+    bfloat16 runs, and is listed under that cause instead."""
+    return [r for r in built if stage_ok(r, f"build {dtype}") is not False]
+
+
 def summary_lines(summary: dict, what: str = "the registries' rows") -> list[str]:
     built = summary["built"]
     pct = lambda n, d: f"{n}/{d} ({100 * n / d:.0f} %)" if d else f"{n}/0"  # noqa: E731
     lines = [f"built tiny: {pct(built, summary['rows'])} of {what}"]
     for key, counts in summary["runs"].items():
-        parts = [f"{stage} {pct(counts[stage], built)}" for stage in ("plan", "apply", "collectives")]
+        ran = counts.get("built", built)  # JSON written before per-dtype builds: every built row
+        parts = [f"{stage} {pct(counts[stage], ran)}" for stage in ("plan", "apply", "collectives")]
         if "sharded_every_axis" in counts:
-            parts.append(f"weights split on every axis {pct(counts['sharded_every_axis'], built)}")
-        target = "met" if built and counts["collectives"] >= TARGET_SHARE * built else "NOT met"
+            parts.append(f"weights split on every axis {pct(counts['sharded_every_axis'], ran)}")
+        if ran != built:
+            parts.insert(0, f"built in {key.split('/')[0]} {pct(ran, built)}")
+        target = "met" if ran and counts["collectives"] >= TARGET_SHARE * ran else "NOT met"
         timing = f"plan s median {counts['plan_seconds_median']}, max {counts['plan_seconds_max']}"
         lines.append(f"{key:<17} " + ", ".join(parts) + f"; {timing}; 95 % target {target}")
     for key, counts in summary["numerics"].items():
@@ -281,9 +298,10 @@ def _short_stages(stages: list[str]) -> str:
     for stage in stages:
         kind, _, key = stage.partition(" ")
         runs.setdefault(kind, [])
-        if key:
-            dtype, budget = key.split("/")
-            runs[kind].append(f"{'f32' if dtype == 'float32' else 'bf16'}/{budget[:3]}")
+        if key:  # "float32/default", or a dtype alone ("build bfloat16")
+            dtype, _, budget = key.partition("/")
+            short = "f32" if dtype == "float32" else "bf16"
+            runs[kind].append(f"{short}/{budget[:3]}" if budget else short)
     return "; ".join(" ".join([kind, *keys]) for kind, keys in runs.items())
 
 

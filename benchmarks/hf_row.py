@@ -8,6 +8,8 @@ file as soon as it ends (so a row killed by its timeout still tells how far it g
 
 - ``build``: the tiny model built on the CPU, and one forward and backward
   of it on the tiny batch there (a model that cannot take that batch is "not built");
+  ``build bfloat16``: the same in bfloat16 before that dtype's runs (a model that cannot
+  train in bfloat16 on one device has no bfloat16 runs);
 - per dtype (float32, bfloat16) and budget (``default``: the profile's device memory;
   ``forced``: the least memory any plan needs plus a sixty-fourth of the replicated model
   state, so that weights must shard on every mesh axis; checked on the plan):
@@ -71,6 +73,11 @@ def run_row(row: dict, model_file: Path, dtypes: list[str], numerics: bool, nume
     plans: dict[str, object] = {}
     try:
         for dtype_name in dtypes:
+            if dtype_name != "float32":
+                with recorder.stage(f"build {dtype_name}") as info:
+                    _build_and_step(model_file, info, DTYPES[dtype_name])
+                if not row["stages"][f"build {dtype_name}"]["ok"]:
+                    continue
             default = None
             for budget in BUDGETS:
                 key = f"{dtype_name}/{budget}"
@@ -101,29 +108,36 @@ def run_row(row: dict, model_file: Path, dtypes: list[str], numerics: bool, nume
 
 def load_row_model(model_file: Path, dtype: torch.dtype = torch.float32):
     """``(model, batch, loss_fn)`` from a fresh import of the model file, on the current
-    default device; for bfloat16 the model cast with ``.to`` and the batch's floating
-    tensors with it (token ids unchanged)."""
+    default device. For bfloat16 the model is built with it as the default dtype, as
+    transformers' ``from_config(dtype=...)`` and ``from_pretrained(dtype=...)`` build it:
+    tensors the model asks for in float32 by name (a router's weight kept in float32 for
+    stable routing) stay float32, where ``.to(dtype)`` would cast them and break the model.
+    The batch's floating tensors are cast (token ids unchanged)."""
     from autoplan.model_file import import_model_file, loss_function
     from autoplan.verify.numerics import seeded_batch
 
     module = import_model_file(Path(model_file))
-    model = module.build_model()
+    before = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        model = module.build_model()
+    finally:
+        torch.set_default_dtype(before)
     batch = seeded_batch(module, 0)
     if dtype != torch.float32:
-        model = model.to(dtype)
         cast = lambda t: t.to(dtype) if isinstance(t, torch.Tensor) and t.is_floating_point() else t  # noqa: E731
         batch = {k: cast(v) for k, v in batch.items()} if isinstance(batch, dict) else tuple(map(cast, batch))
     return model, batch, loss_function(module, Path(model_file))
 
 
-def _build_and_step(model_file: Path, info: dict) -> None:
+def _build_and_step(model_file: Path, info: dict, dtype: torch.dtype = torch.float32) -> None:
     """The tiny model builds and takes a forward and backward on one device: what is left
-    to fail after this is autoplan's (or the parallel model's), not the batch's."""
+    to fail after this is autoplan's (or the parallel model's), not the batch's or the dtype's."""
     from autoplan.trace.loss import model_loss
     from autoplan.verify.numerics import call_model
 
     torch.manual_seed(0)
-    model, batch, loss_fn = load_row_model(model_file)
+    model, batch, loss_fn = load_row_model(model_file, dtype)
     info["parameters"] = sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
     started = time.perf_counter()
     model_loss(call_model(model, batch), batch, loss_fn).backward()
