@@ -107,7 +107,7 @@ from autoplan.plan.parameter_uses import gathered_parameters
 from autoplan.plan.reached import reached_by_backward
 from autoplan.plan.recompute import recompute_collectives
 from autoplan.plan.runtime_choice import (
-    JOINS, grouped_backward_moves, joined_gradient, product_backward, runtime_strategy,
+    JOINS, grouped_backward_moves, joined_gradient, product_backward, read_whole, runtime_strategy,
 )
 from autoplan.plan.views import layouts_along_views, view_chain, within
 
@@ -160,6 +160,7 @@ def step_collectives(
     # each op as stored, like any value (RWKV's time-mix weights, split twice on one dim,
     # read by a product and by ``1 - w``: DTensor gathers only what each op needs)
     gathered = gathered_parameters(choices, choice)
+    whole = read_whole(graph)
     weights: set[str] = set()
     with overrides.installed():
         for decision in graph.decisions():
@@ -173,6 +174,10 @@ def step_collectives(
             if decision.kind != OP or not inputs:
                 continue
             planned = decision.strategies[choice[name]]
+            if name in whole:
+                if whole[name] != planned:
+                    runs[name] = whole[name]
+                continue
             arrived = [planned.inputs[k] if u in weights else arrival(u, i, name)[1] for u, i, k in inputs]
             if arrived == list(planned.inputs) and decision.fx_node.target not in SHAPE_ONLY_OPS:
                 continue  # nothing to move: DTensor runs what the plan does
