@@ -85,7 +85,7 @@ from dataclasses import dataclass
 
 from autoplan.choices.graph import OP, PARAMETER, planning_mesh
 from autoplan.cost.comm import (
-    gradient_collectives, moves_locally, redistribute_collectives, splits_a_dim_twice, without_partial,
+    gradient_collectives, moves_locally, redistribute_collectives, without_partial,
 )
 from autoplan.cost.estimate import CostedGraph, output_values, splits_work, tensor_bytes
 from autoplan.dtensor import overrides
@@ -109,7 +109,7 @@ from autoplan.plan.recompute import recompute_collectives
 from autoplan.plan.runtime_choice import (
     JOINS, grouped_backward_moves, joined_gradient, product_backward, runtime_strategy,
 )
-from autoplan.plan.views import layouts_along_views, view_chain, within
+from autoplan.plan.views import layouts_after_views, view_chain, within
 
 
 def step_collectives(
@@ -186,23 +186,31 @@ def step_collectives(
     # op -> {input index: (the layout autograd saved it in, the layout the op read it in)}:
     # a move DTensor makes inside an op runs below autograd, a module's hook moves above it
     operands: dict[str, dict[int, tuple]] = {}
-    hooked = _hooked_reads(graph, choice, made, gathered)
+    hooked = _hooked_reads(graph, owners, made, gathered)
+    calls = Counter(call.fqn for call in choices.traced.module_calls)
+    gathers_counted: set[tuple[str, str]] = set()  # (parameter, module whose hook gathers it)
     for u, v, k, out_index in graph.reads():
         value = (u, out_index)
         attach, arrived = arrival(u, out_index, v)
         strategy = runs.get(v) or graph.decision(v).strategies[choice[v]]
         dst = strategy.inputs[k]
-        arrived, dst = hooked.get((u, v, k), (arrived, dst))
         nbytes, shape = _size(graph, value)
         # A parameter's hook moves it to the layout the plan reads it in; where DTensor runs
         # another strategy, the op moves it on from there (Llama 4's experts: the hook gathers
         # the weight on dp to the plan's use, the product gathers it on tp)
-        used = graph.decision(v).strategies[choice[v]].inputs[k] if u in weights and (u, v, k) not in hooked else dst
-        legs = [(arrived, used, ("gather", module_of(v)) if u in weights else ("read", v)), (used, dst, ("read", v))]
-        for before, after, where in legs:
+        if (u, v, k) in hooked:
+            arrived, used = hooked[(u, v, k)]
+            if v in weights:
+                dst = used  # a view of the parameter runs on what the hook made
+        else:
+            used = graph.decision(v).strategies[choice[v]].inputs[k] if u in weights else dst
+        hook = _hook_gather(u, gathered[u], owners.get(v) or "", arrived, calls, gathers_counted) if u in gathered else None
+        legs = hook if hook is not None else [(arrived, used, ("gather", module_of(v)) if u in weights else ("read", v), module_of(v), 1)]
+        legs.append((used, dst, ("read", v), module_of(v), 1))
+        for before, after, where, module, times in legs:
             for kind, axis, size, _ in redistribute_collectives(before, after, nbytes, mesh_shape, backward=False, shape=shape):
-                found[(module_of(v), kind, axis, round(size))] += 1
-                forward.append((where, (module_of(v), kind, axis, round(size))))
+                found[(module, kind, axis, round(size))] += times
+                forward.extend([(where, (module, kind, axis, round(size)))] * times)
         readers.setdefault(value, []).append((v, k, strategy, arrived, dst, attach, u in weights))
         # a parameter is saved as its hook moved it, anything else as it arrived
         operands.setdefault(v, {})[k] = (used if u in weights else arrived, dst)
@@ -366,30 +374,60 @@ def step_collectives(
     return found
 
 
-def _hooked_reads(graph, choice: dict[str, int], made, gathered: set[str]) -> dict[tuple[str, str, int], tuple]:
-    """``(value, reader, input index) -> (arrived, read)`` for the reads of a parameter stored
-    with a dim split over several axes, and of the views between it and its compute op.
+def _hooked_reads(graph, owners: dict, made, gathered: dict) -> dict[tuple[str, str, int], tuple]:
+    """``(value, reader, input index) -> (arrived, read)`` for the reads of a parameter a
+    module's hook moves, and of the views between it and its compute op.
 
-    Its module's hook moves it straight to the layout the compute op reads, through the
-    views (``Plan.parameter_uses``); no view strategy takes a multi-axis layout, so the
-    views' planned strategies (merged into the parameter's decision as the cheapest move
-    of their own) are not the ones that run: each view runs on what the hook made.
-    ``gathered``: the parameters a hook moves (``parameter_uses.gathered_parameters``)."""
+    The hook around the read (``_outermost_hook``) moves it to the layout the compute op
+    reads (``Plan.parameter_uses``), and each view on the way runs on what the hook made,
+    whatever view strategy the plan picked: no view strategy takes a multi-axis layout,
+    and a view the plan runs on the stored split hands on a split the hook has gathered
+    already (Gemma 4 takes a row of its embedding, gathered whole for its lookup, as
+    ``weight[pad]``). ``gathered``: parameter -> {module: the layout its hook moves it
+    to} (``parameter_uses.gathered_parameters``); ``owners``: node -> its module."""
     found = {}
     for decision in graph.decisions():
-        stored = made(decision.name, 0) if decision.kind == PARAMETER and decision.name in gathered else None
-        if stored is None or not splits_a_dim_twice(stored):
+        hooks = gathered.get(decision.name) if decision.kind == PARAMETER else None
+        if hooks is None:
             continue
+        stored = made(decision.name, 0)
         for _, v, k in graph.out_edges(decision.name, keys=True):
+            hook = _outermost_hook(hooks, owners.get(v) or "")
+            if hook is None:
+                continue
             chain = view_chain(graph, v, k)
-            last, last_key = chain[-1]
-            layouts = layouts_along_views(graph, chain, graph.decision(last).strategies[choice[last]].inputs[last_key])
+            layouts = layouts_after_views(graph, chain, hooks[hook])
             if layouts is None:
                 continue
             found[(decision.name, v, k)] = (stored, layouts[0])
             for (view, _), (after, after_key), layout in zip(chain, chain[1:], layouts[1:]):
                 found[(view, after, after_key)] = (layout, layout)
     return found
+
+
+def _outermost_hook(hooks, module: str) -> str | None:
+    """The outermost of ``hooks``' modules around ``module`` (None: none is): its hook moves
+    the parameter, and an inner one, called inside it, finds it moved already
+    (``apply/engine._gather_parameters_for_use``)."""
+    around = [m for m in hooks if m == "" or within(module, m)]
+    return min(around, key=len) if around else None  # nested names are prefixes
+
+
+def _hook_gather(parameter, hooks, module, stored, calls: Counter, counted: set) -> list | None:
+    """The move of ``parameter`` by the hook around an op in ``module``, as a forward leg
+    ``(before, after, where, charged module, times)`` in a list; [] where that move is
+    counted already; None where no hook is around the op.
+
+    The hook moves it once per call of its module, for every read inside: Gemma 4's model
+    gathers its embedding's weight once for the embedding's lookup and its own ``weight[pad]``."""
+    hook = _outermost_hook(hooks, module)
+    if hook is None:
+        return None
+    if (parameter, hook) in counted:
+        return []
+    counted.add((parameter, hook))
+    charged = hook or ROOT
+    return [(stored, hooks[hook], ("gather", charged), charged, calls[hook])]
 
 
 def _value_gradient(
