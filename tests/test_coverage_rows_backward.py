@@ -1,6 +1,6 @@
 """More rows of the coverage benchmark whose forced-budget step once ran other collectives
 than predicted, run as ``tests/test_coverage_rows.py`` runs its rows (a file of their own,
-so that the test workers share the rows out). Both went wrong in the backward:
+so that the test workers share the rows out). All went wrong in the backward:
 
 - Segformer, float32: its MLP's output projection reads its weight gathered on tp inside
   the product (below autograd, so autograd saved it split), and the product's backward,
@@ -17,12 +17,21 @@ so that the test workers share the rows out). Both went wrong in the backward:
   op needs (``plan/parameter_uses.gathered_parameters``); and ``1 - w``'s backward, which
   reads nothing saved, carries the partial gradient on unreduced
   (``plan/gradient_rules.partial_axes``).
+- MiniCPM3, bfloat16: its residual branch is scaled (``down_proj(...) * scale``), made
+  split by batch on dp; its gradient comes back split by hidden there, and the product
+  with a number, reading nothing saved, runs on it as it comes
+  (``plan/split_gradients.split_through``), where the prediction moved it to the batch
+  split first (a gather on tp on DTensor's way).
 """
 
 import pytest
 from coverage_row import assert_row_runs_the_predicted_collectives
 
-ROWS = [("image_classification", "segformer", "float32"), ("causal_lm", "rwkv", "float32")]
+ROWS = [
+    ("image_classification", "segformer", "float32"),
+    ("causal_lm", "rwkv", "float32"),
+    ("causal_lm", "minicpm3", "bfloat16"),
+]
 
 
 @pytest.mark.slow  # plans each model three times

@@ -33,6 +33,7 @@ from autoplan.choices.graph import OP
 from autoplan.cost.comm import _moves, splits_a_dim_twice
 from autoplan.cost.estimate import output_values, tensor_bytes
 from autoplan.placements import PARTIAL, REPLICATE, is_partial, is_shard, shard, shard_dim
+from autoplan.plan.backward_ops import backward_reads_only_gradient
 from autoplan.plan.gradient_rules import is_elementwise, operand_layouts
 from autoplan.plan.gradient_strides import RESHAPES
 
@@ -43,8 +44,9 @@ def split_through(graph, name: str, exits, grad: tuple, made: tuple, mesh_shape)
     """Per axis: whether ``name``'s output gradient, split there while the output was made
     whole, stays split into its backward. A pointwise op's backward is pointwise too:
     DTensor runs it on the split gradient, slicing the saved inputs it multiplies by
-    (no gather), so the gradient reaches the inputs split (``split_input_gradient``).
-    So does a concatenation's, which slices the gradient along the joined dim, a stack's,
+    (no gather), so the gradient reaches the inputs split (``split_input_gradient``);
+    one whose backward reads the gradient alone keeps any split, on whatever dim the
+    output was made split. So does a concatenation's, which slices the gradient along the joined dim, a stack's,
     which selects along its new dim, a repeat's where DTensor's view keeps the split
     (``repeated_split``), and an
     elementwise product's where the output was made split on another dim
@@ -60,6 +62,12 @@ def split_through(graph, name: str, exits, grad: tuple, made: tuple, mesh_shape)
             for g, q, ways in zip(grad, made, mesh_shape)
         )
     pointwise = is_elementwise(graph, name)
+    if pointwise and backward_reads_only_gradient(node):
+        # nothing saved to line the gradient up with (a product with a number, a cast): it
+        # runs on the gradient split as it comes, on whatever dim the op made its output
+        # split (MiniCPM3's scaled residual branch, made split by batch on dp, hands on its
+        # gradient split by hidden there)
+        return tuple(is_shard(g) for g in grad)
     joined = None if pointwise else _joined_dim(graph, name)  # split on any other dim, a slice stays split
     if not (pointwise or joined is not None):
         return (False,) * len(grad)
