@@ -135,11 +135,14 @@ def step_collectives(
 
     boundaries = _boundaries(choices, modules or {})
     exits = _output_nodes(choices, modules or {})
+    hooked_outputs = _output_hooks(choices, modules or {})
     runs: dict[str, Strategy] = {}  # op -> the strategy DTensor runs, where it is not the plan's
 
     def made(name: str, index: int):
         """The layout a value leaves its producer in at run time (a module output: once
         its hook has put it in the plan's layout)."""
+        if (name, index) in hooked_outputs:
+            return hooked_outputs[(name, index)][-1][1]
         if name in runs and name not in exits:
             return runs[name].output(index)
         return planned_out(name, index)
@@ -223,18 +226,20 @@ def step_collectives(
                 found[(b.fqn, kind, axis, round(size))] += 1
                 forward.append((("boundary", b.fqn), (b.fqn, kind, axis, round(size))))
     reached = reached_by_backward(choices)
-    for name in exits:  # a module output hook puts what DTensor made back in the plan's layout
-        if name in runs and runs[name].output(0) != planned_out(name, 0):
-            nbytes, shape = _size(graph, (name, 0))
-            ran, planned = runs[name].output(0), planned_out(name, 0)
-            for kind, axis, size, _ in redistribute_collectives(ran, planned, nbytes, mesh_shape, backward=False, shape=shape):
-                found[(module_of(name), kind, axis, round(size))] += 1
-                forward.append((("exit", name), (module_of(name), kind, axis, round(size))))
-            if name not in reached:
-                continue
-            # and its backward brings the gradient back to the layout DTensor made
-            for kind, axis, size in gradient_collectives(without_partial(planned), ran, nbytes, mesh_shape, shape):
-                found[(module_of(name), kind, axis, round(size))] += 1
+    # A module output hook puts what DTensor made in the plan's layout (where it ran
+    # another strategy, or where the plan hands the output over as the reshapes outside
+    # read it: ``builder._reshaped_outside``), and its backward brings the gradient back.
+    for (name, index), hooks in hooked_outputs.items():
+        before = runs[name].output(index) if name in runs else planned_out(name, index)
+        nbytes, shape = _size(graph, (name, index))
+        for fqn, layout in hooks:
+            for kind, axis, size, _ in redistribute_collectives(before, layout, nbytes, mesh_shape, backward=False, shape=shape):
+                found[(fqn, kind, axis, round(size))] += 1
+                forward.append((("exit", name), (fqn, kind, axis, round(size))))
+            if name in reached:
+                for kind, axis, size in gradient_collectives(without_partial(layout), before, nbytes, mesh_shape, shape):
+                    found[(fqn, kind, axis, round(size))] += 1
+            before = layout
 
     # Backward: each value's gradient, summed over its readers, goes back through the
     # boundaries it crossed; a view passes its output's gradient on to its input.
@@ -600,6 +605,21 @@ def _output_nodes(choices, modules: dict) -> set[str]:
         for key, node in call.outputs
         if key in layout.outputs
     }
+
+
+def _output_hooks(choices, modules: dict) -> dict[tuple[str, int], list[tuple[str, tuple]]]:
+    """Per value a module makes and returns: ``(module, layout)`` for each output hook that
+    moves it, innermost first (the calls in the order they finish). A value a module was
+    given and hands back is not its to move."""
+    found: dict[tuple[str, int], list[tuple[str, tuple]]] = {}
+    owners = choices.traced.node_modules
+    for call, layout in _planned_calls(choices, modules):
+        for key, node in call.outputs:
+            value = choices.traced.value_of(node)
+            spec = layout.outputs.get(key)
+            if spec is not None and value[0] in choices.graph and within(owners.get(value[0]) or "", call.fqn):
+                found.setdefault(value, []).append((call.fqn, tuple(spec)))
+    return found
 
 
 def module_table(found: Counter, axis_names: tuple[str, ...]) -> dict:
