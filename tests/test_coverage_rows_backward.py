@@ -22,6 +22,10 @@ so that the test workers share the rows out). All went wrong in the backward:
   with a number, reading nothing saved, runs on it as it comes
   (``plan/split_gradients.split_through``), where the prediction moved it to the batch
   split first (a gather on tp on DTensor's way).
+- Doge, bfloat16: its rotary embedding's ``cat(-x2, x1)`` gets the query's and key's
+  gradients split by head dim on dp; the concatenation's backward slices each half out
+  of it, and each slice gathers it (``plan/gradient_rules.gradient_reads``), where the
+  prediction gathered it once.
 """
 
 import pytest
@@ -31,6 +35,7 @@ ROWS = [
     ("image_classification", "segformer", "float32"),
     ("causal_lm", "rwkv", "float32"),
     ("causal_lm", "minicpm3", "bfloat16"),
+    ("causal_lm", "doge", "bfloat16"),
 ]
 
 
