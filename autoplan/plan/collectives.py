@@ -138,22 +138,27 @@ def step_collectives(
     hooked_outputs = _output_hooks(choices, modules or {})
     runs: dict[str, Strategy] = {}  # op -> the strategy DTensor runs, where it is not the plan's
 
-    def made(name: str, index: int):
+    def made(name: str, index: int, reader_module: str | None = None):
         """The layout a value leaves its producer in at run time (a module output: once
-        its hook has put it in the plan's layout)."""
-        if (name, index) in hooked_outputs:
-            return hooked_outputs[(name, index)][-1][1]
+        its hook has put it in the plan's layout; for a reader in ``reader_module``, once
+        the hooks of the modules it is not inside have: one inside reads it before)."""
+        hooks = hooked_outputs.get((name, index))
+        if hooks is not None:
+            passed = [layout for fqn, layout in hooks if reader_module is None or not within(reader_module, fqn)]
+            if passed:
+                return passed[-1]
+            return runs[name].output(index) if name in runs else planned_out(name, index)
         if name in runs and name not in exits:
             return runs[name].output(index)
         return planned_out(name, index)
 
     def parent_spec(b: "_Boundary"):
-        return b.parent.spec if b.parent is not None else made(*b.value)
+        return b.parent.spec if b.parent is not None else made(*b.value, b.fqn)
 
     def arrival(u: str, out_index: int, reader: str):
         """(the boundary the reader sits behind or None, the layout the value arrives in)."""
         attach = _attach(boundaries.get((u, out_index), ()), module_of(reader), owners.get(u) or "")
-        return attach, attach.spec if attach is not None else made(u, out_index)
+        return attach, attach.spec if attach is not None else made(u, out_index, owners.get(reader) or "")
 
     # What DTensor runs, op by op, given what arrives (the plan's strategy where it agrees).
     # A parameter (or a view of one) arrives as the op asks: its module's hook gathers it
