@@ -26,6 +26,12 @@ so that the test workers share the rows out). All went wrong in the backward:
   gradients split by head dim on dp; the concatenation's backward slices each half out
   of it, and each slice gathers it (``plan/gradient_rules.gradient_reads``), where the
   prediction gathered it once.
+- GraniteMoE-SWA, bfloat16: its attention returns its weights, which DTensor made whole on
+  dp where the plan lays them out split, but only the attention's own product reads them:
+  no gradient comes back through the output hook's split, so nothing gathers it
+  (``plan/collectives.py``, the output hooks' backward); and its sinks take the scores'
+  ``logsumexp``, whose backward runs on a gradient split by heads as it comes
+  (``plan/split_gradients.split_through``).
 """
 
 import pytest
@@ -36,6 +42,7 @@ ROWS = [
     ("causal_lm", "rwkv", "float32"),
     ("causal_lm", "minicpm3", "bfloat16"),
     ("causal_lm", "doge", "bfloat16"),
+    ("causal_lm", "granitemoe_swa", "bfloat16"),
 ]
 
 

@@ -237,11 +237,14 @@ def step_collectives(
     for (name, index), hooks in hooked_outputs.items():
         before = runs[name].output(index) if name in runs else planned_out(name, index)
         nbytes, shape = _size(graph, (name, index))
+        outside = [owners.get(v) or "" for _, v, _, read in graph.reads(name) if read == index and v in reached]
         for fqn, layout in hooks:
             for kind, axis, size, _ in redistribute_collectives(before, layout, nbytes, mesh_shape, backward=False, shape=shape):
                 found[(fqn, kind, axis, round(size))] += 1
                 forward.append((("exit", name), (fqn, kind, axis, round(size))))
-            if name in reached:
+            # a gradient comes back through the hook only from readers outside its module
+            # (GraniteMoE-SWA's attention returns its weights, which only its own product reads)
+            if name in reached and any(not within(reader, fqn) for reader in outside):
                 for kind, axis, size in gradient_collectives(without_partial(layout), before, nbytes, mesh_shape, shape):
                     found[(fqn, kind, axis, round(size))] += 1
             before = layout
