@@ -5,10 +5,13 @@ One entry per collective: the module whose op causes it, its kind, mesh axis and
 Each op runs the strategy DTensor picks for the layouts its inputs arrive in
 (``runtime_choice.py``): the plan's, mostly; where DTensor picks another (an equal-cost
 move of the other input, a view run on its input as it arrives), that one, and the
-layout it makes is what the next readers get (a module output hook moves it back to the
-plan's layout, forward and backward). Parameters arrive as their op asks: the module's
-hook gathers them (``Plan.parameter_uses``); one whose uses ask for different layouts has
-no hook and arrives at each op as stored (``parameter_uses.gathered_parameters``).
+layout it makes is what the next readers get (a module output hook moves it to the
+plan's layout for the readers outside the module, after those inside have read it; its
+backward runs for a gradient from outside). Parameters arrive as their op asks: the
+module's hook gathers them (``Plan.parameter_uses``), once per call of the outermost
+module whose hook moves them, for every read inside, views included; one whose uses ask
+for different layouts has no hook and arrives at each op as stored
+(``parameter_uses.gathered_parameters``).
 
 - each module input the plan lays out: the module's input hook (``apply_plan``) moves the
   value once per call, from the layout it arrives in (its producer's, or an enclosing
@@ -212,8 +215,9 @@ def step_collectives(
                 dst = used  # a view of the parameter runs on what the hook made
         else:
             used = graph.decision(v).strategies[choice[v]].inputs[k] if u in weights else dst
-        hook = _hook_gather(u, gathered[u], owners.get(v) or "", arrived, calls, gathers_counted) if u in gathered else None
-        legs = hook if hook is not None else [(arrived, used, ("gather", module_of(v)) if u in weights else ("read", v), module_of(v), 1)]
+        legs = _hook_gather(u, gathered[u], owners.get(v) or "", arrived, calls, gathers_counted) if u in gathered else None
+        if legs is None:
+            legs = [(arrived, used, ("gather", module_of(v)) if u in weights else ("read", v), module_of(v), 1)]
         legs.append((used, dst, ("read", v), module_of(v), 1))
         for before, after, where, module, times in legs:
             for kind, axis, size, _ in redistribute_collectives(before, after, nbytes, mesh_shape, backward=False, shape=shape):

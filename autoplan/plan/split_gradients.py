@@ -46,9 +46,9 @@ def split_through(graph, name: str, exits, grad: tuple, made: tuple, mesh_shape)
     DTensor runs it on the split gradient, slicing the saved inputs it multiplies by
     (no gather), so the gradient reaches the inputs split (``split_input_gradient``);
     one whose backward reads the gradient alone keeps any split, on whatever dim the
-    output was made split. So does a ``logsumexp``'s, and a concatenation's, which slices the gradient along the joined dim, a stack's,
-    which selects along its new dim, a repeat's where DTensor's view keeps the split
-    (``repeated_split``), and an
+    output was made split. So does a ``logsumexp``'s, a concatenation's, which slices
+    the gradient along the joined dim, a stack's, which selects along its new dim, a
+    repeat's where DTensor's view keeps the split (``repeated_split``), and an
     elementwise product's where the output was made split on another dim
     (``resplit_through``). A module output's hook puts the gradient back in the layout
     DTensor made first."""
