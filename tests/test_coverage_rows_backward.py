@@ -1,6 +1,6 @@
 """More rows of the coverage benchmark whose forced-budget step once ran other collectives
 than predicted, run as ``tests/test_coverage_rows.py`` runs its rows (a file of their own,
-so that the test workers share the rows out). Both went wrong in the backward:
+so that the test workers share the rows out). All went wrong in the backward:
 
 - Segformer, float32: its MLP's output projection reads its weight gathered on tp inside
   the product (below autograd, so autograd saved it split), and the product's backward,
@@ -17,12 +17,33 @@ so that the test workers share the rows out). Both went wrong in the backward:
   op needs (``plan/parameter_uses.gathered_parameters``); and ``1 - w``'s backward, which
   reads nothing saved, carries the partial gradient on unreduced
   (``plan/gradient_rules.partial_axes``).
+- MiniCPM3, bfloat16: its residual branch is scaled (``down_proj(...) * scale``), made
+  split by batch on dp; its gradient comes back split by hidden there, and the product
+  with a number, reading nothing saved, runs on it as it comes
+  (``plan/split_gradients.split_through``), where the prediction moved it to the batch
+  split first (a gather on tp on DTensor's way).
+- Doge, bfloat16: its rotary embedding's ``cat(-x2, x1)`` gets the query's and key's
+  gradients split by head dim on dp; the concatenation's backward slices each half out
+  of it, and each slice gathers it (``plan/gradient_rules.gradient_reads``), where the
+  prediction gathered it once.
+- GraniteMoE-SWA, bfloat16: its attention returns its weights, which DTensor made whole on
+  dp where the plan lays them out split, but only the attention's own product reads them:
+  no gradient comes back through the output hook's split, so nothing gathers it
+  (``plan/collectives.py``, the output hooks' backward); and its sinks take the scores'
+  ``logsumexp``, whose backward runs on a gradient split by heads as it comes
+  (``plan/split_gradients.split_through``).
 """
 
 import pytest
 from coverage_row import assert_row_runs_the_predicted_collectives
 
-ROWS = [("image_classification", "segformer", "float32"), ("causal_lm", "rwkv", "float32")]
+ROWS = [
+    ("image_classification", "segformer", "float32"),
+    ("causal_lm", "rwkv", "float32"),
+    ("causal_lm", "minicpm3", "bfloat16"),
+    ("causal_lm", "doge", "bfloat16"),
+    ("causal_lm", "granitemoe_swa", "bfloat16"),
+]
 
 
 @pytest.mark.slow  # plans each model three times

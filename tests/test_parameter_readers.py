@@ -11,6 +11,11 @@ mixer gathers it around its own forward.
 Zamba2's and Falcon-H1's mixers also take a view of the weight that nothing reads: that
 view is no use of the weight, and must not keep the plan from gathering it for the one use
 there is (``tests/models/depthwise_dead_view.py``).
+
+Gemma 4's model reads a row of its embedding's weight beside the embedding's own lookup
+(``tests/models/padded_embedding.py``): the model's hook gathers the weight once for both,
+and the row is taken from the gathered weight, where the prediction had the row taken from
+the stored split and gathered once more.
 """
 
 import pytest
@@ -23,6 +28,8 @@ from zoo import assert_matches_one_device, assert_step_runs_the_prediction
 MODEL_FILE = ROOT / "tests" / "models" / "mamba.py"
 DEAD_VIEW_FILE = ROOT / "tests" / "models" / "depthwise_dead_view.py"
 DEAD_VIEW_WEIGHT = "mixer.conv1d.weight"
+PADDED_FILE = ROOT / "tests" / "models" / "padded_embedding.py"
+PADDED_WEIGHT = "model.embed_tokens.weight"
 WEIGHTS = [f"backbone.layers.{i}.mixer.conv1d.weight" for i in range(2)]
 
 
@@ -72,3 +79,19 @@ def test_an_unread_view_is_no_use_of_the_weight(dead_view_plan):
 @pytest.mark.slow  # steps the model on a fake process group
 def test_a_step_with_an_unread_view_runs_the_predicted_collectives(dead_view_plan):
     assert_step_runs_the_prediction(DEAD_VIEW_FILE, "build_model", dead_view_plan)
+
+
+@pytest.fixture(scope="module")
+def padded_plan():
+    """The embedding stored split by hidden dim on tp, gathered for its lookup."""
+    loaded = load_model_file(str(PADDED_FILE))
+    pinned = {PADDED_WEIGHT: ("R", "S(1)")}
+    plan, _ = suggest_with_report(loaded.model, loaded.example_inputs, mesh=(2, 4), axis_names=("dp", "tp"), pinned=pinned)
+    return plan
+
+
+def test_a_row_read_beside_the_lookup_is_taken_from_the_gathered_weight(padded_plan):
+    assert padded_plan.parameters[PADDED_WEIGHT] == ("R", "S(1)")
+    assert padded_plan.parameter_uses[PADDED_WEIGHT] == ("R", "R")
+    assert padded_plan.parameter_readers[PADDED_WEIGHT] == ("model",)
+    assert_step_runs_the_prediction(PADDED_FILE, "build_model", padded_plan)

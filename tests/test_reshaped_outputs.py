@@ -7,6 +7,12 @@ viewed as heads right after it; planned leanly, its output is split by columns o
 4 ranks cannot split 6 heads: the step failed ("Cannot unflatten unevenly sharded
 tensor"). The plan now hands the projection's output over in the layout the view reads
 (``plan/builder.py``), and the apply engine's hook moves it there.
+
+The prediction follows that hook too (``plan/collectives._output_hooks``): AFMoE's shared
+experts run on the tokens flattened, and their row-parallel output, partial, is viewed back
+outside them (``tests/models/flat_mlp.py``). The hook reduces it where the plan lays it out
+whole; the prediction had the view run on the partial value and the residual add reduce-
+scatter it to the block input's split, which never happens.
 """
 
 import pytest
@@ -14,10 +20,12 @@ import pytest
 import autoplan
 from autoplan.errors import InfeasibleError
 from autoplan.model_file import load_model_file
+from autoplan.pipeline.suggest import suggest_with_report
 from conftest import ROOT
 from zoo import assert_matches_one_device, assert_step_runs_the_prediction
 
 MODEL_FILE = ROOT / "tests" / "models" / "hf_defaults.py"
+FLAT_MLP_FILE = ROOT / "tests" / "models" / "flat_mlp.py"
 MESH, AXIS_NAMES = (2, 4), ("dp", "tp")
 
 
@@ -45,3 +53,13 @@ def test_the_projection_hands_over_what_the_heads_view_reads(lean_plan):
 @pytest.mark.gloo
 def test_matches_one_device_on_gloo(lean_plan):
     assert_matches_one_device(MODEL_FILE, "falcon", lean_plan)
+
+
+def test_a_partial_output_viewed_outside_is_reduced_by_its_hook():
+    loaded = load_model_file(str(FLAT_MLP_FILE))
+    column, row = ("R", "S(0)"), ("R", "S(1)")  # Megatron's MLP on tp
+    pinned = {"block.mlp.gate_proj.weight": column, "block.mlp.up_proj.weight": column,
+              "block.mlp.down_proj.weight": row, "[0][0]": ("R", "S(1)")}  # the tokens split by sequence
+    plan, _ = suggest_with_report(loaded.model, loaded.example_inputs, mesh=MESH, axis_names=AXIS_NAMES, pinned=pinned)
+    assert plan.modules["block.mlp.down_proj"].outputs[""] == ("R", "R")
+    assert_step_runs_the_prediction(FLAT_MLP_FILE, "build_model", plan)

@@ -5,10 +5,13 @@ One entry per collective: the module whose op causes it, its kind, mesh axis and
 Each op runs the strategy DTensor picks for the layouts its inputs arrive in
 (``runtime_choice.py``): the plan's, mostly; where DTensor picks another (an equal-cost
 move of the other input, a view run on its input as it arrives), that one, and the
-layout it makes is what the next readers get (a module output hook moves it back to the
-plan's layout, forward and backward). Parameters arrive as their op asks: the module's
-hook gathers them (``Plan.parameter_uses``); one whose uses ask for different layouts has
-no hook and arrives at each op as stored (``parameter_uses.gathered_parameters``).
+layout it makes is what the next readers get (a module output hook moves it to the
+plan's layout for the readers outside the module, after those inside have read it; its
+backward runs for a gradient from outside). Parameters arrive as their op asks: the
+module's hook gathers them (``Plan.parameter_uses``), once per call of the outermost
+module whose hook moves them, for every read inside, views included; one whose uses ask
+for different layouts has no hook and arrives at each op as stored
+(``parameter_uses.gathered_parameters``).
 
 - each module input the plan lays out: the module's input hook (``apply_plan``) moves the
   value once per call, from the layout it arrives in (its producer's, or an enclosing
@@ -85,7 +88,7 @@ from dataclasses import dataclass
 
 from autoplan.choices.graph import OP, PARAMETER, planning_mesh
 from autoplan.cost.comm import (
-    gradient_collectives, moves_locally, redistribute_collectives, splits_a_dim_twice, without_partial,
+    gradient_collectives, moves_locally, redistribute_collectives, without_partial,
 )
 from autoplan.cost.estimate import CostedGraph, output_values, splits_work, tensor_bytes
 from autoplan.dtensor import overrides
@@ -109,7 +112,7 @@ from autoplan.plan.recompute import recompute_collectives
 from autoplan.plan.runtime_choice import (
     JOINS, grouped_backward_moves, joined_gradient, product_backward, read_whole, runtime_strategy,
 )
-from autoplan.plan.views import layouts_along_views, view_chain, within
+from autoplan.plan.views import layouts_after_views, view_chain, within
 
 
 def step_collectives(
@@ -135,22 +138,30 @@ def step_collectives(
 
     boundaries = _boundaries(choices, modules or {})
     exits = _output_nodes(choices, modules or {})
+    hooked_outputs = _output_hooks(choices, modules or {})
     runs: dict[str, Strategy] = {}  # op -> the strategy DTensor runs, where it is not the plan's
 
-    def made(name: str, index: int):
+    def made(name: str, index: int, reader_module: str | None = None):
         """The layout a value leaves its producer in at run time (a module output: once
-        its hook has put it in the plan's layout)."""
+        its hook has put it in the plan's layout; for a reader in ``reader_module``, once
+        the hooks of the modules it is not inside have: one inside reads it before)."""
+        hooks = hooked_outputs.get((name, index))
+        if hooks is not None:
+            passed = [layout for fqn, layout in hooks if reader_module is None or not within(reader_module, fqn)]
+            if passed:
+                return passed[-1]
+            return runs[name].output(index) if name in runs else planned_out(name, index)
         if name in runs and name not in exits:
             return runs[name].output(index)
         return planned_out(name, index)
 
     def parent_spec(b: "_Boundary"):
-        return b.parent.spec if b.parent is not None else made(*b.value)
+        return b.parent.spec if b.parent is not None else made(*b.value, b.fqn)
 
     def arrival(u: str, out_index: int, reader: str):
         """(the boundary the reader sits behind or None, the layout the value arrives in)."""
         attach = _attach(boundaries.get((u, out_index), ()), module_of(reader), owners.get(u) or "")
-        return attach, attach.spec if attach is not None else made(u, out_index)
+        return attach, attach.spec if attach is not None else made(u, out_index, owners.get(reader) or "")
 
     # What DTensor runs, op by op, given what arrives (the plan's strategy where it agrees).
     # A parameter (or a view of one) arrives as the op asks: its module's hook gathers it
@@ -191,23 +202,32 @@ def step_collectives(
     # op -> {input index: (the layout autograd saved it in, the layout the op read it in)}:
     # a move DTensor makes inside an op runs below autograd, a module's hook moves above it
     operands: dict[str, dict[int, tuple]] = {}
-    hooked = _hooked_reads(graph, choice, made, gathered)
+    hooked = _hooked_reads(graph, owners, made, gathered)
+    calls = Counter(call.fqn for call in choices.traced.module_calls)
+    gathers_counted: set[tuple[str, str]] = set()  # (parameter, module whose hook gathers it)
     for u, v, k, out_index in graph.reads():
         value = (u, out_index)
         attach, arrived = arrival(u, out_index, v)
         strategy = runs.get(v) or graph.decision(v).strategies[choice[v]]
         dst = strategy.inputs[k]
-        arrived, dst = hooked.get((u, v, k), (arrived, dst))
         nbytes, shape = _size(graph, value)
         # A parameter's hook moves it to the layout the plan reads it in; where DTensor runs
         # another strategy, the op moves it on from there (Llama 4's experts: the hook gathers
         # the weight on dp to the plan's use, the product gathers it on tp)
-        used = graph.decision(v).strategies[choice[v]].inputs[k] if u in weights and (u, v, k) not in hooked else dst
-        legs = [(arrived, used, ("gather", module_of(v)) if u in weights else ("read", v)), (used, dst, ("read", v))]
-        for before, after, where in legs:
+        if (u, v, k) in hooked:
+            arrived, used = hooked[(u, v, k)]
+            if v in weights:
+                dst = used  # a view of the parameter runs on what the hook made
+        else:
+            used = graph.decision(v).strategies[choice[v]].inputs[k] if u in weights else dst
+        legs = _hook_gather(u, gathered[u], owners.get(v) or "", arrived, calls, gathers_counted) if u in gathered else None
+        if legs is None:
+            legs = [(arrived, used, ("gather", module_of(v)) if u in weights else ("read", v), module_of(v), 1)]
+        legs.append((used, dst, ("read", v), module_of(v), 1))
+        for before, after, where, module, times in legs:
             for kind, axis, size, _ in redistribute_collectives(before, after, nbytes, mesh_shape, backward=False, shape=shape):
-                found[(module_of(v), kind, axis, round(size))] += 1
-                forward.append((where, (module_of(v), kind, axis, round(size))))
+                found[(module, kind, axis, round(size))] += times
+                forward.extend([(where, (module, kind, axis, round(size)))] * times)
         readers.setdefault(value, []).append((v, k, strategy, arrived, dst, attach, u in weights))
         # a parameter is saved as its hook moved it, anything else as it arrived
         operands.setdefault(v, {})[k] = (used if u in weights else arrived, dst)
@@ -220,18 +240,23 @@ def step_collectives(
                 found[(b.fqn, kind, axis, round(size))] += 1
                 forward.append((("boundary", b.fqn), (b.fqn, kind, axis, round(size))))
     reached = reached_by_backward(choices)
-    for name in exits:  # a module output hook puts what DTensor made back in the plan's layout
-        if name in runs and runs[name].output(0) != planned_out(name, 0):
-            nbytes, shape = _size(graph, (name, 0))
-            ran, planned = runs[name].output(0), planned_out(name, 0)
-            for kind, axis, size, _ in redistribute_collectives(ran, planned, nbytes, mesh_shape, backward=False, shape=shape):
-                found[(module_of(name), kind, axis, round(size))] += 1
-                forward.append((("exit", name), (module_of(name), kind, axis, round(size))))
-            if name not in reached:
-                continue
-            # and its backward brings the gradient back to the layout DTensor made
-            for kind, axis, size in gradient_collectives(without_partial(planned), ran, nbytes, mesh_shape, shape):
-                found[(module_of(name), kind, axis, round(size))] += 1
+    # A module output hook puts what DTensor made in the plan's layout (where it ran
+    # another strategy, or where the plan hands the output over as the reshapes outside
+    # read it: ``builder._reshaped_outside``), and its backward brings the gradient back.
+    for (name, index), hooks in hooked_outputs.items():
+        before = runs[name].output(index) if name in runs else planned_out(name, index)
+        nbytes, shape = _size(graph, (name, index))
+        outside = [owners.get(v) or "" for _, v, _, read in graph.reads(name) if read == index and v in reached]
+        for fqn, layout in hooks:
+            for kind, axis, size, _ in redistribute_collectives(before, layout, nbytes, mesh_shape, backward=False, shape=shape):
+                found[(fqn, kind, axis, round(size))] += 1
+                forward.append((("exit", name), (fqn, kind, axis, round(size))))
+            # a gradient comes back through the hook only from readers outside its module
+            # (GraniteMoE-SWA's attention returns its weights, which only its own product reads)
+            if name in reached and any(not within(reader, fqn) for reader in outside):
+                for kind, axis, size in gradient_collectives(without_partial(layout), before, nbytes, mesh_shape, shape):
+                    found[(fqn, kind, axis, round(size))] += 1
+            before = layout
 
     # Backward: each value's gradient, summed over its readers, goes back through the
     # boundaries it crossed; a view passes its output's gradient on to its input.
@@ -371,30 +396,60 @@ def step_collectives(
     return found
 
 
-def _hooked_reads(graph, choice: dict[str, int], made, gathered: set[str]) -> dict[tuple[str, str, int], tuple]:
-    """``(value, reader, input index) -> (arrived, read)`` for the reads of a parameter stored
-    with a dim split over several axes, and of the views between it and its compute op.
+def _hooked_reads(graph, owners: dict, made, gathered: dict) -> dict[tuple[str, str, int], tuple]:
+    """``(value, reader, input index) -> (arrived, read)`` for the reads of a parameter a
+    module's hook moves, and of the views between it and its compute op.
 
-    Its module's hook moves it straight to the layout the compute op reads, through the
-    views (``Plan.parameter_uses``); no view strategy takes a multi-axis layout, so the
-    views' planned strategies (merged into the parameter's decision as the cheapest move
-    of their own) are not the ones that run: each view runs on what the hook made.
-    ``gathered``: the parameters a hook moves (``parameter_uses.gathered_parameters``)."""
+    The hook around the read (``_outermost_hook``) moves it to the layout the compute op
+    reads (``Plan.parameter_uses``), and each view on the way runs on what the hook made,
+    whatever view strategy the plan picked: no view strategy takes a multi-axis layout,
+    and a view the plan runs on the stored split hands on a split the hook has gathered
+    already (Gemma 4 takes a row of its embedding, gathered whole for its lookup, as
+    ``weight[pad]``). ``gathered``: parameter -> {module: the layout its hook moves it
+    to} (``parameter_uses.gathered_parameters``); ``owners``: node -> its module."""
     found = {}
     for decision in graph.decisions():
-        stored = made(decision.name, 0) if decision.kind == PARAMETER and decision.name in gathered else None
-        if stored is None or not splits_a_dim_twice(stored):
+        hooks = gathered.get(decision.name) if decision.kind == PARAMETER else None
+        if hooks is None:
             continue
+        stored = made(decision.name, 0)
         for _, v, k in graph.out_edges(decision.name, keys=True):
+            hook = _outermost_hook(hooks, owners.get(v) or "")
+            if hook is None:
+                continue
             chain = view_chain(graph, v, k)
-            last, last_key = chain[-1]
-            layouts = layouts_along_views(graph, chain, graph.decision(last).strategies[choice[last]].inputs[last_key])
+            layouts = layouts_after_views(graph, chain, hooks[hook])
             if layouts is None:
                 continue
             found[(decision.name, v, k)] = (stored, layouts[0])
             for (view, _), (after, after_key), layout in zip(chain, chain[1:], layouts[1:]):
                 found[(view, after, after_key)] = (layout, layout)
     return found
+
+
+def _outermost_hook(hooks, module: str) -> str | None:
+    """The outermost of ``hooks``' modules around ``module`` (None: none is): its hook moves
+    the parameter, and an inner one, called inside it, finds it moved already
+    (``apply/engine._gather_parameters_for_use``)."""
+    around = [m for m in hooks if m == "" or within(module, m)]
+    return min(around, key=len) if around else None  # nested names are prefixes
+
+
+def _hook_gather(parameter, hooks, module, stored, calls: Counter, counted: set) -> list | None:
+    """The move of ``parameter`` by the hook around an op in ``module``, as a forward leg
+    ``(before, after, where, charged module, times)`` in a list; [] where that move is
+    counted already; None where no hook is around the op.
+
+    The hook moves it once per call of its module, for every read inside: Gemma 4's model
+    gathers its embedding's weight once for the embedding's lookup and its own ``weight[pad]``."""
+    hook = _outermost_hook(hooks, module)
+    if hook is None:
+        return None
+    if (parameter, hook) in counted:
+        return []
+    counted.add((parameter, hook))
+    charged = hook or ROOT
+    return [(stored, hooks[hook], ("gather", charged), charged, calls[hook])]
 
 
 def _value_gradient(
@@ -567,6 +622,21 @@ def _output_nodes(choices, modules: dict) -> set[str]:
         for key, node in call.outputs
         if key in layout.outputs
     }
+
+
+def _output_hooks(choices, modules: dict) -> dict[tuple[str, int], list[tuple[str, tuple]]]:
+    """Per value a module makes and returns: ``(module, layout)`` for each output hook that
+    moves it, innermost first (the calls in the order they finish). A value a module was
+    given and hands back is not its to move."""
+    found: dict[tuple[str, int], list[tuple[str, tuple]]] = {}
+    owners = choices.traced.node_modules
+    for call, layout in _planned_calls(choices, modules):
+        for key, node in call.outputs:
+            value = choices.traced.value_of(node)
+            spec = layout.outputs.get(key)
+            if spec is not None and value[0] in choices.graph and within(owners.get(value[0]) or "", call.fqn):
+                found.setdefault(value, []).append((call.fqn, tuple(spec)))
+    return found
 
 
 def module_table(found: Counter, axis_names: tuple[str, ...]) -> dict:

@@ -168,12 +168,21 @@ def averaged_sum_axes(graph, name: str, strategy) -> tuple[bool, ...]:
     )
 
 
+_JOINED = (_aten.cat.default, _aten.stack.default)
+"""Ops whose backward takes each input's part of the gradient apart, one slice per input."""
+
+
 def gradient_reads(graph, name: str) -> int:
     """How many ops of ``name``'s backward read its output's gradient, each moving it to
     the layout it needs on its own: for ``a * b`` with both trained, ``grad * b`` and
     ``grad * a`` (also for ``x * x``: autograd does not merge them; an RMSNorm's mean of
-    squares reduced its gradient twice on a batch split); one for every other op."""
+    squares reduced its gradient twice on a batch split); for a ``cat`` or ``stack``, one
+    per input: its backward slices (selects) each input's part of the gradient apart, and
+    each slice of a gradient split along the joined dim gathers it (Doge's rotary
+    ``cat(-x2, x1)``, with the query's gradient split by head dim); one for every other op."""
     decision = graph.decision(name)
+    if decision.kind == OP and decision.fx_node.target in _JOINED:
+        return max(1, len(graph.inputs_of(name)))
     if decision.kind != OP or decision.fx_node.target is not _aten.mul.Tensor:
         return 1
     return max(1, sum(graph.decision(u).requires_grad for u, _, _ in graph.inputs_of(name)))

@@ -78,11 +78,19 @@ def through_views(graph, choice: dict[str, int], consumer: str, key: int, inside
     return None if wanted is None else (last, wanted)
 
 
-def gathered_parameters(choices, choice: dict[str, int]) -> set[str]:
+def gathered_parameters(choices, choice: dict[str, int]) -> dict[str, dict[str, tuple]]:
     """The parameter nodes a module's hook moves to the layout their uses ask for (one
-    layout for every use, not the stored one); the others arrive at each op as stored."""
+    layout for every use, not the stored one), each with the modules whose hooks move it
+    (its owner and its ``Plan.parameter_readers``) and the layout each moves it to; the
+    others arrive at each op as stored."""
     traced = choices.traced
     storage = {fqn: choices.graph.decision(node).strategies[choice[node]].output(0)
                for node, fqns in traced.parameters.items() for fqn in fqns}
-    uses, _ = parameter_uses(choices, choice, storage)
-    return {node for node, fqns in traced.parameters.items() if any(fqn in uses for fqn in fqns)}
+    uses, readers = parameter_uses(choices, choice, storage)
+    found: dict[str, dict[str, tuple]] = {}
+    for node, fqns in traced.parameters.items():
+        for fqn in fqns:
+            if fqn in uses:
+                for module in (fqn.rpartition(".")[0], *readers.get(fqn, ())):
+                    found.setdefault(node, {})[module] = tuple(uses[fqn])
+    return found

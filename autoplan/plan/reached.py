@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import networkx as nx
+import torch
 
 from autoplan.choices.graph import OP
-from autoplan.cost.estimate import gradient_roots
+from autoplan.cost.estimate import gradient_roots, output_values
 from autoplan.plan.loss_reductions import loss_output
 
 
@@ -19,7 +20,8 @@ def reached_by_backward(choices) -> set[str]:
     loss = loss_output(choices)
     if loss is None:
         return {name for name in graph.nodes if graph.decision(name).requires_grad}
-    leading = nx.ancestors(graph, loss[0]) | {loss[0]}
+    backward = _backward_edges(graph)
+    leading = _reached_from(backward, loss[0])
     roots = gradient_roots(choices)
     writes = [
         (decision.name, roots.get(written.name, written.name))
@@ -31,9 +33,30 @@ def reached_by_backward(choices) -> set[str]:
         grown = False
         for name, root in writes:
             if name not in leading and root in leading:
-                leading |= nx.ancestors(graph, name) | {name}
+                leading |= _reached_from(backward, name)
                 grown = True
     return {name for name in leading if graph.decision(name).requires_grad}
+
+
+def _backward_edges(graph) -> nx.DiGraph:
+    """Reader -> value edges along which a gradient goes back: a read of a floating-point
+    value by an op that takes a gradient. None goes back through an integer one: DeepSeek
+    V3.2's indexer scores keys and hands the attention only its top-k indices, so its
+    projections get no gradient (and run under ``torch.no_grad``)."""
+    edges = nx.DiGraph()
+    edges.add_nodes_from(graph.nodes)
+    for u, v, _, out_index in graph.reads():
+        if graph.decision(v).requires_grad and _floating(output_values(graph.decision(u))[out_index]):
+            edges.add_edge(v, u)
+    return edges
+
+
+def _reached_from(backward: nx.DiGraph, name: str) -> set[str]:
+    return nx.descendants(backward, name) | {name}
+
+
+def _floating(value) -> bool:
+    return isinstance(value, torch.Tensor) and (value.is_floating_point() or value.is_complex())
 
 
 def _written_in_place(node):

@@ -33,6 +33,7 @@ from autoplan.choices.graph import OP
 from autoplan.cost.comm import _moves, splits_a_dim_twice
 from autoplan.cost.estimate import output_values, tensor_bytes
 from autoplan.placements import PARTIAL, REPLICATE, is_partial, is_shard, shard, shard_dim
+from autoplan.plan.backward_ops import backward_reads_only_gradient
 from autoplan.plan.gradient_rules import is_elementwise, operand_layouts
 from autoplan.plan.gradient_strides import RESHAPES
 
@@ -43,10 +44,11 @@ def split_through(graph, name: str, exits, grad: tuple, made: tuple, mesh_shape)
     """Per axis: whether ``name``'s output gradient, split there while the output was made
     whole, stays split into its backward. A pointwise op's backward is pointwise too:
     DTensor runs it on the split gradient, slicing the saved inputs it multiplies by
-    (no gather), so the gradient reaches the inputs split (``split_input_gradient``).
-    So does a concatenation's, which slices the gradient along the joined dim, a stack's,
-    which selects along its new dim, a repeat's where DTensor's view keeps the split
-    (``repeated_split``), and an
+    (no gather), so the gradient reaches the inputs split (``split_input_gradient``);
+    one whose backward reads the gradient alone keeps any split, on whatever dim the
+    output was made split. So does a ``logsumexp``'s, a concatenation's, which slices
+    the gradient along the joined dim, a stack's, which selects along its new dim, a
+    repeat's where DTensor's view keeps the split (``repeated_split``), and an
     elementwise product's where the output was made split on another dim
     (``resplit_through``). A module output's hook puts the gradient back in the layout
     DTensor made first."""
@@ -60,6 +62,16 @@ def split_through(graph, name: str, exits, grad: tuple, made: tuple, mesh_shape)
             for g, q, ways in zip(grad, made, mesh_shape)
         )
     pointwise = is_elementwise(graph, name)
+    if pointwise and backward_reads_only_gradient(node):
+        # nothing saved to line the gradient up with (a product with a number, a cast): it
+        # runs on the gradient split as it comes, on whatever dim the op made its output
+        # split (MiniCPM3's scaled residual branch, made split by batch on dp, hands on its
+        # gradient split by hidden there)
+        return tuple(is_shard(g) for g in grad)
+    if _reduced_dims(graph, name) is not None:
+        # the gradient, broadcast back over the reduced dims, times saved values DTensor
+        # slices to its split (GraniteMoE-SWA's attention sinks take the scores' logsumexp)
+        return tuple(is_shard(g) and _made_whole(q) for g, q in zip(grad, made))
     joined = None if pointwise else _joined_dim(graph, name)  # split on any other dim, a slice stays split
     if not (pointwise or joined is not None):
         return (False,) * len(grad)
@@ -192,13 +204,28 @@ def _joined_dim(graph, name: str) -> int | None:
     return dim % node.meta["val"].dim()
 
 
+def _reduced_dims(graph, name: str) -> tuple[set[int], bool] | None:
+    """(the dims, whether kept) a ``logsumexp`` reduces, or None for any other op."""
+    decision = graph.decision(name)
+    node = decision.fx_node
+    if decision.kind != OP or node.target is not _aten.logsumexp.default:
+        return None
+    ndim = node.args[0].meta["val"].dim()
+    keepdim = node.args[2] if len(node.args) > 2 else node.kwargs.get("keepdim", False)
+    return {d % ndim for d in node.args[1]}, keepdim
+
+
 def _input_dim(graph, name: str, out_dim: int, in_shape: tuple, out_shape: tuple) -> int:
     """The dim of ``name``'s input of shape ``in_shape`` that its output dim ``out_dim``
-    comes from: a stack's new dim shifts the later ones by one; a pointwise op's inputs
-    broadcast from the right."""
+    comes from: a stack's new dim shifts the later ones by one; a reduction's output dims
+    are its input's others; a pointwise op's inputs broadcast from the right."""
     node = graph.decision(name).fx_node
     if _JOINS.get(node.target):
         return out_dim - (out_dim > _joined_dim(graph, name))
+    reduced = _reduced_dims(graph, name)
+    if reduced is not None:
+        dims, keepdim = reduced
+        return out_dim if keepdim else [d for d in range(len(in_shape)) if d not in dims][out_dim]
     return out_dim - (len(out_shape) - len(in_shape))
 
 

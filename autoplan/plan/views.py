@@ -48,11 +48,20 @@ def layouts_along_views(graph, chain, wanted) -> list | None:
 def spec_after_views(graph, chain, spec):
     """What ``chain``'s views turn the layout ``spec`` into at its last node; None if a view
     has no strategy taking it."""
+    layouts = layouts_after_views(graph, chain, spec)
+    return None if layouts is None else layouts[-1]
+
+
+def layouts_after_views(graph, chain, spec) -> list | None:
+    """The layout each node of ``chain`` reads when its first reads ``spec`` and each view
+    runs on what it gets; None if a view has no strategy taking it."""
+    layouts = [spec]
     for view, _ in chain[:-1]:
         spec = next((s.outputs[0] for s in graph.decision(view).strategies if s.inputs[0] == spec), None)
         if spec is None:
             return None
-    return spec
+        layouts.append(spec)
+    return layouts
 
 
 def reshaping_readers(graph, owners: dict, source: str, out_index: int, fqn: str) -> list[tuple[str, int]]:
