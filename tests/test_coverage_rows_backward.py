@@ -1,6 +1,6 @@
 """More rows of the coverage benchmark whose forced-budget step once ran other collectives
 than predicted, run as ``tests/test_coverage_rows.py`` runs its rows (a file of their own,
-so that the test workers share the rows out). Both went wrong in the backward:
+so that the test workers share the rows out). All went wrong in the backward:
 
 - Segformer, float32: its MLP's output projection reads its weight gathered on tp inside
   the product (below autograd, so autograd saved it split), and the product's backward,
@@ -17,12 +17,21 @@ so that the test workers share the rows out). Both went wrong in the backward:
   op needs (``plan/parameter_uses.gathered_parameters``); and ``1 - w``'s backward, which
   reads nothing saved, carries the partial gradient on unreduced
   (``plan/gradient_rules.partial_axes``).
+- ESMC, float32: its rotary embedding runs split by sequence on tp (``q * cos``,
+  ``cat((-q2, q1), -1)``) and its attention reads the query split by heads, so the
+  query's gradient comes back split by heads. ``q * cos`` saved ``cos`` whole (DTensor
+  sliced it below autograd) and the ``cat``'s backward reads nothing saved, so DTensor runs
+  both backwards on the gradient as it comes (``plan/split_gradients.resplit_through``,
+  ``split_through``) and moves it once, at the query norm's backward; the prediction had
+  it moved back to the sequence split at each of them.
 """
 
 import pytest
 from coverage_row import assert_row_runs_the_predicted_collectives
 
-ROWS = [("image_classification", "segformer", "float32"), ("causal_lm", "rwkv", "float32")]
+ROWS = [
+    ("image_classification", "segformer", "float32"), ("causal_lm", "rwkv", "float32"), ("masked_lm", "esmc", "float32"),
+]
 
 
 @pytest.mark.slow  # plans each model three times
