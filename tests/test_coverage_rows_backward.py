@@ -32,6 +32,13 @@ so that the test workers share the rows out). All went wrong in the backward:
   (``plan/collectives.py``, the output hooks' backward); and its sinks take the scores'
   ``logsumexp``, whose backward runs on a gradient split by heads as it comes
   (``plan/split_gradients.split_through``).
+- ESMC, float32: its rotary embedding runs split by sequence on tp (``q * cos``,
+  ``cat((-q2, q1), -1)``) and its attention reads the query split by heads, so the
+  query's gradient comes back split by heads. ``q * cos`` saved ``cos`` whole (DTensor
+  sliced it below autograd) and the ``cat``'s backward reads nothing saved, so DTensor runs
+  both backwards on the gradient as it comes (``plan/split_gradients.resplit_through``,
+  ``split_through``) and moves it once, at the query norm's backward; the prediction had
+  it moved back to the sequence split at each of them.
 """
 
 import pytest
@@ -43,6 +50,7 @@ ROWS = [
     ("causal_lm", "minicpm3", "bfloat16"),
     ("causal_lm", "doge", "bfloat16"),
     ("causal_lm", "granitemoe_swa", "bfloat16"),
+    ("masked_lm", "esmc", "float32"),
 ]
 
 

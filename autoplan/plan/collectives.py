@@ -355,7 +355,7 @@ def step_collectives(
         # product's that saved its operands whole (``matmul_split_axes``); a partial
         # one is reduced there. One redistribute, in DTensor's order of steps: where the
         # value's dim is split over two axes, it may reduce first and split after.
-        split_kept = split_through(graph, u, exits, grad, src, mesh_shape)
+        split_kept = split_through(graph, u, exits, grad, src, mesh_shape, operands.get(u, {}))
         kept = tuple(a or b for a, b in zip(split_kept, matmul_split_axes(graph, u, exits, grad, src, operands.get(u, {}))))
         if any(split_kept):
             # a pointwise backward run on its gradient's split runs on it whole where it came
@@ -371,7 +371,7 @@ def step_collectives(
         for kind, axis, size in gradient_collectives(reduced, target, nbytes, mesh_shape, shape):
             found[(where, kind, axis, round(size))] += times
         # a product run on its gradient's split moves its saved operands there instead
-        resplit = resplit_through(graph, u, exits, grad, src)
+        resplit = resplit_through(graph, u, exits, grad, src, operands.get(u, {}))
         for kind, axis, size in resplit_moves(graph, u, operands.get(u, {}), grad, resplit, mesh_shape):
             found[(where, kind, axis, round(size))] += 1
 
@@ -518,7 +518,7 @@ def _value_gradient(
                 grad = asked  # DTensor's own backward product, its moves counted
             elif after is not None:
                 # a split output gradient runs this pointwise op's backward split (``split_through``)
-                grad = split_input_gradient(graph, v, shape, after, v_made, exits, grad, mesh_shape)
+                grad = split_input_gradient(graph, v, shape, after, v_made, exits, grad, mesh_shape, v_operands)
                 grad = matmul_input_gradient(graph, v, k, after, v_made, exits, v_operands, grad)
                 if v not in exits:
                     grad = whole_product_gradient(graph, v, v_operands, k, after, v_made, grad)

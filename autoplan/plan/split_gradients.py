@@ -40,7 +40,7 @@ from autoplan.plan.gradient_strides import RESHAPES
 _aten = torch.ops.aten
 
 
-def split_through(graph, name: str, exits, grad: tuple, made: tuple, mesh_shape) -> tuple[bool, ...]:
+def split_through(graph, name: str, exits, grad: tuple, made: tuple, mesh_shape, operands: dict) -> tuple[bool, ...]:
     """Per axis: whether ``name``'s output gradient, split there while the output was made
     whole, stays split into its backward. A pointwise op's backward is pointwise too:
     DTensor runs it on the split gradient, slicing the saved inputs it multiplies by
@@ -50,8 +50,9 @@ def split_through(graph, name: str, exits, grad: tuple, made: tuple, mesh_shape)
     the gradient along the joined dim, a stack's, which selects along its new dim, a
     repeat's where DTensor's view keeps the split (``repeated_split``), and an
     elementwise product's where the output was made split on another dim
-    (``resplit_through``). A module output's hook puts the gradient back in the layout
-    DTensor made first."""
+    (``resplit_through``; ``operands``: input index -> (layout autograd saved, layout
+    read)), or any of these made split on another dim where the backward reads nothing
+    saved. A module output's hook puts the gradient back in the layout DTensor made first."""
     if name in exits:
         return (False,) * len(grad)
     node = graph.decision(name).fx_node
@@ -75,8 +76,20 @@ def split_through(graph, name: str, exits, grad: tuple, made: tuple, mesh_shape)
     joined = None if pointwise else _joined_dim(graph, name)  # split on any other dim, a slice stays split
     if not (pointwise or joined is not None):
         return (False,) * len(grad)
-    resplit = resplit_through(graph, name, exits, grad, made)
-    return tuple(r or (is_shard(g) and shard_dim(g) != joined and _made_whole(q)) for r, g, q in zip(resplit, grad, made))
+    resplit = resplit_through(graph, name, exits, grad, made, operands)
+    # a backward that reads nothing saved runs on the gradient as it comes, split on another
+    # dim than the op made (ESMC's rotary ``cat((-x2, x1), -1)``, made split by sequence,
+    # slices a gradient split by heads)
+    anywhere = backward_reads_only_gradient(node)
+    return tuple(
+        r or (is_shard(g) and shard_dim(g) != joined and (_made_whole(q) or (anywhere and _split_elsewhere(g, q))))
+        for r, g, q in zip(resplit, grad, made)
+    )
+
+
+def _split_elsewhere(grad: str, made: str) -> bool:
+    """Whether a gradient and the output it belongs to are split on different dims."""
+    return is_shard(grad) and is_shard(made) and shard_dim(made) != shard_dim(grad)
 
 
 def _made_whole(placement: str) -> bool:
@@ -106,22 +119,33 @@ def repeated_split(node, out_dim: int, ways: int) -> str | None:
     return PARTIAL if repeats[out_dim] % ways == 0 else None
 
 
-def resplit_through(graph, name: str, exits, grad: tuple, made: tuple) -> tuple[bool, ...]:
+def resplit_through(graph, name: str, exits, grad: tuple, made: tuple, operands: dict) -> tuple[bool, ...]:
     """Per axis: whether the elementwise product ``name`` (``x * mask``: a dropout), made
     split on one dim, runs its backward on a gradient split on another dim as it comes.
     Both layouts cost DTensor the same move for ``grad * mask``, and it keeps the first
     operand's: the saved mask moves to the gradient's split (``resplit_moves``), and the
     input's gradient goes on split as the output's came (BART's dropout on a 2x4 fake
-    process group: the move back ran at the module hook further on). Only for operands
-    of the output's shape (a broadcast one has no such dim to split)."""
+    process group: the move back ran at the module hook further on). An operand broadcast
+    against the output has no such dim to move to; one autograd saved whole there moves
+    nothing, as DTensor slices it for the gradient's split as for any other (ESMC's rotary
+    embedding, ``q * cos`` made split by sequence, with the query's gradient split by heads
+    from the attention: DTensor's forward slicing of ``cos`` ran below autograd).
+    ``operands``: input index -> (layout autograd saved, layout read)."""
     decision = graph.decision(name)
     if name in exits or decision.kind != OP or decision.fx_node.target is not _aten.mul.Tensor:
         return (False,) * len(grad)
     shape = tuple(decision.fx_node.meta["val"].shape)
-    operands = [u.meta.get("val") for u in decision.fx_node.args if isinstance(u, torch.fx.Node)]
-    if len(operands) != 2 or any(getattr(v, "shape", None) != shape for v in operands):
+    inputs = graph.inputs_of(name)
+    if len(inputs) != 2:
         return (False,) * len(grad)
-    return tuple(is_shard(g) and is_shard(q) and shard_dim(g) != shard_dim(q) for g, q in zip(grad, made))
+    broadcast = [
+        operands.get(k, (None, None))[0] for u, i, k in inputs
+        if tuple(getattr(output_values(graph.decision(u))[i], "shape", ())) != shape
+    ]
+    return tuple(
+        _split_elsewhere(g, q) and all(saved is not None and saved[axis] == REPLICATE for saved in broadcast)
+        for axis, (g, q) in enumerate(zip(grad, made))
+    )
 
 
 def resplit_moves(graph, name: str, operands: dict, grad: tuple, resplit: tuple, mesh_shape) -> list:
@@ -230,7 +254,7 @@ def _input_dim(graph, name: str, out_dim: int, in_shape: tuple, out_shape: tuple
 
 
 def split_input_gradient(
-    graph, name: str, in_shape: tuple, after: tuple, made: tuple, exits, grad: tuple, mesh_shape
+    graph, name: str, in_shape: tuple, after: tuple, made: tuple, exits, grad: tuple, mesh_shape, operands: dict
 ) -> tuple:
     """The gradient the pointwise op ``name`` hands an input of shape ``in_shape`` on the
     axes where its output gradient ``after`` stays split (``split_through``): split on
@@ -238,7 +262,7 @@ def split_input_gradient(
     input was broadcast along it (autograd sums the gradient over the broadcast dims). A
     stack's input gets it split on the dim the output's split dim came from, a repeat's
     as ``repeated_split`` says."""
-    through = split_through(graph, name, exits, after, made, mesh_shape)
+    through = split_through(graph, name, exits, after, made, mesh_shape, operands)
     if not any(through):
         return grad
     node = graph.decision(name).fx_node
