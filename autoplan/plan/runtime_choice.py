@@ -18,6 +18,7 @@ from torch import fx
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.tensor._dtensor_spec import DTensorSpec
 from torch.distributed.tensor._op_schema import OpSchema
+from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_map
 
 from autoplan.choices.decision import Decision
@@ -25,6 +26,7 @@ from autoplan.choices.graph import OP, is_tensor_input
 from autoplan.dtensor import loss_parallel, overrides
 from autoplan.dtensor.strategies import Strategy, runtime_schema_info, tensor_meta
 from autoplan.placements import REPLICATE, Spec, is_shard, replicated, shard, shard_dim, spec_from_placements, to_placements
+from autoplan.trace.backward_run import input_gradients, signature
 
 
 def runtime_strategy(decision: Decision, arrived: list[Spec], mesh: DeviceMesh) -> Strategy | None:
@@ -216,3 +218,80 @@ def read_whole(graph) -> dict[str, Strategy]:
                 tuple(replicated(ndim) for _ in some.inputs),
             )
     return whole
+
+
+_followed: dict[tuple, Spec | None] = {}
+
+
+def gradient_only_backward(node: fx.Node, grad: Spec, mesh: DeviceMesh) -> Spec | None:
+    """The layout of the gradient the backward of ``node`` (an op of one tensor) hands its
+    input, where that backward reads nothing but its output's gradient, laid out ``grad``,
+    and DTensor runs each of its ops on the gradient as it comes: a pad's backward pads the
+    gradient back (``constant_pad_nd`` with the pads negated), a cumulative sum's sums it
+    reversed (``flip``, ``cumsum``, ``flip``), each keeping a split on a dim it does not
+    work along (a Mamba-2 scan's chunk padding and decay sums, their gradients split by
+    heads). None where one of those ops moves the gradient, reads anything else (a value
+    saved by the forward), or DTensor cannot say."""
+    key = (signature(node), grad, tuple(mesh.shape))
+    if key not in _followed:
+        follow = _FollowLayouts(grad, mesh)
+        with overrides.installed():
+            gradients = input_gradients(node, follow)
+        tensors = [g for g in gradients or () if g is not None]
+        layout = follow.layouts.get(id(tensors[0])) if len(tensors) == 1 and not follow.moved else None
+        _followed[key] = layout
+    return _followed[key]
+
+
+class _FollowLayouts(TorchDispatchMode):
+    """Follows the output gradient's layout through the ops a backward runs, by DTensor's
+    propagation; ``moved`` once an op asks for another layout of what it reads, or reads
+    a tensor not made from the gradient."""
+
+    def __init__(self, grad: Spec, mesh: DeviceMesh):
+        super().__init__()
+        self.grad, self.mesh = grad, mesh
+        self.layouts: dict[int, Spec] = {}
+        self.made: list[torch.Tensor] = []  # held, so that no id is reused while following
+        self.moved = False
+
+    def __call__(self, gradients):
+        self.made += gradients
+        self.layouts.update((id(g), self.grad) for g in gradients)
+        return self
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if not self.moved:
+            self._follow(func, args, kwargs or {}, out)
+        return out
+
+    def _follow(self, func, args, kwargs, out) -> None:
+        read = []
+
+        def spec_of(arg):
+            if not isinstance(arg, torch.Tensor):
+                return arg
+            layout = self.layouts.get(id(arg))
+            if layout is None:
+                raise LookupError("a tensor not made from the gradient")
+            read.append(layout)
+            return DTensorSpec(self.mesh, to_placements(layout), tensor_meta=tensor_meta(arg))
+
+        try:
+            schema_args, schema_kwargs = tree_map(spec_of, (args, kwargs))
+            schema = OpSchema(func, schema_args, schema_kwargs, schema_info=runtime_schema_info(func))
+            sharding = overrides.propagate_uncached(schema)
+        except Exception:  # a saved value read, or no rule: DTensor's answer is not this one
+            self.moved = True
+            return
+        wanted = sharding.redistribute_schema.args_spec if sharding.redistribute_schema is not None else ()
+        if any(spec_from_placements(s.placements) != layout for s, layout in zip(wanted, read)):
+            self.moved = True
+            return
+        specs = sharding.output_spec if isinstance(sharding.output_spec, (tuple, list)) else (sharding.output_spec,)
+        outs = out if isinstance(out, (tuple, list)) else (out,)
+        for tensor, spec in zip(outs, specs):
+            if isinstance(tensor, torch.Tensor) and isinstance(spec, DTensorSpec):
+                self.layouts[id(tensor)] = spec_from_placements(spec.placements)
+                self.made.append(tensor)

@@ -25,17 +25,19 @@ other rules it follows are in ``plan/gradient_rules.py``.
 
 from __future__ import annotations
 
+import functools
 import itertools
 
 import torch
 
-from autoplan.choices.graph import OP
+from autoplan.choices.graph import OP, planning_mesh
 from autoplan.cost.comm import _moves, splits_a_dim_twice
 from autoplan.cost.estimate import output_values, tensor_bytes
 from autoplan.placements import PARTIAL, REPLICATE, is_partial, is_shard, shard, shard_dim
 from autoplan.plan.backward_ops import backward_reads_only_gradient
 from autoplan.plan.gradient_rules import is_elementwise, operand_layouts
 from autoplan.plan.gradient_strides import RESHAPES
+from autoplan.plan.runtime_choice import gradient_only_backward
 
 _aten = torch.ops.aten
 
@@ -48,11 +50,13 @@ def split_through(graph, name: str, exits, grad: tuple, made: tuple, mesh_shape,
     one whose backward reads the gradient alone keeps any split, on whatever dim the
     output was made split. So does a ``logsumexp``'s, a concatenation's, which slices
     the gradient along the joined dim, a stack's, which selects along its new dim, a
-    repeat's where DTensor's view keeps the split (``repeated_split``), and an
-    elementwise product's where the output was made split on another dim
-    (``resplit_through``; ``operands``: input index -> (layout autograd saved, layout
-    read)), or any of these made split on another dim where the backward reads nothing
-    saved. A module output's hook puts the gradient back in the layout DTensor made first."""
+    repeat's where DTensor's view keeps the split (``repeated_split``), an elementwise
+    product's where the output was made split on another dim (``resplit_through``;
+    ``operands``: input index -> (layout autograd saved, layout read)), or any of these
+    made split on another dim where the backward reads nothing saved; and the backward
+    of an op of one tensor that reads its gradient alone where DTensor's rules keep the
+    split (``gradient_only_split``: a pad's, a cumulative sum's). A module output's hook
+    puts the gradient back in the layout DTensor made first."""
     if name in exits:
         return (False,) * len(grad)
     node = graph.decision(name).fx_node
@@ -75,7 +79,10 @@ def split_through(graph, name: str, exits, grad: tuple, made: tuple, mesh_shape,
         return tuple(is_shard(g) and _made_whole(q) for g, q in zip(grad, made))
     joined = None if pointwise else _joined_dim(graph, name)  # split on any other dim, a slice stays split
     if not (pointwise or joined is not None):
-        return (False,) * len(grad)
+        return tuple(
+            _made_whole(q) and gradient_only_split(graph, name, grad, axis, mesh_shape) is not None
+            for axis, q in enumerate(made)
+        )
     resplit = resplit_through(graph, name, exits, grad, made, operands)
     # a backward that reads nothing saved runs on the gradient as it comes, split on another
     # dim than the op made (ESMC's rotary ``cat((-x2, x1), -1)``, made split by sequence,
@@ -90,6 +97,27 @@ def split_through(graph, name: str, exits, grad: tuple, made: tuple, mesh_shape,
 def _split_elsewhere(grad: str, made: str) -> bool:
     """Whether a gradient and the output it belongs to are split on different dims."""
     return is_shard(grad) and is_shard(made) and shard_dim(made) != shard_dim(grad)
+
+
+def gradient_only_split(graph, name: str, grad: tuple, axis: int, mesh_shape) -> str | None:
+    """The placement on ``axis`` of the gradient that ``name``, an op of one tensor whose
+    backward reads nothing but its output's gradient, hands its input where that gradient
+    comes split there (``grad[axis]``): DTensor runs each op of the backward on it as it
+    comes (``runtime_choice.gradient_only_backward``). A Mamba-2 scan pads its chunks
+    and sums its decays cumulatively along the sequence; their gradients, split by heads,
+    go back split, through ``constant_pad_nd`` and ``flip``, ``cumsum``, ``flip``. None
+    where the backward moves it (or reads a saved value): the gradient is gathered first."""
+    decision = graph.decision(name)
+    if decision.kind != OP or len(graph.inputs_of(name)) != 1 or not is_shard(grad[axis]):
+        return None
+    alone = tuple(g if other == axis else REPLICATE for other, g in enumerate(grad))  # this axis's split only
+    answer = gradient_only_backward(decision.fx_node, alone, _query_mesh(tuple(mesh_shape)))
+    return answer[axis] if answer is not None and is_shard(answer[axis]) else None
+
+
+@functools.cache
+def _query_mesh(mesh_shape: tuple[int, ...]):
+    return planning_mesh(mesh_shape, tuple(f"axis{axis}" for axis in range(len(mesh_shape))))
 
 
 def _made_whole(placement: str) -> bool:
@@ -261,7 +289,8 @@ def split_input_gradient(
     the input's own dim where the input has the output's size there, partial where the
     input was broadcast along it (autograd sums the gradient over the broadcast dims). A
     stack's input gets it split on the dim the output's split dim came from, a repeat's
-    as ``repeated_split`` says."""
+    as ``repeated_split`` says, an op of one tensor whose backward reads its gradient
+    alone as DTensor's rules make it (``gradient_only_split``)."""
     through = split_through(graph, name, exits, after, made, mesh_shape, operands)
     if not any(through):
         return grad
@@ -277,6 +306,9 @@ def split_input_gradient(
         out_dim = shard_dim(after[axis])
         if _is_repeat(graph, name):
             result[axis] = repeated_split(node, out_dim, mesh_shape[axis])
+            continue
+        if not is_elementwise(graph, name) and _joined_dim(graph, name) is None:
+            result[axis] = gradient_only_split(graph, name, after, axis, mesh_shape)
             continue
         dim = _input_dim(graph, name, out_dim, in_shape, out_shape)
         result[axis] = shard(dim) if 0 <= dim and in_shape[dim] == out_shape[out_dim] else PARTIAL

@@ -8,7 +8,10 @@ for an op's backward, which its derivative formula decides:
   sharding rule needs the kernels of its backward replicated too, and not all are named
   after it (``im2col``'s, ``F.unfold`` in ConvBERT's span convolution, is ``col2im``);
 - the prediction (``plan/backward_ops.py``): whether DTensor carries a partial gradient
-  through those ops unreduced (``sigmoid``'s ``sigmoid_backward`` reduces it first).
+  through those ops unreduced (``sigmoid``'s ``sigmoid_backward`` reduces it first); and
+  (``plan/runtime_choice.gradient_only_backward``) the layout DTensor's rules give the
+  input's gradient, the backward run under a dispatch mode that follows the layouts
+  (``input_gradients``).
 """
 
 from __future__ import annotations
@@ -39,13 +42,19 @@ _runs: dict[tuple, tuple[BackwardOp, ...] | None] = {}
 def backward_run(node: fx.Node) -> tuple[BackwardOp, ...] | None:
     """The ops the backward of ``node``'s op runs, in order, given gradients for its
     floating outputs; None where that backward cannot run on meta tensors."""
-    key = (node.target, *(_describe(a) for a in tree_flatten((node.args, node.kwargs))[0]))
+    key = signature(node)
     if key not in _runs:
         try:
             _runs[key] = _run(node)
         except Exception:  # an op meta tensors cannot run: nothing learnt
             _runs[key] = None
     return _runs[key]
+
+
+def signature(node: fx.Node) -> tuple:
+    """What decides ``node``'s backward: its op and its arguments' shapes, strides, dtypes
+    and values (two ops alike in these run the same backward)."""
+    return (node.target, *(_describe(a) for a in tree_flatten((node.args, node.kwargs))[0]))
 
 
 def _describe(arg):
@@ -56,6 +65,28 @@ def _describe(arg):
 
 
 def _run(node: fx.Node) -> tuple[BackwardOp, ...]:
+    recorders: list[_Recorder] = []
+
+    def recording(gradients):
+        recorders.append(_Recorder(gradients))
+        return recorders[-1]
+
+    _backward(node, recording)
+    return tuple(recorders[0].ops) if recorders else ()
+
+
+def input_gradients(node: fx.Node, mode_for) -> list | None:
+    """The gradients the backward of ``node``'s op hands its floating tensor arguments (in
+    order; None for one it hands none), run on meta tensors under the dispatch mode
+    ``mode_for(output gradients)`` makes; None where the op takes no gradient or meta
+    tensors cannot run its backward."""
+    try:
+        return _backward(node, mode_for)
+    except Exception:  # an op meta tensors cannot run, or the mode gave up: nothing learnt
+        return None
+
+
+def _backward(node: fx.Node, mode_for) -> list | None:
     leaves: list[torch.Tensor] = []
 
     def stand_in(arg):
@@ -70,11 +101,10 @@ def _run(node: fx.Node) -> tuple[BackwardOp, ...]:
     args, kwargs = tree_map(stand_in, (node.args, node.kwargs), is_leaf=lambda a: isinstance(a, fx.Node))
     outputs = [x for x in tree_flatten(node.target(*args, **kwargs))[0] if isinstance(x, torch.Tensor) and x.requires_grad]
     if not outputs:
-        return ()
+        return None
     gradients = [torch.ones_like(x) for x in outputs]
-    with _Recorder(gradients) as recorder:
-        torch.autograd.grad(outputs, leaves, gradients, allow_unused=True)
-    return tuple(recorder.ops)
+    with mode_for(gradients):
+        return list(torch.autograd.grad(outputs, leaves, gradients, allow_unused=True))
 
 
 class _Recorder(TorchDispatchMode):
