@@ -1,6 +1,6 @@
 """More rows of the coverage benchmark whose forced-budget step once ran other collectives
 than predicted, run as ``tests/test_coverage_rows.py`` runs its rows (a file of their own,
-so that the test workers share the rows out). Both went wrong in the backward:
+so that the test workers share the rows out). All went wrong in the backward:
 
 - Segformer, float32: its MLP's output projection reads its weight gathered on tp inside
   the product (below autograd, so autograd saved it split), and the product's backward,
@@ -17,12 +17,28 @@ so that the test workers share the rows out). Both went wrong in the backward:
   op needs (``plan/parameter_uses.gathered_parameters``); and ``1 - w``'s backward, which
   reads nothing saved, carries the partial gradient on unreduced
   (``plan/gradient_rules.partial_axes``).
+- Zaya, float32: its experts (transformers' grouped form) read both weights split by the
+  contracted dim on tp. The down projection gathers its weight inside the forward
+  product, and its backward, asked of DTensor with the weight as saved, hands
+  ``act(gate) * up`` a gradient split by that dim (``plan/runtime_choice.product_backward``);
+  that product, made partial on tp, runs its backward on the split gradient as it comes,
+  reduce-scattering the saved ``up`` (``plan/split_gradients.resplit_through``), where the
+  prediction had all-reduced a partial gradient at the activation. Its key residual, a
+  mean over query heads, runs its backward on a gradient split by batch on tp as it comes
+  (``plan/split_gradients.split_through``), where the prediction gathered it.
+- Beam, bfloat16: the same experts cast ``act(gate) * up``, partial on tp, before the down
+  projection; the cast's backward runs on the split gradient as it comes too.
 """
 
 import pytest
 from coverage_row import assert_row_runs_the_predicted_collectives
 
-ROWS = [("image_classification", "segformer", "float32"), ("causal_lm", "rwkv", "float32")]
+ROWS = [
+    ("image_classification", "segformer", "float32"),
+    ("causal_lm", "rwkv", "float32"),
+    ("causal_lm", "zaya", "float32"),
+    ("causal_lm", "beam", "bfloat16"),
+]
 
 
 @pytest.mark.slow  # plans each model three times

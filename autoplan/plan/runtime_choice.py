@@ -24,7 +24,7 @@ from autoplan.choices.decision import Decision
 from autoplan.choices.graph import OP, is_tensor_input
 from autoplan.dtensor import loss_parallel, overrides
 from autoplan.dtensor.strategies import Strategy, runtime_schema_info, tensor_meta
-from autoplan.placements import REPLICATE, Spec, is_shard, shard, shard_dim, spec_from_placements, to_placements
+from autoplan.placements import REPLICATE, Spec, is_partial, is_shard, shard, shard_dim, spec_from_placements, to_placements
 
 
 def runtime_strategy(decision: Decision, arrived: list[Spec], mesh: DeviceMesh) -> Strategy | None:
@@ -137,12 +137,12 @@ def grouped_backward_moves(decision: Decision, grad: Spec, saved: dict[int, Spec
     return moves
 
 
-_PRODUCTS = {torch.ops.aten.mm.default: 0, torch.ops.aten.addmm.default: 1}
-"""2-D matrix products -> the argument index of their first matrix operand."""
+_PRODUCTS = {torch.ops.aten.mm.default: 0, torch.ops.aten.addmm.default: 1, torch.ops.aten._grouped_mm.default: 0}
+"""Matrix products -> the argument index of their first matrix operand."""
 
 
 def product_backward(decision: Decision, k: int, grad: Spec, operands: dict[int, tuple[Spec, Spec]], mesh: DeviceMesh):
-    """DTensor's backward product for operand ``k`` of the 2-D matrix product ``decision``
+    """DTensor's backward product for operand ``k`` of the matrix product ``decision``
     (``grad @ b.T`` for ``a``, ``a.T @ grad`` for ``b``) with the output gradient laid out
     ``grad`` and the other operand as autograd saved it: ``(the gradient's layout, [(which,
     layout before, layout read)])``, ``which`` being ``"gradient"`` or the other operand's
@@ -151,7 +151,11 @@ def product_backward(decision: Decision, k: int, grad: Spec, operands: dict[int,
     otherwise than again the same way (a repeat of the forward's move is kept,
     ``dtensor/saved_inputs.py``, and the planner's own rules hold): Segformer's MLP output
     projection gathers its weight on tp inside the forward product, and its backward
-    gathers the smaller gradient instead. None elsewhere, or where DTensor cannot say.
+    gathers the smaller gradient instead; an experts' grouped product (Zaya's, Beam's
+    down projection) gathers its weight split by the contracted dim on tp inside the
+    forward, and its backward runs on the weight as saved, handing the input a gradient
+    split by that dim. None elsewhere, or where DTensor cannot say; for a grouped product
+    also where the gradient comes partial (``grouped_backward_moves`` answers there).
     ``operands``: input index -> (the layout autograd saved it in, the layout the op read it in)."""
     node = decision.fx_node
     first = _PRODUCTS.get(node.target)
@@ -161,14 +165,10 @@ def product_backward(decision: Decision, k: int, grad: Spec, operands: dict[int,
     if other not in operands or operands[other][0] == operands[other][1]:
         return None
     saved, read = operands[other]
-    a, b, out = node.args[first].meta.get("val"), node.args[first + 1].meta.get("val"), node.meta.get("val")
-    if any(not isinstance(t, torch.Tensor) or t.dim() != 2 for t in (a, b, out)):
+    asked = _backward_product_operands(node, first, k, grad, saved)
+    if asked is None:
         return None
-    if k == first:
-        tensors, layouts, at = (out, b.t()), (grad, _transposed(saved, 2)), 1
-    else:
-        tensors, layouts, at = (a.t(), out), (_transposed(saved, 2), grad), 0
-    op = torch.ops.aten.mm.default
+    op, tensors, layouts, at, transposed = asked
     specs = [DTensorSpec(mesh, to_placements(s), tensor_meta=tensor_meta(t)) for t, s in zip(tensors, layouts)]
     try:
         sharding = overrides.propagate_uncached(OpSchema(op, tuple(specs), {}, schema_info=runtime_schema_info(op)))
@@ -177,10 +177,38 @@ def product_backward(decision: Decision, k: int, grad: Spec, operands: dict[int,
         result = spec_from_placements(sharding.output_spec.placements)
     except Exception:  # DTensor cannot run it as given: the planner's own rules stand
         return None
-    operand_read = _transposed(reads[at], 2)
+    operand_read = _transposed(reads[at], transposed) if transposed else reads[at]
     if operand_read == read:
         return None  # the forward's move once more: kept, as the planner's rules assume
-    return result, [("gradient", grad, reads[1 - at]), (other, saved, operand_read)]
+    gradient_read = reads[1 - at]
+    if node.target is torch.ops.aten._grouped_mm.default and k != first:
+        # the weight's gradient is made transposed (``grad.T @ x``, per group)
+        result, gradient_read = _transposed(result, 3), _transposed(gradient_read, 2)
+    return result, [("gradient", grad, gradient_read), (other, saved, operand_read)]
+
+
+def _backward_product_operands(node: fx.Node, first: int, k: int, grad: Spec, saved: Spec):
+    """``(op, operands, their layouts, the position of the saved operand, its dims where
+    the product reads it transposed, else 0)`` of the backward product that makes operand
+    ``k``'s gradient of the matrix product ``node``, as autograd runs it; None for shapes
+    it is not asked of."""
+    a, b, out = (node.args[first].meta.get("val"), node.args[first + 1].meta.get("val"), node.meta.get("val"))
+    if any(not isinstance(t, torch.Tensor) for t in (a, b, out)):
+        return None
+    if node.target is not torch.ops.aten._grouped_mm.default:
+        if any(t.dim() != 2 for t in (a, b, out)):
+            return None
+        if k == first:
+            return torch.ops.aten.mm.default, (out, b.t()), (grad, _transposed(saved, 2)), 1, 2
+        return torch.ops.aten.mm.default, (a.t(), out), (_transposed(saved, 2), grad), 0, 2
+    offs = node.args[2].meta.get("val") if len(node.args) > 2 and isinstance(node.args[2], fx.Node) else None
+    if a.dim() != 2 or b.dim() != 3 or not isinstance(offs, torch.Tensor) or any(is_partial(p) for p in grad):
+        return None
+    whole = (REPLICATE,) * len(grad)
+    op = torch.ops.aten._grouped_mm.default
+    if k == first:  # ``grad @ w.T``, per group
+        return op, (out, b.transpose(-2, -1), offs), (grad, _transposed(saved, 3), whole), 1, 3
+    return op, (out.t(), a, offs), (_transposed(grad, 2), saved, whole), 1, 0  # ``grad.T @ x``, per group
 
 
 def _transposed(spec: Spec, dims: int) -> Spec:

@@ -45,11 +45,16 @@ def split_through(graph, name: str, exits, grad: tuple, made: tuple, mesh_shape)
     DTensor runs it on the split gradient, slicing the saved inputs it multiplies by
     (no gather), so the gradient reaches the inputs split (``split_input_gradient``).
     So does a concatenation's, which slices the gradient along the joined dim, a stack's,
-    which selects along its new dim, a repeat's where DTensor's view keeps the split
+    which selects along its new dim, a sum's or mean's over some dims, which expands the
+    gradient back over them (Zaya's key residual, a mean over query heads, with its
+    gradient split by batch on tp), a repeat's where DTensor's view keeps the split
     (``repeated_split``), and an
     elementwise product's where the output was made split on another dim
-    (``resplit_through``). A module output's hook puts the gradient back in the layout
-    DTensor made first."""
+    (``resplit_through``). A pointwise op made partial ran linear there (a cast, a
+    product with one partial operand), and so does its backward, on the split gradient
+    as it comes (Beam's experts cast ``act(gate) * up``, partial on tp, before their down
+    projection, whose backward hands it a gradient split by columns there). A module
+    output's hook puts the gradient back in the layout DTensor made first."""
     if name in exits:
         return (False,) * len(grad)
     node = graph.decision(name).fx_node
@@ -61,10 +66,13 @@ def split_through(graph, name: str, exits, grad: tuple, made: tuple, mesh_shape)
         )
     pointwise = is_elementwise(graph, name)
     joined = None if pointwise else _joined_dim(graph, name)  # split on any other dim, a slice stays split
-    if not (pointwise or joined is not None):
+    if not (pointwise or joined is not None or _reduced_dims(graph, name)):
         return (False,) * len(grad)
     resplit = resplit_through(graph, name, exits, grad, made)
-    return tuple(r or (is_shard(g) and shard_dim(g) != joined and _made_whole(q)) for r, g, q in zip(resplit, grad, made))
+    return tuple(
+        r or (is_shard(g) and shard_dim(g) != joined and (_made_whole(q) or pointwise and is_partial(q)))
+        for r, g, q in zip(resplit, grad, made)
+    )
 
 
 def _made_whole(placement: str) -> bool:
@@ -100,8 +108,12 @@ def resplit_through(graph, name: str, exits, grad: tuple, made: tuple) -> tuple[
     Both layouts cost DTensor the same move for ``grad * mask``, and it keeps the first
     operand's: the saved mask moves to the gradient's split (``resplit_moves``), and the
     input's gradient goes on split as the output's came (BART's dropout on a 2x4 fake
-    process group: the move back ran at the module hook further on). Only for operands
-    of the output's shape (a broadcast one has no such dim to split)."""
+    process group: the move back ran at the module hook further on). So does one made
+    partial of a partial and a whole operand: DTensor reduce-scatters the saved partial
+    operand to the gradient's split rather than gather the gradient (an experts'
+    ``act(gate) * up`` with ``up`` partial on tp, its gradient coming back split by
+    columns there). Only for operands of the output's shape (a broadcast one has no such
+    dim to split)."""
     decision = graph.decision(name)
     if name in exits or decision.kind != OP or decision.fx_node.target is not _aten.mul.Tensor:
         return (False,) * len(grad)
@@ -109,7 +121,7 @@ def resplit_through(graph, name: str, exits, grad: tuple, made: tuple) -> tuple[
     operands = [u.meta.get("val") for u in decision.fx_node.args if isinstance(u, torch.fx.Node)]
     if len(operands) != 2 or any(getattr(v, "shape", None) != shape for v in operands):
         return (False,) * len(grad)
-    return tuple(is_shard(g) and is_shard(q) and shard_dim(g) != shard_dim(q) for g, q in zip(grad, made))
+    return tuple(is_shard(g) and (is_partial(q) or is_shard(q) and shard_dim(g) != shard_dim(q)) for g, q in zip(grad, made))
 
 
 def resplit_moves(graph, name: str, operands: dict, grad: tuple, resplit: tuple, mesh_shape) -> list:
@@ -177,6 +189,21 @@ def matmul_input_gradient(graph, name: str, k: int, after: tuple, made: tuple, e
     return tuple(result)
 
 
+_REDUCTIONS = (_aten.sum.dim_IntList, _aten.mean.dim)
+"""Sums and means over some dims: their backward expands the gradient back over them."""
+
+
+def _reduced_dims(graph, name: str) -> tuple[int, ...]:
+    """The input dims (non-negative) the sum or mean ``name`` reduces; () for any other op,
+    or one over every dim."""
+    decision = graph.decision(name)
+    node = decision.fx_node
+    if decision.kind != OP or node.target not in _REDUCTIONS or len(node.args) < 2 or not node.args[1]:
+        return ()
+    rank = node.args[0].meta["val"].dim()
+    return tuple(sorted({d % rank for d in node.args[1]}))
+
+
 _JOINS = {_aten.cat.default: False, _aten.stack.default: True}
 """Ops that join their inputs along a dim -> whether that dim is a new one (a stack's)."""
 
@@ -194,11 +221,15 @@ def _joined_dim(graph, name: str) -> int | None:
 
 def _input_dim(graph, name: str, out_dim: int, in_shape: tuple, out_shape: tuple) -> int:
     """The dim of ``name``'s input of shape ``in_shape`` that its output dim ``out_dim``
-    comes from: a stack's new dim shifts the later ones by one; a pointwise op's inputs
-    broadcast from the right."""
+    comes from: a stack's new dim shifts the later ones by one, and a reduction's reduced
+    dims, unless kept, do; a pointwise op's inputs broadcast from the right."""
     node = graph.decision(name).fx_node
     if _JOINS.get(node.target):
         return out_dim - (out_dim > _joined_dim(graph, name))
+    reduced = _reduced_dims(graph, name)
+    if reduced:
+        keepdim = node.args[2] if len(node.args) > 2 else node.kwargs.get("keepdim", False)
+        return out_dim if keepdim else [d for d in range(len(in_shape)) if d not in reduced][out_dim]
     return out_dim - (len(out_shape) - len(in_shape))
 
 
