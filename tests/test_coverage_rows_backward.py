@@ -21,13 +21,19 @@ so that the test workers share the rows out). All went wrong in the backward:
   contracted dim on tp. The down projection gathers its weight inside the forward
   product, and its backward, asked of DTensor with the weight as saved, hands
   ``act(gate) * up`` a gradient split by that dim (``plan/runtime_choice.product_backward``);
-  that product, made partial on tp, runs its backward on the split gradient as it comes,
-  reduce-scattering the saved ``up`` (``plan/split_gradients.resplit_through``), where the
-  prediction had all-reduced a partial gradient at the activation. Its key residual, a
-  mean over query heads, runs its backward on a gradient split by batch on tp as it comes
+  that product, made partial on tp, gets its gradient in another layout than it made, and
+  DTensor, asked (``plan/runtime_choice.elementwise_backward``), reduce-scatters the saved
+  ``up`` for ``act(gate)``'s gradient, where the prediction had all-reduced a partial
+  gradient at the activation. Its key residual, a mean over query heads, runs its
+  backward on a gradient split by batch on tp as it comes
   (``plan/split_gradients.split_through``), where the prediction gathered it.
 - Beam, bfloat16: the same experts cast ``act(gate) * up``, partial on tp, before the down
   projection; the cast's backward runs on the split gradient as it comes too.
+- Llama 4, float32: its experts, a ``bmm`` per expert, get their gradients in other
+  layouts than their products made: DTensor picks, for each backward product, whether
+  to move the gradient or the saved operand (``plan/runtime_choice.runs_product_backward``,
+  ``runs_elementwise_backward``), where the prediction had moved each gradient to the
+  layout its product made.
 """
 
 import pytest
@@ -38,6 +44,7 @@ ROWS = [
     ("causal_lm", "rwkv", "float32"),
     ("causal_lm", "zaya", "float32"),
     ("causal_lm", "beam", "bfloat16"),
+    ("causal_lm", "llama4_text", "float32"),
 ]
 
 

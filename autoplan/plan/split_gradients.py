@@ -108,12 +108,8 @@ def resplit_through(graph, name: str, exits, grad: tuple, made: tuple) -> tuple[
     Both layouts cost DTensor the same move for ``grad * mask``, and it keeps the first
     operand's: the saved mask moves to the gradient's split (``resplit_moves``), and the
     input's gradient goes on split as the output's came (BART's dropout on a 2x4 fake
-    process group: the move back ran at the module hook further on). So does one made
-    partial of a partial and a whole operand: DTensor reduce-scatters the saved partial
-    operand to the gradient's split rather than gather the gradient (an experts'
-    ``act(gate) * up`` with ``up`` partial on tp, its gradient coming back split by
-    columns there). Only for operands of the output's shape (a broadcast one has no such
-    dim to split)."""
+    process group: the move back ran at the module hook further on). Only for operands
+    of the output's shape (a broadcast one has no such dim to split)."""
     decision = graph.decision(name)
     if name in exits or decision.kind != OP or decision.fx_node.target is not _aten.mul.Tensor:
         return (False,) * len(grad)
@@ -121,7 +117,7 @@ def resplit_through(graph, name: str, exits, grad: tuple, made: tuple) -> tuple[
     operands = [u.meta.get("val") for u in decision.fx_node.args if isinstance(u, torch.fx.Node)]
     if len(operands) != 2 or any(getattr(v, "shape", None) != shape for v in operands):
         return (False,) * len(grad)
-    return tuple(is_shard(g) and (is_partial(q) or is_shard(q) and shard_dim(g) != shard_dim(q)) for g, q in zip(grad, made))
+    return tuple(is_shard(g) and is_shard(q) and shard_dim(g) != shard_dim(q) for g, q in zip(grad, made))
 
 
 def resplit_moves(graph, name: str, operands: dict, grad: tuple, resplit: tuple, mesh_shape) -> list:
