@@ -39,6 +39,23 @@ so that the test workers share the rows out). All went wrong in the backward:
   both backwards on the gradient as it comes (``plan/split_gradients.resplit_through``,
   ``split_through``) and moves it once, at the query norm's backward; the prediction had
   it moved back to the sequence split at each of them.
+- Zaya, float32: its experts (transformers' grouped form) read both weights split by the
+  contracted dim on tp. The down projection gathers its weight inside the forward
+  product, and its backward, asked of DTensor with the weight as saved, hands
+  ``act(gate) * up`` a gradient split by that dim (``plan/runtime_choice.product_backward``);
+  that product, made partial on tp, gets its gradient in another layout than it made, and
+  DTensor, asked (``plan/runtime_choice.elementwise_backward``), reduce-scatters the saved
+  ``up`` for ``act(gate)``'s gradient, where the prediction had all-reduced a partial
+  gradient at the activation. Its key residual, a mean over query heads, runs its
+  backward on a gradient split by batch on tp as it comes
+  (``plan/split_gradients.split_through``), where the prediction gathered it.
+- Beam, bfloat16: the same experts cast ``act(gate) * up``, partial on tp, before the down
+  projection; the cast's backward runs on the split gradient as it comes too.
+- Llama 4, float32: its experts, a ``bmm`` per expert, get their gradients in other
+  layouts than their products made: DTensor picks, for each backward product, whether
+  to move the gradient or the saved operand (``plan/runtime_choice.runs_product_backward``,
+  ``runs_elementwise_backward``), where the prediction had moved each gradient to the
+  layout its product made.
 """
 
 import pytest
@@ -51,6 +68,9 @@ ROWS = [
     ("causal_lm", "doge", "bfloat16"),
     ("causal_lm", "granitemoe_swa", "bfloat16"),
     ("masked_lm", "esmc", "float32"),
+    ("causal_lm", "zaya", "float32"),
+    ("causal_lm", "beam", "bfloat16"),
+    ("causal_lm", "llama4_text", "float32"),
 ]
 
 

@@ -49,7 +49,11 @@ for different layouts has no hook and arrives at each op as stored
   product that moved an operand inside its forward (autograd saved it unmoved) hands its
   inputs the gradients of the backward products DTensor picks for the operands as saved
   (``runtime_choice.product_backward``: Segformer's MLP gathers the smaller gradient
-  rather than its weight once more); a product
+  rather than its weight once more); an elementwise product of two operands of its shape,
+  or a ``mm`` or ``bmm``, whose output gradient comes in another layout than it made, runs
+  each input's backward product as DTensor, asked, picks its moves
+  (``runtime_choice.runs_elementwise_backward``, ``runs_product_backward``: Llama 4's
+  experts); a product
   whose output gradient came back whole where it was made split hands its inputs whole
   gradients where the other operands were read whole (``whole_product_gradient``);
 - a gradient split where a pointwise op made its output whole runs that op's backward
@@ -110,7 +114,8 @@ from autoplan.plan.parameter_uses import gathered_parameters
 from autoplan.plan.reached import reached_by_backward
 from autoplan.plan.recompute import recompute_collectives
 from autoplan.plan.runtime_choice import (
-    JOINS, grouped_backward_moves, joined_gradient, product_backward, read_whole, runtime_strategy,
+    JOINS, elementwise_backward, grouped_backward_moves, joined_gradient, product_backward, read_whole,
+    runs_elementwise_backward, runs_product_backward, runtime_strategy,
 )
 from autoplan.plan.views import layouts_after_views, view_chain, within
 
@@ -310,10 +315,16 @@ def step_collectives(
         return tuple(r or is_partial(g) for r, g in zip(rule, grad))
 
     def backward_product(name: str, k: int, grad: tuple, operands_of: dict) -> tuple | None:
-        """The gradient the matrix product ``name``'s backward hands its operand ``k``
-        where DTensor runs that backward product otherwise than the planner's rules say
-        (``runtime_choice.product_backward``), its moves counted; None elsewhere."""
-        answer = product_backward(graph.decision(name), k, grad, operands_of, mesh)
+        """The gradient the product ``name``'s backward hands its operand ``k`` where
+        DTensor runs that backward product otherwise than the planner's rules say
+        (``runtime_choice.product_backward``), or is asked it whole because the output's
+        gradient came in another layout than the product made (``_asked_of_dtensor``),
+        its moves counted; None elsewhere."""
+        decision = graph.decision(name)
+        if runs_elementwise_backward(decision, grad, made(name, 0)):
+            answer = elementwise_backward(decision, k, grad, operands_of, mesh)
+        else:
+            answer = product_backward(decision, k, grad, operands_of, mesh, made(name, 0))
         if answer is None:
             return None
         layout, moves = answer
@@ -345,6 +356,8 @@ def step_collectives(
         if u in joined:
             continue  # the cat took it as it came
         src = made(*value)
+        if u not in exits and _asked_of_dtensor(graph.decision(u), grad, src):
+            continue  # each input's backward product moved it as DTensor picked (``backward_product``)
         nbytes, shape = _size(graph, value)
         # A partial gradient goes on unreduced through an op that carries it (``carries_partial``).
         through = carries_on(u, grad, operands.get(u, {}), src)
@@ -394,6 +407,13 @@ def step_collectives(
     if recompute:
         found.update(recompute_collectives(choices, forward, recompute))
     return found
+
+
+def _asked_of_dtensor(decision, grad: tuple, made: tuple) -> bool:
+    """Whether each input's gradient of ``decision``'s backward is DTensor's answer for its
+    backward product (``runtime_choice.runs_elementwise_backward``,
+    ``runs_product_backward``), the output gradient's moves counted there, once per read."""
+    return runs_elementwise_backward(decision, grad, made) or runs_product_backward(decision, grad, made)
 
 
 def _hooked_reads(graph, owners: dict, made, gathered: dict) -> dict[tuple[str, str, int], tuple]:

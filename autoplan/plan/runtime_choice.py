@@ -25,7 +25,7 @@ from autoplan.choices.decision import Decision
 from autoplan.choices.graph import OP, is_tensor_input
 from autoplan.dtensor import loss_parallel, overrides
 from autoplan.dtensor.strategies import Strategy, runtime_schema_info, tensor_meta
-from autoplan.placements import REPLICATE, Spec, is_shard, replicated, shard, shard_dim, spec_from_placements, to_placements
+from autoplan.placements import REPLICATE, Spec, is_partial, is_shard, replicated, shard, shard_dim, spec_from_placements, to_placements
 from autoplan.trace.backward_run import input_gradients, signature
 
 
@@ -139,12 +139,34 @@ def grouped_backward_moves(decision: Decision, grad: Spec, saved: dict[int, Spec
     return moves
 
 
-_PRODUCTS = {torch.ops.aten.mm.default: 0, torch.ops.aten.addmm.default: 1}
-"""2-D matrix products -> the argument index of their first matrix operand."""
+_PRODUCTS = {
+    torch.ops.aten.mm.default: 0, torch.ops.aten.addmm.default: 1, torch.ops.aten.bmm.default: 0,
+    torch.ops.aten._grouped_mm.default: 0,
+}
+"""Matrix products -> the argument index of their first matrix operand."""
 
 
-def product_backward(decision: Decision, k: int, grad: Spec, operands: dict[int, tuple[Spec, Spec]], mesh: DeviceMesh):
-    """DTensor's backward product for operand ``k`` of the 2-D matrix product ``decision``
+_ASKED_WHOLE = (torch.ops.aten.mm.default, torch.ops.aten.bmm.default)
+"""Matrix products whose backward is asked of DTensor for every operand where their
+output's gradient comes in another layout than they made it (``runs_product_backward``)."""
+
+
+def runs_product_backward(decision: Decision, grad: Spec, made: Spec) -> bool:
+    """Whether DTensor is asked how the backward of the matrix product ``decision`` (``mm``,
+    ``bmm``) runs, for each operand (``product_backward``): where its output's gradient comes
+    in another layout than the product made it, DTensor runs each backward product on the
+    gradient as it comes and the other operand as saved, and picks which of the two it
+    moves (Llama 4's experts, a ``bmm`` per expert made split by expert on dp, get their
+    gradient split by rows on dp and by expert on tp: DTensor gathers the saved input for
+    the weight's gradient rather than move the larger gradient)."""
+    node = decision.fx_node
+    return decision.kind == OP and node.target in _ASKED_WHOLE and tuple(grad) != tuple(made)
+
+
+def product_backward(
+    decision: Decision, k: int, grad: Spec, operands: dict[int, tuple[Spec, Spec]], mesh: DeviceMesh, made: Spec | None = None
+):
+    """DTensor's backward product for operand ``k`` of the matrix product ``decision``
     (``grad @ b.T`` for ``a``, ``a.T @ grad`` for ``b``) with the output gradient laid out
     ``grad`` and the other operand as autograd saved it: ``(the gradient's layout, [(which,
     layout before, layout read)])``, ``which`` being ``"gradient"`` or the other operand's
@@ -153,24 +175,28 @@ def product_backward(decision: Decision, k: int, grad: Spec, operands: dict[int,
     otherwise than again the same way (a repeat of the forward's move is kept,
     ``dtensor/saved_inputs.py``, and the planner's own rules hold): Segformer's MLP output
     projection gathers its weight on tp inside the forward product, and its backward
-    gathers the smaller gradient instead. None elsewhere, or where DTensor cannot say.
+    gathers the smaller gradient instead (Llama 4's experts, a ``bmm`` per expert, alike);
+    an experts' grouped product (Zaya's, Beam's
+    down projection) gathers its weight split by the contracted dim on tp inside the
+    forward, and its backward runs on the weight as saved, handing the input a gradient
+    split by that dim. Also wherever DTensor is asked the whole backward
+    (``runs_product_backward``, given the layout the product ``made``), a kept move not
+    listed. None elsewhere, or where DTensor cannot say; for a grouped product also where
+    the gradient comes partial (``grouped_backward_moves`` answers there).
     ``operands``: input index -> (the layout autograd saved it in, the layout the op read it in)."""
     node = decision.fx_node
     first = _PRODUCTS.get(node.target)
     if decision.kind != OP or first is None or k not in (first, first + 1):
         return None
     other = first + 1 if k == first else first
-    if other not in operands or operands[other][0] == operands[other][1]:
+    whole = made is not None and runs_product_backward(decision, grad, made)
+    if other not in operands or (operands[other][0] == operands[other][1] and not whole):
         return None
     saved, read = operands[other]
-    a, b, out = node.args[first].meta.get("val"), node.args[first + 1].meta.get("val"), node.meta.get("val")
-    if any(not isinstance(t, torch.Tensor) or t.dim() != 2 for t in (a, b, out)):
+    asked = _backward_product_operands(node, first, k, grad, saved)
+    if asked is None:
         return None
-    if k == first:
-        tensors, layouts, at = (out, b.t()), (grad, _transposed(saved, 2)), 1
-    else:
-        tensors, layouts, at = (a.t(), out), (_transposed(saved, 2), grad), 0
-    op = torch.ops.aten.mm.default
+    op, tensors, layouts, at, transposed = asked
     specs = [DTensorSpec(mesh, to_placements(s), tensor_meta=tensor_meta(t)) for t, s in zip(tensors, layouts)]
     try:
         sharding = overrides.propagate_uncached(OpSchema(op, tuple(specs), {}, schema_info=runtime_schema_info(op)))
@@ -179,10 +205,94 @@ def product_backward(decision: Decision, k: int, grad: Spec, operands: dict[int,
         result = spec_from_placements(sharding.output_spec.placements)
     except Exception:  # DTensor cannot run it as given: the planner's own rules stand
         return None
-    operand_read = _transposed(reads[at], 2)
-    if operand_read == read:
-        return None  # the forward's move once more: kept, as the planner's rules assume
-    return result, [("gradient", grad, reads[1 - at]), (other, saved, operand_read)]
+    operand_read = _transposed(reads[at], transposed) if transposed else reads[at]
+    kept = operand_read == read  # as the forward read it: no move, or the forward's, kept
+    if kept and not whole:
+        return None  # the planner's own rules assume the forward's reads
+    gradient_read = reads[1 - at]
+    if node.target is torch.ops.aten._grouped_mm.default and k != first:
+        # the weight's gradient is made transposed (``grad.T @ x``, per group)
+        result, gradient_read = _transposed(result, 3), _transposed(gradient_read, 2)
+    return result, [("gradient", grad, gradient_read)] + ([] if kept else [(other, saved, operand_read)])
+
+
+def _backward_product_operands(node: fx.Node, first: int, k: int, grad: Spec, saved: Spec):
+    """``(op, operands, their layouts, the position of the saved operand, its dims where
+    the product reads it transposed, else 0)`` of the backward product that makes operand
+    ``k``'s gradient of the matrix product ``node``, as autograd runs it; None for shapes
+    it is not asked of."""
+    a, b, out = (node.args[first].meta.get("val"), node.args[first + 1].meta.get("val"), node.meta.get("val"))
+    if any(not isinstance(t, torch.Tensor) for t in (a, b, out)):
+        return None
+    if node.target is torch.ops.aten.bmm.default:  # per batch: its backward products are bmms too
+        return _plain_backward_product(torch.ops.aten.bmm.default, 3, a, b, out, first, k, grad, saved)
+    if node.target is not torch.ops.aten._grouped_mm.default:
+        return _plain_backward_product(torch.ops.aten.mm.default, 2, a, b, out, first, k, grad, saved)
+    offs = node.args[2].meta.get("val") if len(node.args) > 2 and isinstance(node.args[2], fx.Node) else None
+    if a.dim() != 2 or b.dim() != 3 or not isinstance(offs, torch.Tensor) or any(is_partial(p) for p in grad):
+        return None
+    whole = (REPLICATE,) * len(grad)
+    op = torch.ops.aten._grouped_mm.default
+    if k == first:  # ``grad @ w.T``, per group
+        return op, (out, b.transpose(-2, -1), offs), (grad, _transposed(saved, 3), whole), 1, 3
+    return op, (out.t(), a, offs), (_transposed(grad, 2), saved, whole), 1, 0  # ``grad.T @ x``, per group
+
+
+def _plain_backward_product(op, dims: int, a, b, out, first: int, k: int, grad: Spec, saved: Spec):
+    """``_backward_product_operands`` of a product of ``dims``-D operands (``mm``, ``bmm``):
+    ``grad @ b.T`` for ``a``, ``a.T @ grad`` for ``b``."""
+    if any(t.dim() != dims for t in (a, b, out)):
+        return None
+    if k == first:
+        return op, (out, b.transpose(-2, -1)), (grad, _transposed(saved, dims)), 1, dims
+    return op, (a.transpose(-2, -1), out), (_transposed(saved, dims), grad), 0, dims
+
+
+def runs_elementwise_backward(decision: Decision, grad: Spec, made: Spec) -> bool:
+    """Whether the backward of ``decision``, a product ``a * b`` of two operands of its
+    output's shape, is asked of DTensor (``elementwise_backward``): where its output's
+    gradient comes in another layout than the product made it. Each input's gradient is
+    then ``grad * other``, run on the gradient as it comes and the other operand as saved,
+    and DTensor picks which of the two it moves (Llama 4's experts, ``up * act(gate)``
+    made split by expert on dp and partial on tp, get its gradient partial on dp and split
+    by expert on tp: for ``act(gate)``'s gradient DTensor moves the gradient to ``up``'s
+    layout, for ``up``'s it reduce-scatters the gradient to ``act(gate)``'s split)."""
+    node = decision.fx_node
+    if decision.kind != OP or node.target is not torch.ops.aten.mul.Tensor or tuple(grad) == tuple(made):
+        return False
+    out = node.meta.get("val")
+    operands = [a.meta.get("val") if isinstance(a, fx.Node) else None for a in node.args[:2]]
+    return isinstance(out, torch.Tensor) and all(
+        isinstance(t, torch.Tensor) and tuple(t.shape) == tuple(out.shape) for t in operands
+    )
+
+
+def elementwise_backward(decision: Decision, k: int, grad: Spec, operands: dict[int, tuple[Spec, Spec]], mesh: DeviceMesh):
+    """DTensor's ``grad * other`` for input ``k`` of the product ``decision`` where its
+    backward is asked of DTensor (``runs_elementwise_backward``): ``(the gradient's
+    layout, [(which, layout before, layout read)])`` as ``product_backward`` says them. A
+    move of the other operand the forward made the same way is kept
+    (``dtensor/saved_inputs.py``): not listed. None where DTensor cannot say.
+    ``operands``: input index -> (the layout autograd saved it in, the layout the op read it in)."""
+    node = decision.fx_node
+    other = 1 - k
+    if k not in (0, 1) or other not in operands:
+        return None
+    saved, read = operands[other]
+    out = node.meta.get("val")
+    specs = [DTensorSpec(mesh, to_placements(s), tensor_meta=tensor_meta(out)) for s in (grad, saved)]
+    op = torch.ops.aten.mul.Tensor
+    try:
+        sharding = overrides.propagate_uncached(OpSchema(op, tuple(specs), {}, schema_info=runtime_schema_info(op)))
+        wanted = sharding.redistribute_schema.args_spec if sharding.redistribute_schema is not None else specs
+        gradient_read, operand_read = (spec_from_placements(s.placements) for s in wanted)
+        result = spec_from_placements(sharding.output_spec.placements)
+    except Exception:  # DTensor cannot run it as given: the planner's own rules stand
+        return None
+    moves = [("gradient", grad, gradient_read)]
+    if operand_read != read:
+        moves.append((other, saved, operand_read))
+    return result, moves
 
 
 def _transposed(spec: Spec, dims: int) -> Spec:

@@ -48,15 +48,21 @@ def split_through(graph, name: str, exits, grad: tuple, made: tuple, mesh_shape,
     DTensor runs it on the split gradient, slicing the saved inputs it multiplies by
     (no gather), so the gradient reaches the inputs split (``split_input_gradient``);
     one whose backward reads the gradient alone keeps any split, on whatever dim the
-    output was made split. So does a ``logsumexp``'s, a concatenation's, which slices
-    the gradient along the joined dim, a stack's, which selects along its new dim, a
-    repeat's where DTensor's view keeps the split (``repeated_split``), an elementwise
-    product's where the output was made split on another dim (``resplit_through``;
-    ``operands``: input index -> (layout autograd saved, layout read)), or any of these
-    made split on another dim where the backward reads nothing saved; and the backward
-    of an op of one tensor that reads its gradient alone where DTensor's rules keep the
-    split (``gradient_only_split``: a pad's, a cumulative sum's). A module output's hook
-    puts the gradient back in the layout DTensor made first."""
+    output was made split. So does a reduction's over some dims, which broadcasts the
+    gradient back over them (a ``logsumexp``'s; a sum's or mean's: Zaya's key residual, a
+    mean over query heads, with its gradient split by batch on tp), a concatenation's,
+    which slices the gradient along the joined dim, a stack's, which selects along its
+    new dim, a repeat's where DTensor's view keeps the split (``repeated_split``), an
+    elementwise product's where the output was made split on another dim
+    (``resplit_through``; ``operands``: input index -> (layout autograd saved, layout
+    read)), or any of these made split on another dim where the backward reads nothing
+    saved; and the backward of an op of one tensor that reads its gradient alone where
+    DTensor's rules keep the split (``gradient_only_split``: a pad's, a cumulative
+    sum's). A pointwise op made partial ran linear there (a cast, a product with one
+    partial operand), and so does its backward, on the split gradient as it comes (Beam's
+    experts cast ``act(gate) * up``, partial on tp, before their down projection, whose
+    backward hands it a gradient split by columns there). A module output's hook puts
+    the gradient back in the layout DTensor made first."""
     if name in exits:
         return (False,) * len(grad)
     node = graph.decision(name).fx_node
@@ -74,8 +80,9 @@ def split_through(graph, name: str, exits, grad: tuple, made: tuple, mesh_shape,
         # gradient split by hidden there)
         return tuple(is_shard(g) for g in grad)
     if _reduced_dims(graph, name) is not None:
-        # the gradient, broadcast back over the reduced dims, times saved values DTensor
-        # slices to its split (GraniteMoE-SWA's attention sinks take the scores' logsumexp)
+        # the gradient, broadcast back over the reduced dims (for a logsumexp, times saved
+        # values DTensor slices to its split): GraniteMoE-SWA's attention sinks take the
+        # scores' logsumexp, Zaya's key residual is a mean over query heads
         return tuple(is_shard(g) and _made_whole(q) for g, q in zip(grad, made))
     joined = None if pointwise else _joined_dim(graph, name)  # split on any other dim, a slice stays split
     if not (pointwise or joined is not None):
@@ -89,7 +96,10 @@ def split_through(graph, name: str, exits, grad: tuple, made: tuple, mesh_shape,
     # slices a gradient split by heads)
     anywhere = backward_reads_only_gradient(node)
     return tuple(
-        r or (is_shard(g) and shard_dim(g) != joined and (_made_whole(q) or (anywhere and _split_elsewhere(g, q))))
+        r or (
+            is_shard(g) and shard_dim(g) != joined
+            and (_made_whole(q) or (pointwise and is_partial(q)) or (anywhere and _split_elsewhere(g, q)))
+        )
         for r, g, q in zip(resplit, grad, made)
     )
 
@@ -256,11 +266,16 @@ def _joined_dim(graph, name: str) -> int | None:
     return dim % node.meta["val"].dim()
 
 
+_REDUCTIONS = (_aten.logsumexp.default, _aten.sum.dim_IntList, _aten.mean.dim)
+"""Reductions over some dims: their backward broadcasts the gradient back over them."""
+
+
 def _reduced_dims(graph, name: str) -> tuple[set[int], bool] | None:
-    """(the dims, whether kept) a ``logsumexp`` reduces, or None for any other op."""
+    """(the dims, whether kept) a reduction over some dims reduces (``_REDUCTIONS``), or
+    None for any other op, or one over every dim."""
     decision = graph.decision(name)
     node = decision.fx_node
-    if decision.kind != OP or node.target is not _aten.logsumexp.default:
+    if decision.kind != OP or node.target not in _REDUCTIONS or len(node.args) < 2 or not node.args[1]:
         return None
     ndim = node.args[0].meta["val"].dim()
     keepdim = node.args[2] if len(node.args) > 2 else node.kwargs.get("keepdim", False)
