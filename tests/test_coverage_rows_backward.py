@@ -56,12 +56,23 @@ so that the test workers share the rows out). All went wrong in the backward:
   to move the gradient or the saved operand (``plan/runtime_choice.runs_product_backward``,
   ``runs_elementwise_backward``), where the prediction had moved each gradient to the
   layout its product made.
+- LED, float32: its encoder pads the embedded tokens to the attention window with a
+  ``cat`` on the sequence dim, whose gradient comes back split by tokens on dp; the cat's
+  backward narrows it once per part, and DTensor gathers it for each narrow
+  (``plan/gradient_rules.gradient_reads``), where the prediction had one gather.
+- XLNet, float32: its attention adds a learned bias per head to the query, which comes
+  partial on tp from its projection; DTensor makes the bias partial for the add, and the
+  scores' batched product reduces the keys, saved partial, inside the op. The query's
+  gradient, a product with the keys as saved, comes back partial
+  (``plan/runtime_choice.product_backward``, batched products too); the add hands it to
+  the query as it comes and sums it for the bias, partial, where the bias's gradient is
+  all-reduced (``plan/gradient_rules.passes_gradient_to``, ``carries_partial``), where the
+  prediction had the add's backward run split on dp and reduce on tp.
 """
 
 import pytest
 from coverage_row import assert_row_runs_the_predicted_collectives
 
-ROWS = [
     ("image_classification", "segformer", "float32"),
     ("causal_lm", "rwkv", "float32"),
     ("causal_lm", "minicpm3", "bfloat16"),
@@ -71,7 +82,8 @@ ROWS = [
     ("causal_lm", "zaya", "float32"),
     ("causal_lm", "beam", "bfloat16"),
     ("causal_lm", "llama4_text", "float32"),
-]
+    ("seq2seq_lm", "led", "float32"),
+    ("causal_lm", "xlnet", "float32"),
 
 
 @pytest.mark.slow  # plans each model three times

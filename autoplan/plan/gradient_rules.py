@@ -77,6 +77,23 @@ def passes_gradient(graph, name: str) -> bool:
     return len(args) == 2 and bool(trained) and all(getattr(a.meta.get("val"), "shape", None) == shape for a in trained)
 
 
+def passes_gradient_to(graph, name: str, k: int) -> bool:
+    """Whether ``name``'s backward hands its input ``k`` its output's gradient as it is:
+    where it passes it on to every input (``passes_gradient``), and for an add or
+    subtraction, to an input of its own shape beside a broadcast trained one (XLNet's
+    query plus a learned bias per head: AddBackward hands the query the gradient as it
+    comes, and sums it over the broadcast dims for the bias only)."""
+    if passes_gradient(graph, name):
+        return True
+    decision = graph.decision(name)
+    node = decision.fx_node
+    if decision.kind != OP or node.target not in _PASS_THROUGH or node.kwargs.get("alpha", 1) != 1:
+        return False
+    args = [a for a in node.args if hasattr(a, "meta")]
+    shape = getattr(node.meta.get("val"), "shape", None)
+    return len(args) == 2 and k < len(args) and getattr(args[k].meta.get("val"), "shape", None) == shape
+
+
 _aten = torch.ops.aten
 _REDUCTIONS = (_aten.sum.dim_IntList, _aten.mean.dim, _aten.sum.default, _aten.mean.default)
 _INDEXING = (_aten.index.Tensor, _aten.index_select.default, _aten.gather.default)
@@ -105,7 +122,9 @@ def carries_partial(graph, name: str) -> bool:
     ``plan/backward_ops.py``), rows picked by index (a mixture
     of experts' routed tokens), a split (its backward joins its outputs' gradients), a
     concatenation (its backward slices the gradient: a rotary embedding's
-    ``cat(-x2, x1)``, Gemma 2's in bf16), or a product (a gated MLP's ``act(gate) * up``, an experts' grouped matrix product: each
+    ``cat(-x2, x1)``, Gemma 2's in bf16), an add or subtraction of trained operands (its
+    backward sums the gradient over what an operand broadcast: XLNet's bias per head), or
+    a product (a gated MLP's ``act(gate) * up``, an experts' grouped matrix product: each
     input's gradient is the output's times the other operands, and DTensor's product of a
     partial and a replicated operand is partial). Its input's gradient is partial where
     the output's is, on every axis where its output was not made split (and, for a
@@ -120,6 +139,8 @@ def carries_partial(graph, name: str) -> bool:
     if target in _PRODUCTS and len(inputs) >= 2:
         return trained >= 1
     if target is _aten.cat.default:
+        return trained >= 1
+    if target in _PASS_THROUGH:
         return trained >= 1
     if trained != 1:
         return False
