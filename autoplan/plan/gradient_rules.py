@@ -29,6 +29,7 @@ from __future__ import annotations
 from collections import Counter
 
 import torch
+from torch import fx
 
 from autoplan.choices.graph import OP
 from autoplan.cost.comm import _moves, without_partial
@@ -198,12 +199,16 @@ def gradient_reads(graph, name: str) -> int:
     the layout it needs on its own: for ``a * b`` with both trained, ``grad * b`` and
     ``grad * a`` (also for ``x * x``: autograd does not merge them; an RMSNorm's mean of
     squares reduced its gradient twice on a batch split); for a ``cat`` or ``stack``, one
-    per input: its backward slices (selects) each input's part of the gradient apart, and
-    each slice of a gradient split along the joined dim gathers it (Doge's rotary
-    ``cat(-x2, x1)``, with the query's gradient split by head dim); one for every other op."""
+    per input, whether it needs a gradient or not, but for a legacy empty ``(0,)`` one
+    (``cat_tensors_backward``): its backward slices (selects) each input's part of the
+    gradient apart, and each slice of a gradient split along the joined dim gathers it
+    (Doge's rotary ``cat(-x2, x1)``, with the query's gradient split by head dim; LED pads
+    its embeddings to the attention window with a ``cat`` on the sequence dim); one for
+    every other op."""
     decision = graph.decision(name)
     if decision.kind == OP and decision.fx_node.target in _JOINED:
-        return max(1, len(graph.inputs_of(name)))
+        parts = decision.fx_node.args[0]
+        return max(1, sum(tuple(part.meta["val"].shape) != (0,) for part in parts if isinstance(part, fx.Node)))
     if decision.kind != OP or decision.fx_node.target is not _aten.mul.Tensor:
         return 1
     return max(1, sum(graph.decision(u).requires_grad for u, _, _ in graph.inputs_of(name)))

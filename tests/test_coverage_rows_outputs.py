@@ -1,0 +1,33 @@
+"""Rows of the coverage benchmark whose forced-budget step once ran other collectives than
+predicted because of a module's output hook, run as ``tests/test_coverage_rows.py`` runs
+its rows:
+
+- Switch Transformers, float32: the first layer's attention returns its attention weights,
+  which the plan lays out split by query rows on dp, while DTensor's softmax runs on the
+  whole scores it gets. The output hook moves a copy to the plan's layout after the
+  module's forward; the value product inside the module read the weights as DTensor made
+  them (``plan/collectives.step_collectives``: ``made`` for a reader inside the module
+  that returns the value), and nothing reads the moved copy, so its backward gathers
+  nothing, where the prediction had the value product split and its output gathered for
+  the output projection, forward and backward.
+- GraniteMoE-SWA, bfloat16: its attention returns its weights, which DTensor made whole on
+  dp where the plan lays them out split, but only the attention's own product reads them:
+  no gradient comes back through the output hook's split, so nothing gathers it
+  (``plan/collectives.py``, the output hooks' backward); and its sinks take the scores'
+  ``logsumexp``, whose backward runs on a gradient split by heads as it comes
+  (``plan/split_gradients.split_through``).
+"""
+
+import pytest
+from coverage_row import assert_row_runs_the_predicted_collectives
+
+ROWS = [
+    ("seq2seq_lm", "switch_transformers", "float32"),
+    ("causal_lm", "granitemoe_swa", "bfloat16"),
+]
+
+
+@pytest.mark.slow  # plans each model three times
+@pytest.mark.parametrize("task,model_type,dtype", ROWS, ids=[f"{m}-{d}" for _, m, d in ROWS])
+def test_forced_budget_row_runs_the_predicted_collectives(tmp_path, task, model_type, dtype):
+    assert_row_runs_the_predicted_collectives(tmp_path, task, model_type, dtype)
