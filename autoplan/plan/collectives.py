@@ -262,6 +262,19 @@ def step_collectives(
                 for kind, axis, size in gradient_collectives(without_partial(layout), before, nbytes, mesh_shape, shape):
                     found[(fqn, kind, axis, round(size))] += 1
             before = layout
+    # A value a module was given and hands back (GPT-Neo's dropout of probability zero
+    # returns its input) is moved by that module's hook where DTensor made it otherwise
+    # than the plan: the move is charged where the value was made.
+    for name in exits - {name for name, _ in hooked_outputs}:
+        if name in runs and runs[name].output(0) != planned_out(name, 0):
+            nbytes, shape = _size(graph, (name, 0))
+            ran, planned = runs[name].output(0), planned_out(name, 0)
+            for kind, axis, size, _ in redistribute_collectives(ran, planned, nbytes, mesh_shape, backward=False, shape=shape):
+                found[(module_of(name), kind, axis, round(size))] += 1
+                forward.append((("exit", name), (module_of(name), kind, axis, round(size))))
+            if name in reached:  # and its backward brings the gradient back to the layout DTensor made
+                for kind, axis, size in gradient_collectives(without_partial(planned), ran, nbytes, mesh_shape, shape):
+                    found[(module_of(name), kind, axis, round(size))] += 1
 
     # Backward: each value's gradient, summed over its readers, goes back through the
     # boundaries it crossed; a view passes its output's gradient on to its input.
