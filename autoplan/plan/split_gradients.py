@@ -322,7 +322,7 @@ def split_input_gradient(
         if _is_repeat(graph, name):
             result[axis] = repeated_split(node, out_dim, mesh_shape[axis])
             continue
-        if not is_elementwise(graph, name) and _joined_dim(graph, name) is None:
+        if not is_elementwise(graph, name) and _joined_dim(graph, name) is None and _reduced_dims(graph, name) is None:
             result[axis] = gradient_only_split(graph, name, after, axis, mesh_shape)
             continue
         dim = _input_dim(graph, name, out_dim, in_shape, out_shape)
