@@ -108,26 +108,40 @@ def run_row(row: dict, model_file: Path, dtypes: list[str], numerics: bool, nume
 
 def load_row_model(model_file: Path, dtype: torch.dtype = torch.float32):
     """``(model, batch, loss_fn)`` from a fresh import of the model file, on the current
-    default device. For bfloat16 the model is built with it as the default dtype, as
-    transformers' ``from_config(dtype=...)`` and ``from_pretrained(dtype=...)`` build it:
-    tensors the model asks for in float32 by name (a router's weight kept in float32 for
-    stable routing) stay float32, where ``.to(dtype)`` would cast them and break the model.
-    The batch's floating tensors are cast (token ids unchanged)."""
+    default device. For bfloat16 the model is cast as transformers' ``from_pretrained(dtype=...)``
+    loads one: every floating tensor in the dtype but those the model keeps in float32 by
+    name (``_keep_in_fp32_modules_strict``: a router's weight, for stable routing), where a
+    whole ``.to(dtype)`` would cast them and break the model. The batch's floating tensors
+    are cast (token ids unchanged)."""
     from autoplan.model_file import import_model_file, loss_function
     from autoplan.verify.numerics import seeded_batch
 
     module = import_model_file(Path(model_file))
-    before = torch.get_default_dtype()
-    torch.set_default_dtype(dtype)
-    try:
-        model = module.build_model()
-    finally:
-        torch.set_default_dtype(before)
+    model = module.build_model()
     batch = seeded_batch(module, 0)
     if dtype != torch.float32:
+        _cast_but_kept(model, dtype)
         cast = lambda t: t.to(dtype) if isinstance(t, torch.Tensor) and t.is_floating_point() else t  # noqa: E731
         batch = {k: cast(v) for k, v in batch.items()} if isinstance(batch, dict) else tuple(map(cast, batch))
     return model, batch, loss_function(module, Path(model_file))
+
+
+def _cast_but_kept(model, dtype: torch.dtype) -> None:
+    """Cast ``model``'s floating parameters and buffers to ``dtype`` in place, but for those
+    whose name matches one of its ``_keep_in_fp32_modules_strict`` patterns (``*`` for any
+    text, searched in the name, as transformers matches them)."""
+    patterns = sorted(getattr(model, "_keep_in_fp32_modules_strict", None) or ())
+    kept = re.compile("|".join(p.replace("*", ".*") for p in patterns)) if patterns else None
+    for prefix, sub in model.named_modules():
+        for store in (sub._parameters, sub._buffers):
+            for name, tensor in store.items():
+                full = f"{prefix}.{name}" if prefix else name
+                if tensor is None or not tensor.is_floating_point() or (kept is not None and kept.search(full)):
+                    continue
+                if isinstance(tensor, torch.nn.Parameter):
+                    tensor.data = tensor.data.to(dtype)
+                else:
+                    store[name] = tensor.to(dtype)
 
 
 def _build_and_step(model_file: Path, info: dict, dtype: torch.dtype = torch.float32) -> None:

@@ -114,7 +114,7 @@ from autoplan.plan.parameter_uses import gathered_parameters
 from autoplan.plan.reached import reached_by_backward
 from autoplan.plan.recompute import recompute_collectives
 from autoplan.plan.runtime_choice import (
-    JOINS, elementwise_backward, grouped_backward_moves, joined_gradient, product_backward, read_whole,
+    JOINS, elementwise_backward, grouped_backward_moves, joined_gradient, product_backward,
     runs_elementwise_backward, runs_product_backward, runtime_strategy,
 )
 from autoplan.plan.views import layouts_after_views, view_chain, within
@@ -176,7 +176,6 @@ def step_collectives(
     # each op as stored, like any value (RWKV's time-mix weights, split twice on one dim,
     # read by a product and by ``1 - w``: DTensor gathers only what each op needs)
     gathered = gathered_parameters(choices, choice)
-    whole = read_whole(graph)
     weights: set[str] = set()
     with overrides.installed():
         for decision in graph.decisions():
@@ -190,10 +189,6 @@ def step_collectives(
             if decision.kind != OP or not inputs:
                 continue
             planned = decision.strategies[choice[name]]
-            if name in whole:
-                if whole[name] != planned:
-                    runs[name] = whole[name]
-                continue
             arrived = [planned.inputs[k] if u in weights else arrival(u, i, name)[1] for u, i, k in inputs]
             if arrived == list(planned.inputs) and decision.fx_node.target not in SHAPE_ONLY_OPS:
                 continue  # nothing to move: DTensor runs what the plan does

@@ -25,7 +25,7 @@ from autoplan.choices.decision import Decision
 from autoplan.choices.graph import OP, is_tensor_input
 from autoplan.dtensor import loss_parallel, overrides
 from autoplan.dtensor.strategies import Strategy, runtime_schema_info, tensor_meta
-from autoplan.placements import REPLICATE, Spec, is_partial, is_shard, replicated, shard, shard_dim, spec_from_placements, to_placements
+from autoplan.placements import REPLICATE, Spec, is_partial, is_shard, shard, shard_dim, spec_from_placements, to_placements
 from autoplan.trace.backward_run import input_gradients, signature
 
 
@@ -302,32 +302,6 @@ def _transposed(spec: Spec, dims: int) -> Spec:
     return tuple(shard(2 * dims - 3 - shard_dim(p)) if is_shard(p) and shard_dim(p) in last else p for p in spec)
 
 
-_HOST_READS = frozenset({torch.ops.aten._local_scalar_dense.default, torch.ops.aten.is_nonzero.default, torch.ops.aten.item.default})
-
-
-def read_whole(graph) -> dict[str, Strategy]:
-    """The ops the apply engine runs on whole values, each with that strategy (every input
-    and output replicated). A Python value read from a tensor (``item()``, ``tolist()``,
-    ``if mask.any():``) steers control flow, so the engine reads it from the tensor's
-    ``full_tensor()`` on every rank (``apply/engine.py``), where DTensor alone would read a
-    rank's own shard or partial sum: JetMoE's tokens per expert, summed over the ranks
-    holding the tokens, are read with ``tolist()``. A ``tolist()`` traces as an ``unbind``
-    read only by such reads, and the engine gathers the tensor before it."""
-    whole: dict[str, Strategy] = {}
-    for name in reversed(list(graph.nodes)):
-        decision = graph.decision(name)
-        if decision.kind != OP:
-            continue
-        target = decision.fx_node.target
-        readers = [v for _, v, _, _ in graph.reads(name)]
-        if target in _HOST_READS or (target is torch.ops.aten.unbind.int and readers and all(v in whole for v in readers)):
-            some = decision.strategies[0]  # any strategy: only its shape (outputs, inputs, mesh axes) is read
-            ndim = len(some.inputs[0])
-            whole[name] = Strategy(
-                tuple(None if out is None else replicated(ndim) for out in some.outputs),
-                tuple(replicated(ndim) for _ in some.inputs),
-            )
-    return whole
 
 
 _followed: dict[tuple, Spec | None] = {}

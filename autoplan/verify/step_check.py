@@ -27,7 +27,6 @@ from autoplan.plan.module_plan import Plan
 from autoplan.trace.loss import training_loss
 from autoplan.trace.opaque import failing_module
 from autoplan.verify.observe import CollectiveCounter
-from autoplan.verify.symmetric_ranks import SymmetricSums
 
 
 @dataclass(frozen=True)
@@ -108,16 +107,15 @@ def verify_plan(model: nn.Module, batch, plan: Plan, device_mesh: DeviceMesh, lo
     optimizer = torch.optim.AdamW(model.parameters())
     call = model
     try:
-        with SymmetricSums():  # values read from sums on a fake group agree with the shapes
-            if compile_mode is not None:
-                from autoplan.verify.compiled import compile_model
+        if compile_mode is not None:
+            from autoplan.verify.compiled import compile_model
 
-                call = compile_model(model, compile_mode, backend)
-                _step(call, batch, plan, device_mesh)
-                optimizer.zero_grad(set_to_none=True)
-            with CollectiveCounter(model, device_mesh) as counter:
-                loss = _step(call, batch, plan, device_mesh)
-                optimizer.step()
+            call = compile_model(model, compile_mode, backend)
+            _step(call, batch, plan, device_mesh)
+            optimizer.zero_grad(set_to_none=True)
+        with CollectiveCounter(model, device_mesh) as counter:
+            loss = _step(call, batch, plan, device_mesh)
+            optimizer.step()
     except AutoplanError:
         raise
     except Exception as err:  # from DTensor or the model's own code, anywhere in the step
