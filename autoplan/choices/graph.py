@@ -69,6 +69,12 @@ def build_choices(traced: TracedGraph, mesh_shape: tuple[int, ...], axis_names: 
     tuple_items: dict[str, tuple[str, int]] = {}  # getitem node -> (producer, index)
     from_placeholder: set[str] = set()
     requires_grad: set[str] = set()
+    # A write in place hands its value's gradient need to the tensor written into: once
+    # ``out[:, t] = x`` ran, every later read of ``out`` (or of a view of it) needs one,
+    # as autograd rebases ``out`` on the write (Olmo-Hybrid's chunked delta rule fills a
+    # zero tensor so, and its output norm's backward runs on what was read from it).
+    bases: dict[str, str] = {}  # a view (or an item of one) -> the tensor it views
+    written: set[str] = set()  # tensors a value that needs a gradient was written into
     cache: dict[tuple, tuple[Strategy, ...] | frozenset[str] | None] = {}  # per op signature
     uncovered: dict[str, list[str]] = {}
     without_backward: set[str] = set()  # ops with a rule whose backward op has none
@@ -113,6 +119,8 @@ def build_choices(traced: TracedGraph, mesh_shape: tuple[int, ...], axis_names: 
                 from_placeholder.add(node.name)
             if source.name in requires_grad:
                 requires_grad.add(node.name)
+            if source.name in bases:
+                bases[node.name] = bases[source.name]
             continue
 
         tensor_inputs = [a for a in tree_flatten((node.args, node.kwargs))[0] if is_tensor_input(a)]
@@ -120,11 +128,18 @@ def build_choices(traced: TracedGraph, mesh_shape: tuple[int, ...], axis_names: 
         depends = any(a.name in from_placeholder for a in tensor_inputs)
         # An op that reads its input for the shape only (a dropout mask's empty_like) hands no gradient back.
         grad = (depends and _floating(node) and node.target not in registry.SHAPE_ONLY_OPS
-                and any(a.name in requires_grad for a in tensor_inputs))
+                and any(a.name in requires_grad or bases.get(a.name, a.name) in written for a in tensor_inputs))
         if depends:
             from_placeholder.add(node.name)
         if grad:
             requires_grad.add(node.name)
+        target = written_in_place(node)
+        if target is not None:  # an in-place op returns the tensor it wrote into
+            bases[node.name] = bases.get(target.name, target.name)
+            if grad:
+                written.add(bases[node.name])
+        elif isinstance(node.target, torch._ops.OpOverload) and node.target.is_view and tensor_inputs:
+            bases[node.name] = bases.get(tensor_inputs[0].name, tensor_inputs[0].name)
 
         kind, options = OP, None
         if node.target is OPAQUE_OP:
@@ -184,6 +199,17 @@ def is_tensor_input(arg) -> bool:
     return isinstance(arg, fx.Node) and isinstance(arg.meta.get("val"), torch.Tensor) or (
         isinstance(arg, fx.Node) and arg.target is operator.getitem
     )
+
+
+def written_in_place(node: fx.Node) -> fx.Node | None:
+    """The tensor argument ``node``'s op writes into (its first, for ``copy_``, ``add_``
+    and the like), or None."""
+    schema = getattr(node.target, "_schema", None)
+    if schema is None or not schema.arguments or not node.args:
+        return None
+    alias = schema.arguments[0].alias_info
+    first = node.args[0]
+    return first if alias is not None and alias.is_write and hasattr(first, "name") else None
 
 
 def _floating(node: fx.Node) -> bool:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import networkx as nx
 import torch
 
-from autoplan.choices.graph import OP
+from autoplan.choices.graph import OP, written_in_place
 from autoplan.cost.estimate import gradient_roots, output_values
 from autoplan.plan.loss_reductions import loss_output
 
@@ -26,7 +26,7 @@ def reached_by_backward(choices) -> set[str]:
     writes = [
         (decision.name, roots.get(written.name, written.name))
         for decision in graph.decisions()
-        if decision.kind == OP and (written := _written_in_place(decision.fx_node)) is not None
+        if decision.kind == OP and (written := written_in_place(decision.fx_node)) is not None
     ]
     grown = True
     while grown:  # a write can make another write's target lead to the loss
@@ -58,13 +58,3 @@ def _reached_from(backward: nx.DiGraph, name: str) -> set[str]:
 def _floating(value) -> bool:
     return isinstance(value, torch.Tensor) and (value.is_floating_point() or value.is_complex())
 
-
-def _written_in_place(node):
-    """The tensor argument ``node``'s op writes into (its first, for ``copy_``, ``add_``
-    and the like), or None."""
-    schema = getattr(node.target, "_schema", None)
-    if schema is None or not schema.arguments or not node.args:
-        return None
-    alias = schema.arguments[0].alias_info
-    first = node.args[0]
-    return first if alias is not None and alias.is_write and hasattr(first, "name") else None
