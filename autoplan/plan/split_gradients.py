@@ -219,14 +219,19 @@ def matmul_split_axes(graph, name: str, exits, grad: tuple, made: tuple, operand
     that axis, DTensor's products of the split gradient and the saved operands need no
     move: ``grad @ b.T`` is split as the gradient's rows are, ``a.T @ grad`` is a partial
     sum over them (XGLM's attention scores, made whole on dp where the softmax's gradient
-    came back split by query rows). ``operands``: as ``partial_axes`` takes them."""
+    came back split by query rows). So does a convolution on its gradient split by batch
+    (DTensor's backward rule splits the batch only): its input's gradient split so, its
+    filter's and bias's partial (Bailing's short convolution, input and filter read
+    whole). ``operands``: as ``partial_axes`` takes them."""
     decision = graph.decision(name)
-    first = _MATMULS.get(decision.fx_node.target) if decision.kind == OP else None
+    convolution = decision.kind == OP and decision.fx_node.target is _aten.convolution.default
+    first = 0 if convolution else _MATMULS.get(decision.fx_node.target) if decision.kind == OP else None
     if name in exits or first is None:
         return (False,) * len(grad)
     layouts = operand_layouts({k: pair for k, pair in operands.items() if k in (first, first + 1)})
     return tuple(
-        is_shard(g) and m == REPLICATE and all(layout[axis] == REPLICATE for layout in layouts)
+        is_shard(g) and (not convolution or shard_dim(g) == 0) and m == REPLICATE
+        and all(layout[axis] == REPLICATE for layout in layouts)
         for axis, (g, m) in enumerate(zip(grad, made))
     )
 
@@ -238,6 +243,8 @@ def matmul_input_gradient(graph, name: str, k: int, after: tuple, made: tuple, e
     of the second) where the gradient's rows (columns) are, and partial on the other
     operand, whose gradient sums over the split dim."""
     split = matmul_split_axes(graph, name, exits, after, made, operands)
+    if any(split) and graph.decision(name).fx_node.target is _aten.convolution.default:
+        return tuple((shard(0) if k == 0 else PARTIAL) if through else g for through, g in zip(split, grad))
     first = _MATMULS.get(graph.decision(name).fx_node.target)
     if not any(split) or k not in (first, first + 1):
         return grad
