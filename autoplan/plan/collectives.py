@@ -56,6 +56,9 @@ for different layouts has no hook and arrives at each op as stored
   experts); a product
   whose output gradient came back whole where it was made split hands its inputs whole
   gradients where the other operands were read whole (``whole_product_gradient``);
+  an input whose gradient the op's backward makes last with a kernel DTensor runs on
+  whole tensors only gets it whole, gathered and reduced there on every axis
+  (``runtime_choice.replicated_gradient``: ``linalg_solve_triangular``'s ``tril``);
 - a gradient split where a pointwise op made its output whole runs that op's backward
   split (DTensor slices the saved operands it multiplies by): the op's inputs get it
   split on their own dim, or partial where they were broadcast along it (an RMSNorm's
@@ -115,7 +118,7 @@ from autoplan.plan.reached import reached_by_backward
 from autoplan.plan.recompute import recompute_collectives
 from autoplan.plan.runtime_choice import (
     JOINS, elementwise_backward, grouped_backward_moves, joined_gradient, product_backward,
-    runs_elementwise_backward, runs_product_backward, runtime_strategy,
+    replicated_gradient, runs_elementwise_backward, runs_product_backward, runtime_strategy,
 )
 from autoplan.plan.views import layouts_after_views, view_chain, within
 
@@ -343,6 +346,20 @@ def step_collectives(
                 found[(module_of(name), kind, axis, round(size))] += 1
         return layout
 
+    def whole_gradient(name: str, k: int, grad: tuple) -> tuple | None:
+        """The gradient of ``name``'s input ``k`` where its backward makes it last with a
+        kernel DTensor runs on whole tensors only (``runtime_choice.replicated_gradient``),
+        its move there counted; None elsewhere."""
+        answer = replicated_gradient(graph.decision(name), k, grad, mesh)
+        if answer is None:
+            return None
+        read, layout = answer
+        values = {index: (u, i) for u, i, index in graph.inputs_of(name)}
+        nbytes, shape = _size(graph, values[k])
+        for kind, axis, size, _ in redistribute_collectives(grad, read, nbytes, mesh_shape, backward=False, shape=shape):
+            found[(module_of(name), kind, axis, round(size))] += 1
+        return layout
+
     with overrides.installed():  # ``join`` asks DTensor's rules as they run
         for decision in reversed(list(graph.decisions())):
             name = decision.name
@@ -355,7 +372,7 @@ def step_collectives(
                     continue
                 grads[value] = _value_gradient(
                     value, backward_readers, boundaries.get(value, ()), graph, order, grads, mesh_shape, parent_spec,
-                    found, module_of, made, exits, operands, join, carries_on, backward_product,
+                    found, module_of, made, exits, operands, join, carries_on, backward_product, whole_gradient,
                 )
     for value, grad in grads.items():
         u = value[0]
@@ -482,7 +499,7 @@ def _hook_gather(parameter, hooks, module, stored, calls: Counter, counted: set)
 
 def _value_gradient(
     value, readers, chain, graph, order, grads, mesh_shape, parent_spec, found, module_of, made, exits, operands, join,
-    carries_on, backward_product,
+    carries_on, backward_product, whole_gradient,
 ):
     """The layout of ``value``'s summed gradient where it was made (partial where a
     reduction is still due); the collectives on its way back go into ``found``.
@@ -490,7 +507,9 @@ def _value_gradient(
     ``operands``: op -> its inputs' layouts, as saved and as read; ``join``: a split ->
     its outputs' gradients joined as DTensor joins them, or None; ``carries_on``: an op -> the
     axes on which its backward carries a partial gradient on unreduced; ``backward_product``: a matrix
-    product's operand -> its gradient as DTensor's backward product makes it, or None."""
+    product's operand -> its gradient as DTensor's backward product makes it, or None;
+    ``whole_gradient``: an op's input -> its gradient where a kernel DTensor runs whole makes
+    it last, or None."""
     into: dict[object, list] = {}  # attach point -> [(when the part is ready, gradient)]
     nbytes, shape = _size(graph, value)
     for v, k, strategy, arrived, dst, attach, hooked in readers:  # those the backward reaches
@@ -555,6 +574,8 @@ def _value_gradient(
                 # reads nothing split: DTensor reduces it at the first backward op that does
                 through = carries_on(v, after, v_operands, v_made)
                 grad = tuple(PARTIAL if is_partial(a) and c else g for a, c, g in zip(after, through, grad))
+            # the backward's last kernel may run on the gradient whole (``tril``)
+            grad = whole_gradient(v, k, grad) or grad
         if hooked and arrived != dst and not moves_locally(arrived, dst):
             # a parameter (or a view of one) its module's hook moved above autograd: the
             # move's backward brings each use's gradient back to the storage, each call's

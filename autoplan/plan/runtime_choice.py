@@ -19,14 +19,14 @@ from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.tensor._dtensor_spec import DTensorSpec
 from torch.distributed.tensor._op_schema import OpSchema
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_map
+from torch.utils._pytree import tree_flatten, tree_map
 
 from autoplan.choices.decision import Decision
 from autoplan.choices.graph import OP, is_tensor_input
 from autoplan.dtensor import loss_parallel, overrides
 from autoplan.dtensor.strategies import Strategy, runtime_schema_info, tensor_meta
 from autoplan.placements import REPLICATE, Spec, is_partial, is_shard, shard, shard_dim, spec_from_placements, to_placements
-from autoplan.trace.backward_run import input_gradients, signature
+from autoplan.trace.backward_run import gradient_makers, input_gradients, signature
 
 
 def runtime_strategy(decision: Decision, arrived: list[Spec], mesh: DeviceMesh) -> Strategy | None:
@@ -293,6 +293,44 @@ def elementwise_backward(decision: Decision, k: int, grad: Spec, operands: dict[
     if operand_read != read:
         moves.append((other, saved, operand_read))
     return result, moves
+
+
+def replicated_gradient(decision: Decision, k: int, grad: Spec, mesh: DeviceMesh) -> tuple[Spec, Spec] | None:
+    """(the layout DTensor reads it in, the layout it hands it on in) for the gradient of
+    input ``k`` of ``decision``'s op, laid out ``grad`` by the planner's rules, where the
+    op's backward makes it last with a kernel DTensor runs on whole tensors only: the
+    backward of ``linalg_solve_triangular`` masks the matrix's gradient with ``tril``, whose
+    rule replicates every input (DTensor's ``linalg_replicate_strategy``), so the gradient
+    is gathered and reduced there on every axis (Qwen3-Next's gated delta rule). None
+    elsewhere, or where DTensor cannot say."""
+    maker = gradient_makers(decision.fx_node).get(k)
+    if maker is None or not isinstance(maker.op, torch._ops.OpOverload) or all(p == REPLICATE for p in grad):
+        return None
+    tensors = [a for a in tree_flatten((maker.args, maker.kwargs))[0] if isinstance(a, torch.Tensor)]
+    value = _input_value(decision, k)
+    if len(tensors) != 1 or value is None or tensors[0].shape != value.shape:
+        return None  # the gradient the rules lay out is not what the kernel reads
+    gradient = DTensorSpec(mesh, to_placements(grad), tensor_meta=tensor_meta(tensors[0]))
+    args, kwargs = tree_map(lambda a: gradient if a is tensors[0] else a, (maker.args, maker.kwargs))
+    try:
+        sharding = overrides.propagate_uncached(OpSchema(maker.op, args, kwargs, schema_info=runtime_schema_info(maker.op)))
+        out = sharding.output_spec
+        made = spec_from_placements(out.placements)
+        wanted = sharding.redistribute_schema.args_spec if sharding.redistribute_schema is not None else (gradient,)
+        read = spec_from_placements(wanted[0].placements)
+    except Exception:  # DTensor cannot run it as given: the planner's own rules stand
+        return None
+    if any(p != REPLICATE for p in made):
+        return None
+    return read, made
+
+
+def _input_value(decision: Decision, k: int) -> torch.Tensor | None:
+    """The traced value of ``decision``'s tensor input ``k``."""
+    node = decision.fx_node
+    inputs = [a for a in tree_flatten((node.args, node.kwargs))[0] if is_tensor_input(a)]
+    value = inputs[k].meta.get("val") if k < len(inputs) else None
+    return value if isinstance(value, torch.Tensor) else None
 
 
 def _transposed(spec: Spec, dims: int) -> Spec:

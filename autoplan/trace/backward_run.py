@@ -8,7 +8,9 @@ for an op's backward, which its derivative formula decides:
   sharding rule needs the kernels of its backward replicated too, and not all are named
   after it (``im2col``'s, ``F.unfold`` in ConvBERT's span convolution, is ``col2im``);
 - the prediction (``plan/backward_ops.py``): whether DTensor carries a partial gradient
-  through those ops unreduced (``sigmoid``'s ``sigmoid_backward`` reduces it first); and
+  through those ops unreduced (``sigmoid``'s ``sigmoid_backward`` reduces it first);
+  which op makes each input's gradient last (``gradient_makers``: ``linalg_solve_triangular``'s
+  ``tril``, which DTensor runs on a whole gradient only); and
   (``plan/runtime_choice.gradient_only_backward``) the layout DTensor's rules give the
   input's gradient, the backward run under a dispatch mode that follows the layouts
   (``input_gradients``).
@@ -36,12 +38,42 @@ class BackwardOp:
     """How many tensor arguments it took."""
 
 
-_runs: dict[tuple, tuple[BackwardOp, ...] | None] = {}
+@dataclass(frozen=True, slots=True)
+class GradientMaker:
+    """The op whose output is one input's gradient: the last step of the backward for it."""
+
+    op: object
+    """The aten op (an ``OpOverload``)."""
+    args: tuple
+    """Its arguments, meta tensors standing for tensors."""
+    kwargs: dict
+
+
+@dataclass(frozen=True, slots=True)
+class _Run:
+    ops: tuple[BackwardOp, ...]
+    makers: dict[int, GradientMaker]
+    """Tensor input position (as the choice graph numbers an op's inputs) -> its gradient's maker."""
+
+
+_runs: dict[tuple, _Run | None] = {}
 
 
 def backward_run(node: fx.Node) -> tuple[BackwardOp, ...] | None:
     """The ops the backward of ``node``'s op runs, in order, given gradients for its
     floating outputs; None where that backward cannot run on meta tensors."""
+    run = _cached_run(node)
+    return run.ops if run is not None else None
+
+
+def gradient_makers(node: fx.Node) -> dict[int, GradientMaker]:
+    """Tensor input position of ``node`` -> the op of its backward that made that input's
+    gradient; empty where the backward cannot run on meta tensors."""
+    run = _cached_run(node)
+    return run.makers if run is not None else {}
+
+
+def _cached_run(node: fx.Node) -> _Run | None:
     key = signature(node)
     if key not in _runs:
         try:
@@ -64,15 +96,31 @@ def _describe(arg):
     return value if isinstance(value, (int, float, bool, str, type(None), torch.dtype)) else repr(value)
 
 
-def _run(node: fx.Node) -> tuple[BackwardOp, ...]:
+def _run(node: fx.Node) -> _Run:
     recorders: list[_Recorder] = []
 
     def recording(gradients):
         recorders.append(_Recorder(gradients))
         return recorders[-1]
 
-    _backward(node, recording)
-    return tuple(recorders[0].ops) if recorders else ()
+    found = _backward(node, recording)
+    if not recorders:
+        return _Run((), {})
+    recorder = recorders[0]
+    makers = {
+        position: recorder.makers[id(gradient)]
+        for position, gradient in zip(_floating_positions(node), found or ())
+        if gradient is not None and id(gradient) in recorder.makers
+    }
+    return _Run(tuple(recorder.ops), makers)
+
+
+def _floating_positions(node: fx.Node) -> list[int]:
+    """The positions, among ``node``'s tensor arguments, of its floating ones (those
+    ``_backward`` asks gradients for, in its order)."""
+    values = [a.meta.get("val") if isinstance(a, fx.Node) else a for a in tree_flatten((node.args, node.kwargs))[0]]
+    tensors = [value for value in values if isinstance(value, torch.Tensor)]
+    return [position for position, tensor in enumerate(tensors) if tensor.is_floating_point()]
 
 
 def input_gradients(node: fx.Node, mode_for) -> list | None:
@@ -114,13 +162,18 @@ class _Recorder(TorchDispatchMode):
         super().__init__()
         self.made = list(gradients)  # held, so that no id is reused while recording
         self.ops: list[BackwardOp] = []
+        self.makers: dict[int, GradientMaker] = {}  # id of an op's output -> the op and its arguments
+        self.held: list = []  # every output, so that no id in ``makers`` is reused
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
         tensors = [a for a in tree_flatten((args, kwargs or {}))[0] if isinstance(a, torch.Tensor)]
         ids = {id(t) for t in self.made}
         positions = tuple(i for i, t in enumerate(tensors) if id(t) in ids)
+        results = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
         if positions:
-            self.made += [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
+            self.made += results
         self.ops.append(BackwardOp(func, positions, len(tensors)))
+        self.held += results
+        self.makers.update((id(t), GradientMaker(func, args, kwargs or {})) for t in results)
         return out
