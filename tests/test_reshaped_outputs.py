@@ -8,7 +8,7 @@ viewed as heads right after it; planned leanly, its output is split by columns o
 tensor"). The plan now hands the projection's output over in the layout the view reads
 (``plan/builder.py``), and the apply engine's hook moves it there.
 
-The prediction follows that hook too (``plan/collectives._output_hooks``): AFMoE's shared
+The prediction follows that hook too (``plan/boundaries.output_hooks``): AFMoE's shared
 experts run on the tokens flattened, and their row-parallel output, partial, is viewed back
 outside them (``tests/models/flat_mlp.py``). The hook reduces it where the plan lays it out
 whole; the prediction had the view run on the partial value and the residual add reduce-

@@ -91,7 +91,6 @@ copies the last one's entries to every later layer.
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
 
 from autoplan.choices.graph import OP, PARAMETER, planning_mesh
 from autoplan.cost.comm import (
@@ -113,14 +112,15 @@ from autoplan.plan.split_gradients import (
     matmul_input_gradient, matmul_split_axes, reshaped_gradient, resplit_moves, resplit_through, sliced_gradient,
     split_input_gradient, split_through,
 )
-from autoplan.plan.parameter_uses import gathered_parameters
+from autoplan.plan.boundaries import Boundary, crossed_boundary, module_boundaries, output_hooks, output_nodes
+from autoplan.plan.parameter_uses import gathered_parameters, hook_gather, hooked_reads, parameter_module
 from autoplan.plan.reached import reached_by_backward
 from autoplan.plan.recompute import recompute_collectives
 from autoplan.plan.runtime_choice import (
     JOINS, elementwise_backward, grouped_backward_moves, joined_gradient, product_backward,
     replicated_gradient, runs_elementwise_backward, runs_product_backward, runtime_strategy,
 )
-from autoplan.plan.views import layouts_after_views, view_chain, within
+from autoplan.plan.views import within
 
 
 def step_collectives(
@@ -144,9 +144,9 @@ def step_collectives(
     def planned_out(name: str, index: int):
         return graph.decision(name).strategies[choice[name]].output(index)
 
-    boundaries = _boundaries(choices, modules or {})
-    exits = _output_nodes(choices, modules or {})
-    hooked_outputs = _output_hooks(choices, modules or {})
+    boundaries = module_boundaries(choices, modules or {})
+    exits = output_nodes(choices, modules or {})
+    hooked_outputs = output_hooks(choices, modules or {})
     runs: dict[str, Strategy] = {}  # op -> the strategy DTensor runs, where it is not the plan's
 
     def made(name: str, index: int, reader_module: str | None = None):
@@ -163,12 +163,12 @@ def step_collectives(
             return runs[name].output(index)
         return planned_out(name, index)
 
-    def parent_spec(b: "_Boundary"):
+    def parent_spec(b: "Boundary"):
         return b.parent.spec if b.parent is not None else made(*b.value, b.fqn)
 
     def arrival(u: str, out_index: int, reader: str):
         """(the boundary the reader sits behind or None, the layout the value arrives in)."""
-        attach = _attach(boundaries.get((u, out_index), ()), module_of(reader), owners.get(u) or "")
+        attach = crossed_boundary(boundaries.get((u, out_index), ()), module_of(reader), owners.get(u) or "")
         return attach, attach.spec if attach is not None else made(u, out_index, owners.get(reader) or "")
 
     # What DTensor runs, op by op, given what arrives (the plan's strategy where it agrees).
@@ -205,7 +205,7 @@ def step_collectives(
     # op -> {input index: (the layout autograd saved it in, the layout the op read it in)}:
     # a move DTensor makes inside an op runs below autograd, a module's hook moves above it
     operands: dict[str, dict[int, tuple]] = {}
-    hooked = _hooked_reads(graph, owners, made, gathered)
+    hooked = hooked_reads(graph, owners, made, gathered)
     calls = Counter(call.fqn for call in choices.traced.module_calls)
     gathers_counted: set[tuple[str, str]] = set()  # (parameter, module whose hook gathers it)
     for u, v, k, out_index in graph.reads():
@@ -223,7 +223,7 @@ def step_collectives(
                 dst = used  # a view of the parameter runs on what the hook made
         else:
             used = graph.decision(v).strategies[choice[v]].inputs[k] if u in weights else dst
-        legs = _hook_gather(u, gathered[u], owners.get(v) or "", arrived, calls, gathers_counted) if u in gathered else None
+        legs = hook_gather(u, gathered[u], owners.get(v) or "", arrived, calls, gathers_counted) if u in gathered else None
         if legs is None:
             legs = [(arrived, used, ("gather", module_of(v)) if u in weights else ("read", v), module_of(v), 1)]
         legs.append((used, dst, ("read", v), module_of(v), 1))
@@ -404,7 +404,7 @@ def step_collectives(
         reduced = tuple(REPLICATE if c else g for c, g in zip(carried, grad))
         target = tuple(REPLICATE if c else (g if k else q) for c, k, g, q in zip(carried, kept, grad, src))
         # A parameter's gradient is settled by its module's hook (``Plan.parameter_uses``).
-        where = _parameter_module(choices, u) if graph.decision(u).kind == PARAMETER else module_of(u)
+        where = parameter_module(choices, u) if graph.decision(u).kind == PARAMETER else module_of(u)
         times = 1 if u in exits else gradient_reads(graph, u)
         for kind, axis, size in gradient_collectives(reduced, target, nbytes, mesh_shape, shape):
             found[(where, kind, axis, round(size))] += times
@@ -439,62 +439,6 @@ def _asked_of_dtensor(decision, grad: tuple, made: tuple) -> bool:
     backward product (``runtime_choice.runs_elementwise_backward``,
     ``runs_product_backward``), the output gradient's moves counted there, once per read."""
     return runs_elementwise_backward(decision, grad, made) or runs_product_backward(decision, grad, made)
-
-
-def _hooked_reads(graph, owners: dict, made, gathered: dict) -> dict[tuple[str, str, int], tuple]:
-    """``(value, reader, input index) -> (arrived, read)`` for the reads of a parameter a
-    module's hook moves, and of the views between it and its compute op.
-
-    The hook around the read (``_outermost_hook``) moves it to the layout the compute op
-    reads (``Plan.parameter_uses``), and each view on the way runs on what the hook made,
-    whatever view strategy the plan picked: no view strategy takes a multi-axis layout,
-    and a view the plan runs on the stored split hands on a split the hook has gathered
-    already (Gemma 4 takes a row of its embedding, gathered whole for its lookup, as
-    ``weight[pad]``). ``gathered``: parameter -> {module: the layout its hook moves it
-    to} (``parameter_uses.gathered_parameters``); ``owners``: node -> its module."""
-    found = {}
-    for decision in graph.decisions():
-        hooks = gathered.get(decision.name) if decision.kind == PARAMETER else None
-        if hooks is None:
-            continue
-        stored = made(decision.name, 0)
-        for _, v, k in graph.out_edges(decision.name, keys=True):
-            hook = _outermost_hook(hooks, owners.get(v) or "")
-            if hook is None:
-                continue
-            chain = view_chain(graph, v, k)
-            layouts = layouts_after_views(graph, chain, hooks[hook])
-            if layouts is None:
-                continue
-            found[(decision.name, v, k)] = (stored, layouts[0])
-            for (view, _), (after, after_key), layout in zip(chain, chain[1:], layouts[1:]):
-                found[(view, after, after_key)] = (layout, layout)
-    return found
-
-
-def _outermost_hook(hooks, module: str) -> str | None:
-    """The outermost of ``hooks``' modules around ``module`` (None: none is): its hook moves
-    the parameter, and an inner one, called inside it, finds it moved already
-    (``apply/engine._gather_parameters_for_use``)."""
-    around = [m for m in hooks if m == "" or within(module, m)]
-    return min(around, key=len) if around else None  # nested names are prefixes
-
-
-def _hook_gather(parameter, hooks, module, stored, calls: Counter, counted: set) -> list | None:
-    """The move of ``parameter`` by the hook around an op in ``module``, as a forward leg
-    ``(before, after, where, charged module, times)`` in a list; [] where that move is
-    counted already; None where no hook is around the op.
-
-    The hook moves it once per call of its module, for every read inside: Gemma 4's model
-    gathers its embedding's weight once for the embedding's lookup and its own ``weight[pad]``."""
-    hook = _outermost_hook(hooks, module)
-    if hook is None:
-        return None
-    if (parameter, hook) in counted:
-        return []
-    counted.add((parameter, hook))
-    charged = hook or ROOT
-    return [(stored, hooks[hook], ("gather", charged), charged, calls[hook])]
 
 
 def _value_gradient(
@@ -611,88 +555,7 @@ def _size(graph, value: tuple[str, int]) -> tuple[float, tuple[int, ...]]:
     return tensor_bytes(tensor), tuple(getattr(tensor, "shape", ()))
 
 
-@dataclass(eq=False)
-class _Boundary:
-    """A module call's input hook moving one value to the plan's layout."""
-
-    value: tuple[str, int]
-    fqn: str
-    spec: tuple
-    parent: "_Boundary | None" = None
-
-    @property
-    def depth(self) -> int:
-        return self.fqn.count(".") + 1
-
-
-def _planned_calls(choices, modules: dict):
-    """``(call, layout)`` for each call of a module the plan lays out (the root's layout is
-    the batch's, not a hook's)."""
-    for call in choices.traced.module_calls:
-        layout = modules.get(call.fqn)
-        if layout is not None and call.fqn != "":
-            yield call, layout
-
-
-def _boundaries(choices, modules: dict) -> dict[tuple[str, int], list[_Boundary]]:
-    """Per value: the module input hooks that move it (``apply._redistribute_inputs``), each
-    with the enclosing one it receives the value from (None: from its producer)."""
-    graph = choices.graph
-    found: dict[tuple[str, int], list[_Boundary]] = {}
-    seen = set()
-    for call, layout in _planned_calls(choices, modules):
-        for key, node in call.inputs:
-            spec = layout.inputs.get(key)
-            value = choices.traced.value_of(node)
-            if spec is None or value[0] not in graph or (value, call.fqn) in seen:
-                continue
-            seen.add((value, call.fqn))
-            found.setdefault(value, []).append(_Boundary(value, call.fqn, tuple(spec)))
-    for chain in found.values():
-        for b in chain:
-            enclosing = [a for a in chain if a is not b and within(b.fqn, a.fqn) and a.fqn != b.fqn]
-            b.parent = max(enclosing, key=lambda a: a.depth) if enclosing else None
-    return found
-
-
-def _attach(chain, reader_module: str, producer_module: str):
-    """The innermost boundary of ``chain`` the reader sits behind (None: it reads the value
-    as its producer left it). A boundary of a module that made the value is not crossed."""
-    owner = "" if reader_module == ROOT else reader_module
-    inner = [b for b in chain if within(owner, b.fqn) and not within(producer_module, b.fqn)]
-    return max(inner, key=lambda b: b.depth) if inner else None
-
-
-def _output_nodes(choices, modules: dict) -> set[str]:
-    """Nodes a planned module returns (its output hook puts them in the plan's layout)."""
-    return {
-        choices.traced.value_of(node)[0]
-        for call, layout in _planned_calls(choices, modules)
-        for key, node in call.outputs
-        if key in layout.outputs
-    }
-
-
-def _output_hooks(choices, modules: dict) -> dict[tuple[str, int], list[tuple[str, tuple]]]:
-    """Per value a module makes and returns: ``(module, layout)`` for each output hook that
-    moves it, innermost first (the calls in the order they finish). A value a module was
-    given and hands back is not its to move."""
-    found: dict[tuple[str, int], list[tuple[str, tuple]]] = {}
-    owners = choices.traced.node_modules
-    for call, layout in _planned_calls(choices, modules):
-        for key, node in call.outputs:
-            value = choices.traced.value_of(node)
-            spec = layout.outputs.get(key)
-            if spec is not None and value[0] in choices.graph and within(owners.get(value[0]) or "", call.fqn):
-                found.setdefault(value, []).append((call.fqn, tuple(spec)))
-    return found
-
-
 def module_table(found: Counter, axis_names: tuple[str, ...]) -> dict:
     """``step_collectives``' counter as the plan's table (``plan.collective_table``)."""
     return collective_table(((module, axis_names[axis], kind, nbytes), count) for (module, kind, axis, nbytes), count in found.items())
 
-
-def _parameter_module(choices, node: str) -> str:
-    fqns = choices.traced.parameters.get(node, ())
-    return fqns[0].rpartition(".")[0] if fqns else ROOT

@@ -3,13 +3,19 @@
 A parameter stored split and computed with in another layout is moved by its module's
 hook just before use (``Plan.parameter_uses``, ``apply/engine.py``), where every use asks
 for the same layout; one whose uses disagree arrives at each op as stored, and DTensor
-moves it there as that op's strategy asks (``plan/collectives.py``).
+moves it there as that op's strategy asks (``plan/collectives.py``). The prediction reads
+the hooks' moves from here too: which hook moves a parameter for a read (the outermost
+around it, ``outermost_hook``), and how often (``hook_gather``).
 """
 
 from __future__ import annotations
 
+from collections import Counter
+
+from autoplan.choices.graph import PARAMETER
 from autoplan.cost.estimate import is_view
-from autoplan.plan.views import spec_before_views, view_chain, within
+from autoplan.plan.module_plan import ROOT_MODULE as ROOT
+from autoplan.plan.views import layouts_after_views, spec_before_views, view_chain, within
 
 
 def parameter_uses(choices, choice: dict[str, int], storage: dict) -> tuple[dict, dict]:
@@ -94,3 +100,64 @@ def gathered_parameters(choices, choice: dict[str, int]) -> dict[str, dict[str, 
                 for module in (fqn.rpartition(".")[0], *readers.get(fqn, ())):
                     found.setdefault(node, {})[module] = tuple(uses[fqn])
     return found
+
+
+def hooked_reads(graph, owners: dict, made, gathered: dict) -> dict[tuple[str, str, int], tuple]:
+    """``(value, reader, input index) -> (arrived, read)`` for the reads of a parameter a
+    module's hook moves, and of the views between it and its compute op.
+
+    The hook around the read (``outermost_hook``) moves it to the layout the compute op
+    reads (``Plan.parameter_uses``), and each view on the way runs on what the hook made,
+    whatever view strategy the plan picked: no view strategy takes a multi-axis layout,
+    and a view the plan runs on the stored split hands on a split the hook has gathered
+    already (Gemma 4 takes a row of its embedding, gathered whole for its lookup, as
+    ``weight[pad]``). ``gathered``: parameter -> {module: the layout its hook moves it
+    to} (``parameter_uses.gathered_parameters``); ``owners``: node -> its module."""
+    found = {}
+    for decision in graph.decisions():
+        hooks = gathered.get(decision.name) if decision.kind == PARAMETER else None
+        if hooks is None:
+            continue
+        stored = made(decision.name, 0)
+        for _, v, k in graph.out_edges(decision.name, keys=True):
+            hook = outermost_hook(hooks, owners.get(v) or "")
+            if hook is None:
+                continue
+            chain = view_chain(graph, v, k)
+            layouts = layouts_after_views(graph, chain, hooks[hook])
+            if layouts is None:
+                continue
+            found[(decision.name, v, k)] = (stored, layouts[0])
+            for (view, _), (after, after_key), layout in zip(chain, chain[1:], layouts[1:]):
+                found[(view, after, after_key)] = (layout, layout)
+    return found
+
+
+def outermost_hook(hooks, module: str) -> str | None:
+    """The outermost of ``hooks``' modules around ``module`` (None: none is): its hook moves
+    the parameter, and an inner one, called inside it, finds it moved already
+    (``apply/engine._gather_parameters_for_use``)."""
+    around = [m for m in hooks if m == "" or within(module, m)]
+    return min(around, key=len) if around else None  # nested names are prefixes
+
+
+def hook_gather(parameter, hooks, module, stored, calls: Counter, counted: set) -> list | None:
+    """The move of ``parameter`` by the hook around an op in ``module``, as a forward leg
+    ``(before, after, where, charged module, times)`` in a list; [] where that move is
+    counted already; None where no hook is around the op.
+
+    The hook moves it once per call of its module, for every read inside: Gemma 4's model
+    gathers its embedding's weight once for the embedding's lookup and its own ``weight[pad]``."""
+    hook = outermost_hook(hooks, module)
+    if hook is None:
+        return None
+    if (parameter, hook) in counted:
+        return []
+    counted.add((parameter, hook))
+    charged = hook or ROOT
+    return [(stored, hooks[hook], ("gather", charged), charged, calls[hook])]
+
+
+def parameter_module(choices, node: str) -> str:
+    fqns = choices.traced.parameters.get(node, ())
+    return fqns[0].rpartition(".")[0] if fqns else ROOT
