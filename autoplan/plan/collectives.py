@@ -117,7 +117,7 @@ from autoplan.plan.parameter_uses import gathered_parameters, hook_gather, hooke
 from autoplan.plan.reached import reached_by_backward
 from autoplan.plan.recompute import recompute_collectives
 from autoplan.plan.runtime_choice import (
-    JOINS, elementwise_backward, grouped_backward_moves, joined_gradient, product_backward,
+    JOINS, elementwise_backward, grouped_backward_moves, joined_gradient, product_backward, recentred_mean_moves,
     replicated_gradient, runs_elementwise_backward, runs_product_backward, runtime_strategy,
 )
 from autoplan.plan.views import within
@@ -412,6 +412,14 @@ def step_collectives(
         resplit = resplit_through(graph, u, exits, grad, src, operands.get(u, {}))
         for kind, axis, size in resplit_moves(graph, u, operands.get(u, {}), grad, resplit, mesh_shape):
             found[(where, kind, axis, round(size))] += 1
+
+    with overrides.installed():  # a variance's backward recomputes its input's mean, as saved
+        for (name, index), grad in grads.items():
+            saved = operands.get(name, {}).get(0, (None, None))[0]
+            moves = recentred_mean_moves(graph.decision(name), saved, mesh) if index == 0 and grad is not None else None
+            for _, before, read, nbytes, shape in moves or ():
+                for kind, axis, size, _ in redistribute_collectives(before, read, nbytes, mesh_shape, backward=False, shape=shape):
+                    found[(module_of(name), kind, axis, round(size))] += 1
 
     loss = loss_output(choices)
     if loss is not None:

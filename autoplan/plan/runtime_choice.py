@@ -25,7 +25,7 @@ from autoplan.choices.decision import Decision
 from autoplan.choices.graph import OP, is_tensor_input
 from autoplan.dtensor import loss_parallel, overrides
 from autoplan.dtensor.strategies import Strategy, runtime_schema_info, tensor_meta
-from autoplan.placements import REPLICATE, Spec, is_partial, is_shard, shard, shard_dim, spec_from_placements, to_placements
+from autoplan.placements import PARTIAL_AVG, REPLICATE, Spec, is_partial, is_shard, shard, shard_dim, spec_from_placements, to_placements
 from autoplan.trace.backward_run import gradient_makers, input_gradients, signature
 
 
@@ -293,6 +293,45 @@ def elementwise_backward(decision: Decision, k: int, grad: Spec, operands: dict[
     if operand_read != read:
         moves.append((other, saved, operand_read))
     return result, moves
+
+
+_RECENTRED = (torch.ops.aten.var.correction, torch.ops.aten.std.correction)
+"""Reductions whose backward recomputes the mean of their input: ``grad * (x - x.mean(dims))``."""
+
+
+def recentred_mean_moves(decision: Decision, saved: Spec | None, mesh: DeviceMesh) -> list | None:
+    """The moves ``[(which, layout before, layout read, bytes, shape)]`` (``which``: ``"input"``
+    or ``"mean"``) of the subtraction ``x - x.mean(dims, keepdim=True)`` that the backward
+    of a variance (or standard deviation) ``decision`` runs on its input as autograd saved
+    it (``saved``). Split on a reduced dim, the mean is partial there, and DTensor picks
+    what the subtraction moves: the small mean all-reduced, or the input gathered. DTensor
+    gathers such an input inside the forward, below autograd, so the split is what the
+    backward reads (Gemma 3n's activation sparsity takes the standard deviation of its
+    MLP's gate split by hidden on dp). None where nothing is partial or DTensor cannot say."""
+    node = decision.fx_node
+    if decision.kind != OP or node.target not in _RECENTRED or saved is None:
+        return None
+    x = node.args[0].meta.get("val")
+    if not isinstance(x, torch.Tensor):
+        return None
+    dims = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim")
+    reduced = {d % x.dim() for d in dims} if dims else set(range(x.dim()))
+    mean = tuple(PARTIAL_AVG if is_shard(p) and shard_dim(p) in reduced else p for p in saved)
+    if not any(is_partial(p) for p in mean):
+        return None
+    mean_value = torch.empty([1 if d in reduced else n for d, n in enumerate(x.shape)], dtype=x.dtype, device="meta")
+    specs = [DTensorSpec(mesh, to_placements(s), tensor_meta=tensor_meta(t)) for s, t in ((saved, x), (mean, mean_value))]
+    op = torch.ops.aten.sub.Tensor
+    try:
+        sharding = overrides.propagate_uncached(OpSchema(op, tuple(specs), {}, schema_info=runtime_schema_info(op)))
+        wanted = sharding.redistribute_schema.args_spec if sharding.redistribute_schema is not None else specs
+        reads = [spec_from_placements(s.placements) for s in wanted]
+    except Exception:  # DTensor cannot run it as given: nothing to add
+        return None
+    return [
+        (which, before, read, value.numel() * value.element_size(), tuple(value.shape))
+        for which, before, read, value in zip(("input", "mean"), (saved, mean), reads, (x, mean_value))
+    ]
 
 
 def replicated_gradient(decision: Decision, k: int, grad: Spec, mesh: DeviceMesh) -> tuple[Spec, Spec] | None:
