@@ -102,8 +102,8 @@ from autoplan.dtensor.loss_parallel import own_collectives
 from autoplan.dtensor.strategies import SHAPE_ONLY_OPS, Strategy
 from autoplan.placements import PARTIAL, REPLICATE, is_partial
 from autoplan.plan.gradient_rules import (
-    averaged_product_axes, averaged_sum_axes, gradient_reads, output_gradient, partial_axes, passes_gradient,
-    passes_gradient_to, summed, through_view, views_follow, whole_product_gradient,
+    averaged_product_axes, averaged_sum_axes, gradient_reads, output_gradient, partial_axes,
+    passes_gradient, passes_gradient_to, summed, through_view, views_follow, whole_product_gradient,
 )
 from autoplan.plan.gradient_strides import copies_gradient
 from autoplan.plan.loss_reductions import loss_output, loss_reductions

@@ -74,7 +74,9 @@ def passes_gradient(graph, name: str) -> bool:
         return False
     shape = getattr(node.meta.get("val"), "shape", None)
     args = [a for a in node.args if hasattr(a, "meta")]
-    trained = [a for a in args if a.name in graph and graph.decision(a.name).requires_grad]
+    # by the input's producer: an output of a split is a getitem, which the graph has no decision of
+    producers = {k: u for u, _, k in graph.inputs_of(name)}
+    trained = [a for k, a in enumerate(args) if k in producers and graph.decision(producers[k]).requires_grad]
     return len(args) == 2 and bool(trained) and all(getattr(a.meta.get("val"), "shape", None) == shape for a in trained)
 
 
@@ -311,11 +313,15 @@ def broadcast_axes(node, split: tuple) -> tuple[int, ...]:
     """Mesh axes on which ``split`` divides a dim that the expand ``node`` broadcast."""
     if node.target is not torch.ops.aten.expand.default:
         return ()
-    before = tuple(node.args[0].meta["val"].shape)
-    after = tuple(node.meta["val"].shape)
-    lead = len(after) - len(before)
-    grown = {d for d in range(len(after)) if after[d] != 1 and (d < lead or before[d - lead] == 1)}
+    grown = broadcast_dims(tuple(node.args[0].meta["val"].shape), tuple(node.meta["val"].shape))
     return tuple(axis for axis, p in enumerate(split) if is_shard(p) and shard_dim(p) in grown)
+
+
+def broadcast_dims(before: tuple, after: tuple) -> set[int]:
+    """The dims of ``after`` that broadcasting a tensor of shape ``before`` grows: those it
+    lacks, and those of size 1 it has where ``after``'s are larger."""
+    lead = len(after) - len(before)
+    return {d for d in range(len(after)) if after[d] != 1 and (d < lead or before[d - lead] == 1)}
 
 
 def summed(parts: list, nbytes: float, mesh_shape, found: Counter) -> tuple:
