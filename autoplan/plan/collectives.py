@@ -39,7 +39,8 @@ for different layouts has no hook and arrives at each op as stored
   FSDP parameter's gradient is reduce-scattered there);
 - a partial gradient goes on unreduced through the backward of an op that is linear in
   it and reads nothing split on that axis (a pointwise op of one tensor, an op with a
-  scalar, a sum or mean: an RMSNorm's rsqrt, eps add and mean of squares; a product of
+  scalar, a sum or mean: an RMSNorm's rsqrt, eps add and mean of squares; a pad, a fill
+  of a scalar, a triangular solve: Qwen3-Next's chunked delta rule; a product of
   operands read whole: a gated MLP's ``act(gate) * up``, an experts' grouped matrix
   product; a split, whose backward joins its outputs' gradients; DTensor's forward move
   of such an op's input ran below autograd and has no backward), to the first op whose

@@ -106,6 +106,15 @@ _PRODUCTS = (_aten.mul.Tensor, _aten._grouped_mm.default)
 Not ``mm`` or ``bmm`` yet: the one row that seemed to ask for them (Bloom's attention,
 whose gradient was reduced before it reached ``v``) was a view's backward copying it
 (``plan/gradient_strides.py``), and listing them changes no row of the coverage sample."""
+_PADS_AND_FILLS = (_aten.constant_pad_nd.default, _aten.masked_fill.Scalar)
+"""A pad's backward slices the gradient (a pad by negative widths), a scalar fill's fills it
+with zeros where the mask says: DTensor runs either on a partial gradient as partial
+(Qwen3-Next's padded chunks and its causal mask of pairwise decays)."""
+_SOLVES = (_aten.linalg_solve_triangular.default,)
+"""Linear in the right-hand side: DTensor solves a partial one against a replicated matrix
+as partial (its rule's ``P, R -> P``), and the matrix's gradient, that partial solution
+times the saved output, stays partial up to the ``tril`` that reduces it
+(``runtime_choice.replicated_gradient``)."""
 _SPLITS = (_aten.split.Tensor, _aten.split_with_sizes.default, _aten.unbind.int)
 """Several outputs of one input: the backward joins their gradients."""
 _WITH_A_SCALAR = (  # DTensor registers these apart from its pointwise list
@@ -123,7 +132,8 @@ def carries_partial(graph, name: str) -> bool:
     RMSNorm's rsqrt, its eps add, its mean of squares; not one whose backward runs an op
     DTensor reduces a partial gradient for, a ``sigmoid_backward`` or a clamp's ``where``:
     ``plan/backward_ops.py``), rows picked by index (a mixture
-    of experts' routed tokens), a split (its backward joins its outputs' gradients), a
+    of experts' routed tokens), a pad or a fill of a scalar (``_PADS_AND_FILLS``), a
+    triangular solve (``_SOLVES``), a split (its backward joins its outputs' gradients), a
     concatenation (its backward slices the gradient: a rotary embedding's
     ``cat(-x2, x1)``, Gemma 2's in bf16), an add or subtraction of trained operands (its
     backward sums the gradient over what an operand broadcast: XLNet's bias per head), or
@@ -145,9 +155,13 @@ def carries_partial(graph, name: str) -> bool:
         return trained >= 1
     if target in _PASS_THROUGH:
         return trained >= 1
+    if target in _SOLVES:
+        return trained >= 1
     if trained != 1:
         return False
     if target in _INDEXING or target in _SPLITS:  # an index's other inputs are its integer indices
+        return True
+    if target in _PADS_AND_FILLS:  # a fill's other input is its mask
         return True
     if len(inputs) != 1:
         return False
