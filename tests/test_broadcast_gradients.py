@@ -6,14 +6,22 @@ broadcast dims, so the rule that hands a gradient on as it comes must not cover 
   slice of a projection split by batch: each part's gradient is partial there, and the
   prediction handed it on split by batch (the split's outputs are getitems, which the
   planning graph has no decision of, so the parts were taken for values without a
-  gradient and the add for one of operands of its own shape)."""
+  gradient and the add for one of operands of its own shape).
+- DeBERTa's layer norm multiplies its weight by ``x - mean(x)``, averaged-partial where
+  the hidden dim is split: the sum that makes the weight's gradient does not take the
+  average partial on, so DTensor reduces it and also gathers the batch split on another
+  axis first; the prediction left the batch split, all-reduced a part of the product only
+  and then the weight's gradient once more."""
 
 import torch
 from torch import nn
 from torch.distributed.tensor import DTensor, Partial, Replicate, Shard
+from torch.distributed.tensor.debug import CommDebugMode
 
 from autoplan.choices.graph import build_choices
-from autoplan.plan.gradient_rules import passes_gradient, passes_gradient_to
+from autoplan.cost.comm import gradient_collectives
+from autoplan.placements import PARTIAL, REPLICATE
+from autoplan.plan.gradient_rules import averaged_product_summed, passes_gradient, passes_gradient_to
 from autoplan.trace.tracer import trace_model
 
 aten = torch.ops.aten
@@ -32,6 +40,19 @@ class SplitBias(nn.Module):
         a, b = self.proj(x).split(4, dim=-1)
         bias_a, bias_b = self.base.split(4)
         return (torch.sigmoid(2 * a + bias_a) * torch.sigmoid(2 * b + bias_b)).sum()
+
+
+class CenteredNorm(nn.Module):
+    """A layer norm written out, with its weight (DeBERTa's)."""
+
+    def __init__(self):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(64))
+
+    def forward(self, x):
+        centered = x - x.mean(-1, keepdim=True)
+        normed = centered / torch.sqrt(centered.pow(2).mean(-1, keepdim=True) + 1e-12)
+        return (self.weight * normed).sum()
 
 
 def _graph(model, *inputs):
@@ -53,3 +74,23 @@ def test_dtensor_hands_a_bias_part_added_to_a_batch_split_a_partial_gradient(fak
     (part,) = base.split(4)
     (grad,) = torch.autograd.grad(torch.sigmoid(x + part).sum(), part)
     assert grad.placements == (Replicate(), Partial("sum"))
+
+
+def test_the_weight_gradient_of_an_averaged_product_is_summed_whole(fake_mesh_2x4):
+    graph = _graph(CenteredNorm(), torch.randn(8, 16, 64))
+    (product,) = [
+        d.fx_node for d in graph.decisions()
+        if d.fx_node is not None and d.fx_node.target is aten.mul.Tensor and d.fx_node.args[0].op == "placeholder"
+    ]
+    averaged = (PARTIAL, BY_BATCH)  # x - mean(x) averaged-partial on dp, the batch split on tp
+    summed_in = averaged_product_summed(product, (64,), averaged)
+    assert summed_in == (REPLICATE, REPLICATE)
+    predicted = sorted((kind, axis) for kind, axis, _ in gradient_collectives(averaged, summed_in, 8 * 16 * 64 * 4, (2, 4)))
+    # what DTensor runs for the sum over the weight's broadcast dims of such a product
+    made = DTensor.from_local(torch.randn(2, 16, 64), fake_mesh_2x4, (Partial("avg"), Shard(0)))
+    with CommDebugMode() as comm:
+        made.sum([0, 1], keepdim=True)
+    assert {str(op).split(".")[-1]: n for op, n in comm.get_comm_counts().items()} == {
+        "all_gather_into_tensor": 1, "all_reduce": 1,
+    }
+    assert predicted == [("all_gather", 1), ("all_reduce", 0)]

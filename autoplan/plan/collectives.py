@@ -103,7 +103,7 @@ from autoplan.dtensor.loss_parallel import own_collectives
 from autoplan.dtensor.strategies import SHAPE_ONLY_OPS, Strategy
 from autoplan.placements import PARTIAL, REPLICATE, is_partial
 from autoplan.plan.gradient_rules import (
-    averaged_product_axes, averaged_sum_axes, gradient_reads, output_gradient, partial_axes,
+    averaged_product_axes, averaged_product_summed, averaged_sum_axes, gradient_reads, output_gradient, partial_axes,
     passes_gradient, passes_gradient_to, summed, through_view, views_follow, whole_product_gradient,
 )
 from autoplan.plan.gradient_strides import copies_gradient
@@ -508,12 +508,12 @@ def _value_gradient(
             v_made, v_operands = made(v, 0), operands.get(v, {})
             asked = backward_product(v, k, after, v_operands) if after is not None and v not in exits else None
             averaged = averaged_product_axes(graph, v, k, shape, v_operands)
-            if any(averaged):  # the full-size product is all-reduced before the broadcast sum
-                whole = without_partial(after or v_made)
-                product = tuple(PARTIAL if a else p for a, p in zip(averaged, whole))
-                for kind, axis, size in gradient_collectives(product, whole, _size(graph, (v, 0))[0], mesh_shape):
+            if any(averaged):  # the full-size product is made whole before the broadcast sum
+                product = tuple(PARTIAL if a else p for a, p in zip(averaged, without_partial(after or v_made)))
+                summed_in = averaged_product_summed(graph.decision(v).fx_node, shape, product)
+                for kind, axis, size in gradient_collectives(product, summed_in, _size(graph, (v, 0))[0], mesh_shape):
                     found[(module_of(v), kind, axis, round(size))] += 1
-                grad = tuple(REPLICATE if a else g for a, g in zip(averaged, grad))
+                grad = tuple(REPLICATE if s == REPLICATE else g for s, g in zip(summed_in, grad))
             if asked is not None:
                 grad = asked  # DTensor's own backward product, its moves counted
             elif after is not None:

@@ -21,7 +21,8 @@ rules it follows it by, one op at a time, as DTensor runs that op's backward:
 - an averaged-partial operand (``x - mean(x)`` with the mean taken over a split dim): an
   add or subtraction hands its whole operands whole gradients (``averaged_sum_axes``),
   and a product's broadcast operand gets its gradient whole after an all-reduce of the
-  full-size product (``averaged_product_axes``).
+  full-size product (``averaged_product_axes``), gathered first where it is split along a
+  dim the sum reduces (``averaged_product_summed``).
 """
 
 from __future__ import annotations
@@ -188,6 +189,17 @@ def averaged_product_axes(graph, name: str, k: int, in_shape: tuple, operands: d
     if not others:
         return ()
     return tuple(any(layout[axis] == PARTIAL_AVG for layout in others) for axis in range(len(others[0])))
+
+
+def averaged_product_summed(node, in_shape: tuple, product: tuple) -> tuple:
+    """The layout in which DTensor sums the averaged-partial ``product`` of the product
+    ``node`` over the dims its input of shape ``in_shape`` was broadcast along. A sum does
+    not take an average partial on (``common_reduction_strategy`` calls it non-linear), so
+    it reduces every partial and gathers every split of a summed dim too, and the input's
+    gradient is whole there (DeBERTa's layer norm, its batch split on tp: the weight's
+    gradient product is gathered by batch on tp before its all-reduce on dp)."""
+    summed = broadcast_dims(tuple(in_shape), tuple(node.meta["val"].shape))
+    return tuple(REPLICATE if is_partial(p) or (is_shard(p) and shard_dim(p) in summed) else p for p in product)
 
 
 def averaged_sum_axes(graph, name: str, strategy) -> tuple[bool, ...]:
