@@ -91,10 +91,7 @@ def joined_gradient(decision: Decision, parts: list[Spec | None], mesh: DeviceMe
     specs = [DTensorSpec(mesh, to_placements(p), tensor_meta=tensor_meta(v)) for p, v in zip(parts, values)]
     op = torch.ops.aten.cat.default
     try:
-        sharding = overrides.propagate_uncached(OpSchema(op, (specs, dim), {}, schema_info=runtime_schema_info(op)))
-        joined = spec_from_placements(sharding.output_spec.placements)
-        wanted = sharding.redistribute_schema.args_spec if sharding.redistribute_schema is not None else specs
-        reads = [spec_from_placements(s.placements) for s in wanted]
+        joined, reads = _dtensor_runs(op, specs, (specs, dim))
     except Exception:  # DTensor cannot join them as given: the planner's own rule stands
         return None
     return (joined, reads) if len(reads) == len(parts) else None
@@ -127,11 +124,9 @@ def grouped_backward_moves(decision: Decision, grad: Spec, saved: dict[int, Spec
     for tensors, layouts, index in asks:
         specs = [DTensorSpec(mesh, to_placements(s), tensor_meta=tensor_meta(t)) for t, s in zip(tensors, layouts)]
         try:
-            sharding = overrides.propagate_uncached(OpSchema(op, tuple(specs), {}, schema_info=runtime_schema_info(op)))
+            _, reads = _dtensor_runs(op, specs)
         except Exception:  # DTensor cannot run it as given: the planner's own rule stands
             return None
-        wanted = sharding.redistribute_schema.args_spec if sharding.redistribute_schema is not None else specs
-        reads = [spec_from_placements(s.placements) for s in wanted]
         if any(p != r for p, r in zip(grad if index == 1 else layouts[0], reads[0])):
             return None  # the gradient moves (is reduced): the planner's own rule stands
         if reads[1] != layouts[1]:  # the saved operand moved, in its own dims
@@ -199,10 +194,7 @@ def product_backward(
     op, tensors, layouts, at, transposed = asked
     specs = [DTensorSpec(mesh, to_placements(s), tensor_meta=tensor_meta(t)) for t, s in zip(tensors, layouts)]
     try:
-        sharding = overrides.propagate_uncached(OpSchema(op, tuple(specs), {}, schema_info=runtime_schema_info(op)))
-        wanted = sharding.redistribute_schema.args_spec if sharding.redistribute_schema is not None else specs
-        reads = [spec_from_placements(s.placements) for s in wanted]
-        result = spec_from_placements(sharding.output_spec.placements)
+        result, reads = _dtensor_runs(op, specs)
     except Exception:  # DTensor cannot run it as given: the planner's own rules stand
         return None
     operand_read = _transposed(reads[at], transposed) if transposed else reads[at]
@@ -283,10 +275,7 @@ def elementwise_backward(decision: Decision, k: int, grad: Spec, operands: dict[
     specs = [DTensorSpec(mesh, to_placements(s), tensor_meta=tensor_meta(out)) for s in (grad, saved)]
     op = torch.ops.aten.mul.Tensor
     try:
-        sharding = overrides.propagate_uncached(OpSchema(op, tuple(specs), {}, schema_info=runtime_schema_info(op)))
-        wanted = sharding.redistribute_schema.args_spec if sharding.redistribute_schema is not None else specs
-        gradient_read, operand_read = (spec_from_placements(s.placements) for s in wanted)
-        result = spec_from_placements(sharding.output_spec.placements)
+        result, (gradient_read, operand_read) = _dtensor_runs(op, specs)
     except Exception:  # DTensor cannot run it as given: the planner's own rules stand
         return None
     moves = [("gradient", grad, gradient_read)]
@@ -323,9 +312,7 @@ def recentred_mean_moves(decision: Decision, saved: Spec | None, mesh: DeviceMes
     specs = [DTensorSpec(mesh, to_placements(s), tensor_meta=tensor_meta(t)) for s, t in ((saved, x), (mean, mean_value))]
     op = torch.ops.aten.sub.Tensor
     try:
-        sharding = overrides.propagate_uncached(OpSchema(op, tuple(specs), {}, schema_info=runtime_schema_info(op)))
-        wanted = sharding.redistribute_schema.args_spec if sharding.redistribute_schema is not None else specs
-        reads = [spec_from_placements(s.placements) for s in wanted]
+        _, reads = _dtensor_runs(op, specs)
     except Exception:  # DTensor cannot run it as given: nothing to add
         return None
     return [
@@ -362,6 +349,16 @@ def replicated_gradient(decision: Decision, k: int, grad: Spec, mesh: DeviceMesh
     if any(p != REPLICATE for p in made):
         return None
     return read, made
+
+
+def _dtensor_runs(op, specs: list, args: tuple | None = None) -> tuple[Spec, list[Spec]]:
+    """(the layout DTensor makes ``op``'s output in, the layouts it reads the tensors
+    ``specs`` in) where ``op`` is called on ``args`` (default: ``specs``), as its sharding
+    rule says; raises where DTensor cannot run it as given."""
+    schema = OpSchema(op, tuple(specs) if args is None else args, {}, schema_info=runtime_schema_info(op))
+    sharding = overrides.propagate_uncached(schema)
+    wanted = sharding.redistribute_schema.args_spec if sharding.redistribute_schema is not None else specs
+    return spec_from_placements(sharding.output_spec.placements), [spec_from_placements(s.placements) for s in wanted]
 
 
 def _input_value(decision: Decision, k: int) -> torch.Tensor | None:
