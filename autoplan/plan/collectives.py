@@ -265,9 +265,9 @@ def step_collectives(
     # returns its input) is moved by that module's hook where DTensor made it otherwise
     # than the plan: the move is charged where the value was made.
     for name in exits - {name for name, _ in hooked_outputs}:
-        if name in runs and runs[name].output(0) != planned_out(name, 0):
+        ran, planned = (runs[name].output(0), planned_out(name, 0)) if name in runs else (None, None)
+        if ran != planned:
             nbytes, shape = _size(graph, (name, 0))
-            ran, planned = runs[name].output(0), planned_out(name, 0)
             for kind, axis, size, _ in redistribute_collectives(ran, planned, nbytes, mesh_shape, backward=False, shape=shape):
                 found[(module_of(name), kind, axis, round(size))] += 1
                 forward.append((("exit", name), (module_of(name), kind, axis, round(size))))
@@ -295,8 +295,7 @@ def step_collectives(
         layout, reads = answer
         for index, (part, read) in enumerate(zip(parts, reads)):
             nbytes, shape = _size(graph, (name, index))
-            for kind, axis, size, _ in redistribute_collectives(part, read, nbytes, mesh_shape, backward=False, shape=shape):
-                found[(module_of(name), kind, axis, round(size))] += 1
+            _count_move(found, module_of(name), part, read, nbytes, shape, mesh_shape)
         joined.add(name)
         return layout
 
@@ -320,8 +319,7 @@ def step_collectives(
                 if read == operands_of[index][1]:
                     continue  # the forward's own move of it, kept
                 nbytes, shape = _size(graph, values[index])
-                for kind, axis, size, _ in redistribute_collectives(before, read, nbytes, mesh_shape, backward=False, shape=shape):
-                    found[(module_of(name), kind, axis, round(size))] += 1
+                _count_move(found, module_of(name), before, read, nbytes, shape, mesh_shape)
         if asked[name] is None:
             return rule
         return tuple(r or is_partial(g) for r, g in zip(rule, grad))
@@ -343,8 +341,7 @@ def step_collectives(
         values = {index: (u, i) for u, i, index in graph.inputs_of(name)}
         for which, before, read in moves:
             nbytes, shape = _size(graph, (name, 0) if which == "gradient" else values[which])
-            for kind, axis, size, _ in redistribute_collectives(before, read, nbytes, mesh_shape, backward=False, shape=shape):
-                found[(module_of(name), kind, axis, round(size))] += 1
+            _count_move(found, module_of(name), before, read, nbytes, shape, mesh_shape)
         return layout
 
     def whole_gradient(name: str, k: int, grad: tuple) -> tuple | None:
@@ -357,8 +354,7 @@ def step_collectives(
         read, layout = answer
         values = {index: (u, i) for u, i, index in graph.inputs_of(name)}
         nbytes, shape = _size(graph, values[k])
-        for kind, axis, size, _ in redistribute_collectives(grad, read, nbytes, mesh_shape, backward=False, shape=shape):
-            found[(module_of(name), kind, axis, round(size))] += 1
+        _count_move(found, module_of(name), grad, read, nbytes, shape, mesh_shape)
         return layout
 
     with overrides.installed():  # ``join`` asks DTensor's rules as they run
@@ -419,8 +415,7 @@ def step_collectives(
             saved = operands.get(name, {}).get(0, (None, None))[0]
             moves = recentred_mean_moves(graph.decision(name), saved, mesh) if index == 0 and grad is not None else None
             for _, before, read, nbytes, shape in moves or ():
-                for kind, axis, size, _ in redistribute_collectives(before, read, nbytes, mesh_shape, backward=False, shape=shape):
-                    found[(module_of(name), kind, axis, round(size))] += 1
+                _count_move(found, module_of(name), before, read, nbytes, shape, mesh_shape)
 
     loss = loss_output(choices)
     if loss is not None:
@@ -485,10 +480,7 @@ def _value_gradient(
                         found[(module_of(v), kind, axis, round(size))] += 1
                     after = whole
                 moved = sliced_gradient(graph.decision(v), reshaped_gradient(graph.decision(v), after))
-                for kind, axis, size, _ in redistribute_collectives(
-                    after, moved, out_bytes, mesh_shape, backward=False, shape=out_shape
-                ):
-                    found[(module_of(v), kind, axis, round(size))] += 1
+                _count_move(found, module_of(v), after, moved, out_bytes, out_shape, mesh_shape)
                 grad = through_view(graph.decision(v), moved, dst)
             else:
                 grad = after
@@ -556,6 +548,13 @@ def _value_gradient(
         into.setdefault(b.parent, []).append((min(part[0] for part in parts), without_partial(before), b.fqn))
     parts = into.get(None, [])
     return summed(parts, nbytes, mesh_shape, found) if parts else None
+
+
+def _count_move(found: Counter, module: str, before: tuple, after: tuple, nbytes: float, shape, mesh_shape) -> None:
+    """Count in ``found``, charged to ``module``, the collectives of DTensor's forward move
+    of a value of ``nbytes`` and ``shape`` from ``before`` to ``after``."""
+    for kind, axis, size, _ in redistribute_collectives(before, after, nbytes, mesh_shape, backward=False, shape=shape):
+        found[(module, kind, axis, round(size))] += 1
 
 
 def _size(graph, value: tuple[str, int]) -> tuple[float, tuple[int, ...]]:
