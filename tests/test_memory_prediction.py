@@ -25,6 +25,7 @@ ABOVE, BELOW = 0.10, 0.02
     "transformer-2x4",  # a model that returns logits: their sum is the loss
     "llama3-70b-8x8-lean",  # peaks in the forward, where the output head's weight is gathered
     "llama3-1b-2x4-lean",  # checkpoints 15 of its 16 layers: each keeps its input
+    "moe-8-lean",  # peaks in an expert's backward, which gathers its split weight again
 ])
 def test_predicted_peak_is_what_memtracker_measures(row):
     result = benchmark.run_row(row, timeout_s=600)

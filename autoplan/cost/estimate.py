@@ -58,7 +58,7 @@ from autoplan.cost.profile import ClusterProfile
 from autoplan.dtensor.fused_attention import FUSED_FORWARD
 from autoplan.dtensor.loss_parallel import own_collectives
 from autoplan.dtensor.view_rules import RESHAPING_VIEWS, splits_back
-from autoplan.placements import Spec, is_shard, shard_dim, shard_factor
+from autoplan.placements import REPLICATE, Spec, is_shard, shard_dim, shard_factor
 from autoplan.recompute_policy import selective_keeps
 
 aten = torch.ops.aten
@@ -359,14 +359,47 @@ def _flops(node) -> float:
 
 def transient_bytes(choices, decision: Decision, strategy) -> float:
     """What ``transient_parts`` holds for ``decision`` under ``strategy``, each value in the
-    layout the op uses: the larger of the two parts."""
+    layout the op uses: the larger of the two parts. The gradients' part also holds the
+    weights the op reads split, gathered whole again (``regathered_weights``)."""
     mesh_shape = choices.mesh_shape
 
     def local(value, side, index):
         spec = (strategy.outputs if side == "out" else strategy.inputs)[index]
         return tensor_bytes(value) / shard_factor(spec, mesh_shape) if spec else 0.0
 
-    return max(sum(local(*item) for item in part) for part in transient_parts(choices, decision))
+    gradients, alive = transient_parts(choices, decision)
+    held = sum(local(*item) for item in gradients) + regathered_weights(choices, decision, strategy)
+    return max(held, sum(local(*item) for item in alive))
+
+
+def regathered_weights(choices, decision: Decision, strategy) -> float:
+    """The buffers of the weights ``decision`` reads split under ``strategy``, gathered
+    whole while its backward runs (``moving_bytes``). The forward's split product needs no
+    whole weight, but the backward's runs on the output's gradient as it arrives, and
+    DTensor may gather the weight for it (Mixtral's experts, their gate-up weight split by
+    columns on dp: the gradient comes back partial, and each layer's backward grouped
+    product gathers the weight rather than reduce the gradient, a gathered buffer and its
+    copy into place). Counted for the op ``transient_node`` picks, as a bound: what its
+    backward may hold on top of the saved values and its gradients."""
+    graph = choices.graph
+    held = 0.0
+    for u, index, k in graph.inputs_of(decision.name):
+        read = strategy.inputs[k] if k < len(strategy.inputs) else None
+        if not read or all(shard_dim(p) is None for p in read) or not _is_weight(graph, u):
+            continue
+        value = output_values(graph.decision(u))[index]
+        held += moving_bytes(read, tuple(REPLICATE for _ in read), value, choices.mesh_shape)
+    return held
+
+
+def _is_weight(graph, name: str) -> bool:
+    """Whether ``name`` is a parameter or a view of one (``weight_values``)."""
+    while graph.decision(name).kind != PARAMETER:
+        inputs = graph.inputs_of(name)
+        if not is_view(graph.decision(name)) or len(inputs) != 1:
+            return False
+        name = inputs[0][0]
+    return True
 
 
 def _node_cost(choices, profile, decision: Decision, reducers, saved=(), transient: bool = False) -> NodeCost:

@@ -13,7 +13,8 @@ plans, ``benchmarks/memory.py``):
   is only summed (``transient_parts``), and the first backward op's own gradients
   (``TRANSIENT``: the gradient of its output and of its inputs, alive together; for a
   language model the cross-entropy's, several float32 logits in size; none for an output
-  that is only summed, ``broadcast_gradient``). Gradients of
+  that is only summed, ``broadcast_gradient``; and the weights it reads split, gathered
+  again for its backward, ``estimate.regathered_weights``). Gradients of
   parameters do not exist yet: ``zero_grad`` sets them to None.
 - backward end / ``AdamW.step()`` (``NodeCost.end_bytes``): parameters, their gradients and
   the moments, buffers and the batch; every activation is freed by then.
