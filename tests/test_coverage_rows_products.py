@@ -27,6 +27,14 @@ attention scores), run as ``tests/test_coverage_rows.py`` runs its rows:
   the query as it comes and sums it for the bias, partial, where the bias's gradient is
   all-reduced (``plan/gradient_rules.passes_gradient_to``, ``carries_partial``), where the
   prediction had the add's backward run split on dp and reduce on tp.
+- DeBERTa, float32: its layer norm, written out (``(x - mean) / sqrt(var + eps)``, then
+  ``weight * y + bias``), runs on the hidden dim split on dp; DTensor gathers ``x`` for the
+  subtraction and keeps the quotient partial. The gradient comes back split, so DTensor is
+  asked the backward of the weight's product, a broadcast operand's (``grad * weight``
+  split as the gradient comes; the weight's ``grad * y`` summed over batch and tokens, an
+  all-reduce), and of the quotient, whose denominator's gradient ``-grad * ((a / b) / b)``
+  reduce-scatters the partial quotient (``plan/runtime_choice.elementwise_backward``),
+  where the prediction had the gradient whole there and missed that reduce-scatter.
 """
 
 import pytest
@@ -37,6 +45,7 @@ ROWS = [
     ("causal_lm", "beam", "bfloat16"),
     ("causal_lm", "llama4_text", "float32"),
     ("causal_lm", "xlnet", "float32"),
+    ("masked_lm", "deberta", "float32"),
 ]
 
 

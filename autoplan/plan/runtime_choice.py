@@ -241,22 +241,32 @@ def _plain_backward_product(op, dims: int, a, b, out, first: int, k: int, grad: 
 
 
 def runs_elementwise_backward(decision: Decision, grad: Spec, made: Spec) -> bool:
-    """Whether the backward of ``decision``, a product ``a * b`` of two operands of its
-    output's shape, is asked of DTensor (``elementwise_backward``): where its output's
-    gradient comes in another layout than the product made it. Each input's gradient is
-    then ``grad * other``, run on the gradient as it comes and the other operand as saved,
-    and DTensor picks which of the two it moves (Llama 4's experts, ``up * act(gate)``
-    made split by expert on dp and partial on tp, get its gradient partial on dp and split
-    by expert on tp: for ``act(gate)``'s gradient DTensor moves the gradient to ``up``'s
-    layout, for ``up``'s it reduce-scatters the gradient to ``act(gate)``'s split)."""
+    """Whether the backward of ``decision``, a product ``a * b`` (or quotient ``a / b``)
+    of two operands of its output's shape or broadcast to it, is asked of DTensor
+    (``elementwise_backward``): where its output's gradient comes in another layout than
+    the product made it. Each input's gradient is then ``grad * other``, run on the
+    gradient as it comes and the other operand as saved, and DTensor picks which of the
+    two it moves (Llama 4's experts,
+    ``up * act(gate)`` made split by expert on dp and partial on tp, get its gradient
+    partial on dp and split by expert on tp: for ``act(gate)``'s gradient DTensor moves the
+    gradient to ``up``'s layout, for ``up``'s it reduce-scatters the gradient to
+    ``act(gate)``'s split); a broadcast operand's gradient is that product summed over the
+    dims it was broadcast along."""
     node = decision.fx_node
-    if decision.kind != OP or node.target is not torch.ops.aten.mul.Tensor or tuple(grad) == tuple(made):
+    if decision.kind != OP or node.target not in _ELEMENTWISE_PRODUCTS or tuple(grad) == tuple(made):
         return False
     out = node.meta.get("val")
     operands = [a.meta.get("val") if isinstance(a, fx.Node) else None for a in node.args[:2]]
     return isinstance(out, torch.Tensor) and all(
-        isinstance(t, torch.Tensor) and tuple(t.shape) == tuple(out.shape) for t in operands
+        isinstance(t, torch.Tensor) and _broadcasts_to(tuple(t.shape), tuple(out.shape)) for t in operands
     )
+
+
+_ELEMENTWISE_PRODUCTS = (torch.ops.aten.mul.Tensor, torch.ops.aten.div.Tensor)
+
+
+def _broadcasts_to(shape: tuple, out: tuple) -> bool:
+    return len(shape) <= len(out) and all(s in (1, o) for s, o in zip(reversed(shape), reversed(out)))
 
 
 def elementwise_backward(decision: Decision, k: int, grad: Spec, operands: dict[int, tuple[Spec, Spec]], mesh: DeviceMesh):
@@ -264,24 +274,65 @@ def elementwise_backward(decision: Decision, k: int, grad: Spec, operands: dict[
     backward is asked of DTensor (``runs_elementwise_backward``): ``(the gradient's
     layout, [(which, layout before, layout read)])`` as ``product_backward`` says them. A
     move of the other operand the forward made the same way is kept
-    (``dtensor/saved_inputs.py``): not listed. None where DTensor cannot say.
+    (``dtensor/saved_inputs.py``): not listed. A quotient's numerator gets ``grad / b``,
+    its denominator ``-grad * ((a / b) / b)``, the quotient made again from the saved
+    operands (DeBERTa's layer norm divides by a standard deviation whole on dp a centred
+    input partial there: the gradient comes split, and DTensor reduce-scatters the
+    quotient to it). Where input ``k`` was broadcast, autograd
+    sums the product over the broadcast dims (kept, then viewed away), as DTensor's sum
+    runs it: DeBERTa's layer norm scales by a weight split on dp along the hidden dim, and
+    its gradient, made partial, is all-reduced by that sum. None where DTensor cannot say.
     ``operands``: input index -> (the layout autograd saved it in, the layout the op read it in)."""
     node = decision.fx_node
     other = 1 - k
     if k not in (0, 1) or other not in operands:
         return None
     saved, read = operands[other]
-    out = node.meta.get("val")
-    specs = [DTensorSpec(mesh, to_placements(s), tensor_meta=tensor_meta(out)) for s in (grad, saved)]
-    op = torch.ops.aten.mul.Tensor
+    out, mine, theirs = node.meta.get("val"), node.args[k].meta.get("val"), node.args[other].meta.get("val")
+
+    def spec(layout, value):
+        return DTensorSpec(mesh, to_placements(layout), tensor_meta=tensor_meta(value))
+
+    moves = []
     try:
-        result, (gradient_read, operand_read) = _dtensor_runs(op, specs)
+        if node.target is torch.ops.aten.div.Tensor and k == 1:
+            # ``-grad * ((a / b) / b)``: the quotient made again from the saved operands
+            if 0 not in operands:
+                return None
+            quotient, (a_read, b_read) = _dtensor_runs(torch.ops.aten.div.Tensor, [spec(operands[0][0], theirs), spec(saved, mine)])
+            again, _ = _dtensor_runs(torch.ops.aten.div.Tensor, [spec(quotient, out), spec(b_read, mine)])
+            moves += [(index, operands[index][0], r) for index, r in ((0, a_read), (1, b_read)) if r != operands[index][1]]
+            result, (gradient_read, again_read) = _dtensor_runs(torch.ops.aten.mul.Tensor, [spec(grad, out), spec(again, out)])
+            moves.append(("gradient", again, again_read))
+        else:  # ``grad * other``, ``grad / other``
+            op = torch.ops.aten.div.Tensor if node.target is torch.ops.aten.div.Tensor else torch.ops.aten.mul.Tensor
+            result, (gradient_read, operand_read) = _dtensor_runs(op, [spec(grad, out), spec(saved, theirs)])
+            if operand_read != read:
+                moves.append((other, saved, operand_read))
+        summed = _summed_to(result, tuple(out.shape), tuple(mine.shape), mesh, tensor_meta(out))
     except Exception:  # DTensor cannot run it as given: the planner's own rules stand
         return None
-    moves = [("gradient", grad, gradient_read)]
-    if operand_read != read:
-        moves.append((other, saved, operand_read))
-    return result, moves
+    if summed is None:
+        return None
+    layout, sum_moves = summed
+    return layout, [("gradient", grad, gradient_read)] + moves + sum_moves
+
+
+def _summed_to(layout: Spec, out: tuple, shape: tuple, mesh: DeviceMesh, meta) -> tuple[Spec, list] | None:
+    """A gradient laid out ``layout`` of an output of shape ``out`` summed to an input of
+    ``shape`` as autograd does (``sum(dims, keepdim=True)`` over the dims broadcast, then
+    a view without the leading ones): (its layout, [("gradient", layout before, read)] for
+    DTensor's move of it); None where a leading dim stays split."""
+    lead = len(out) - len(shape)
+    dims = [d for d in range(len(out)) if d < lead or (shape[d - lead] == 1 and out[d] != 1)]
+    if not dims:
+        return layout, []
+    spec = DTensorSpec(mesh, to_placements(layout), tensor_meta=meta)
+    made, (read,) = _dtensor_runs(torch.ops.aten.sum.dim_IntList, [spec], (spec, dims, True))
+    if any(is_shard(p) and shard_dim(p) < lead for p in made):
+        return None
+    viewed = tuple(shard(shard_dim(p) - lead) if is_shard(p) else p for p in made)
+    return viewed, ([("gradient", layout, read)] if read != layout else [])
 
 
 _RECENTRED = (torch.ops.aten.var.correction, torch.ops.aten.std.correction)
