@@ -499,6 +499,7 @@ def _value_gradient(
             after = output_gradient(graph, v, grads)
             v_made, v_operands = made(v, 0), operands.get(v, {})
             asked = backward_product(v, k, after, v_operands) if after is not None and v not in exits else None
+            # (DTensor's answer, where asked, already sums a broadcast operand's product)
             averaged = averaged_product_axes(graph, v, k, shape, v_operands) if asked is None else ()
             if any(averaged):  # the full-size product is made whole before the broadcast sum
                 product = tuple(PARTIAL if a else p for a, p in zip(averaged, without_partial(after or v_made)))

@@ -246,12 +246,11 @@ def runs_elementwise_backward(decision: Decision, grad: Spec, made: Spec) -> boo
     (``elementwise_backward``): where its output's gradient comes in another layout than
     the product made it. Each input's gradient is then ``grad * other``, run on the
     gradient as it comes and the other operand as saved, and DTensor picks which of the
-    two it moves (Llama 4's experts,
-    ``up * act(gate)`` made split by expert on dp and partial on tp, get its gradient
-    partial on dp and split by expert on tp: for ``act(gate)``'s gradient DTensor moves the
-    gradient to ``up``'s layout, for ``up``'s it reduce-scatters the gradient to
-    ``act(gate)``'s split); a broadcast operand's gradient is that product summed over the
-    dims it was broadcast along."""
+    two it moves (Llama 4's experts, ``up * act(gate)`` made split by expert on dp and
+    partial on tp, get its gradient partial on dp and split by expert on tp: for
+    ``act(gate)``'s gradient DTensor moves the gradient to ``up``'s layout, for ``up``'s it
+    reduce-scatters the gradient to ``act(gate)``'s split); a broadcast operand's gradient
+    is that product summed over the dims it was broadcast along."""
     node = decision.fx_node
     if decision.kind != OP or node.target not in _ELEMENTWISE_PRODUCTS or tuple(grad) == tuple(made):
         return False
@@ -278,10 +277,10 @@ def elementwise_backward(decision: Decision, k: int, grad: Spec, operands: dict[
     its denominator ``-grad * ((a / b) / b)``, the quotient made again from the saved
     operands (DeBERTa's layer norm divides by a standard deviation whole on dp a centred
     input partial there: the gradient comes split, and DTensor reduce-scatters the
-    quotient to it). Where input ``k`` was broadcast, autograd
-    sums the product over the broadcast dims (kept, then viewed away), as DTensor's sum
-    runs it: DeBERTa's layer norm scales by a weight split on dp along the hidden dim, and
-    its gradient, made partial, is all-reduced by that sum. None where DTensor cannot say.
+    quotient to it). Where input ``k`` was broadcast, autograd sums the product over the
+    broadcast dims (kept, then viewed away), as DTensor's sum runs it: DeBERTa's layer
+    norm scales by a weight split on dp along the hidden dim, and its gradient, made
+    partial, is all-reduced by that sum. None where DTensor cannot say.
     ``operands``: input index -> (the layout autograd saved it in, the layout the op read it in)."""
     node = decision.fx_node
     other = 1 - k
@@ -299,10 +298,11 @@ def elementwise_backward(decision: Decision, k: int, grad: Spec, operands: dict[
             # ``-grad * ((a / b) / b)``: the quotient made again from the saved operands
             if 0 not in operands:
                 return None
-            quotient, (a_read, b_read) = _dtensor_runs(torch.ops.aten.div.Tensor, [spec(operands[0][0], theirs), spec(saved, mine)])
-            again, _ = _dtensor_runs(torch.ops.aten.div.Tensor, [spec(quotient, out), spec(b_read, mine)])
+            div, mul = torch.ops.aten.div.Tensor, torch.ops.aten.mul.Tensor
+            quotient, (a_read, b_read) = _dtensor_runs(div, [spec(operands[0][0], theirs), spec(saved, mine)])
+            again, _ = _dtensor_runs(div, [spec(quotient, out), spec(b_read, mine)])
             moves += [(index, operands[index][0], r) for index, r in ((0, a_read), (1, b_read)) if r != operands[index][1]]
-            result, (gradient_read, again_read) = _dtensor_runs(torch.ops.aten.mul.Tensor, [spec(grad, out), spec(again, out)])
+            result, (gradient_read, again_read) = _dtensor_runs(mul, [spec(grad, out), spec(again, out)])
             moves.append(("gradient", again, again_read))
         else:  # ``grad * other``, ``grad / other``
             op = torch.ops.aten.div.Tensor if node.target is torch.ops.aten.div.Tensor else torch.ops.aten.mul.Tensor
