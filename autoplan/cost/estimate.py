@@ -45,6 +45,7 @@ from autoplan.cost.memory import (
     STATE_COPIES_END,
     STATE_COPIES_START,
     heaviest_move,
+    is_weight,
     kept_copy,
     kept_reads,
     moving_bytes,
@@ -385,21 +386,11 @@ def regathered_weights(choices, decision: Decision, strategy) -> float:
     held = 0.0
     for u, index, k in graph.inputs_of(decision.name):
         read = strategy.inputs[k] if k < len(strategy.inputs) else None
-        if not read or all(shard_dim(p) is None for p in read) or not _is_weight(graph, u):
+        if not read or all(shard_dim(p) is None for p in read) or not is_weight(graph, u):
             continue
         value = output_values(graph.decision(u))[index]
         held += moving_bytes(read, tuple(REPLICATE for _ in read), value, choices.mesh_shape)
     return held
-
-
-def _is_weight(graph, name: str) -> bool:
-    """Whether ``name`` is a parameter or a view of one (``weight_values``)."""
-    while graph.decision(name).kind != PARAMETER:
-        inputs = graph.inputs_of(name)
-        if not is_view(graph.decision(name)) or len(inputs) != 1:
-            return False
-        name = inputs[0][0]
-    return True
 
 
 def _node_cost(choices, profile, decision: Decision, reducers, saved=(), transient: bool = False) -> NodeCost:

@@ -183,12 +183,17 @@ def moving_bytes(src: Spec, dst: Spec, value, mesh_shape) -> float:
 
 def weight_values(graph) -> set[str]:
     """Parameters and the views of them (a linear's ``t``): what a module gathers for its use."""
-    weights: set[str] = set()
-    for decision in graph.decisions():
-        inputs = graph.inputs_of(decision.name)
-        if decision.kind == PARAMETER or (_is_view(decision) and len(inputs) == 1 and inputs[0][0] in weights):
-            weights.add(decision.name)
-    return weights
+    return {decision.name for decision in graph.decisions() if is_weight(graph, decision.name)}
+
+
+def is_weight(graph, name: str) -> bool:
+    """Whether ``name`` is a parameter or a view of one (``weight_values``)."""
+    while graph.decision(name).kind != PARAMETER:
+        inputs = graph.inputs_of(name)
+        if not _is_view(graph.decision(name)) or len(inputs) != 1:
+            return False
+        name = inputs[0][0]
+    return True
 
 
 def heaviest_move(graph, nodes, moving) -> str | None:

@@ -26,6 +26,7 @@ from autoplan.choices.graph import OP, is_tensor_input
 from autoplan.dtensor import loss_parallel, overrides
 from autoplan.dtensor.strategies import Strategy, runtime_schema_info, tensor_meta
 from autoplan.placements import PARTIAL_AVG, REPLICATE, Spec, is_partial, is_shard, shard, shard_dim, spec_from_placements, to_placements
+from autoplan.plan.gradient_rules import broadcast_dims
 from autoplan.trace.backward_run import gradient_makers, input_gradients, signature
 
 
@@ -324,7 +325,7 @@ def _summed_to(layout: Spec, out: tuple, shape: tuple, mesh: DeviceMesh, meta) -
     a view without the leading ones): (its layout, [("gradient", layout before, read)] for
     DTensor's move of it); None where a leading dim stays split."""
     lead = len(out) - len(shape)
-    dims = [d for d in range(len(out)) if d < lead or (shape[d - lead] == 1 and out[d] != 1)]
+    dims = sorted(broadcast_dims(shape, out))
     if not dims:
         return layout, []
     spec = DTensorSpec(mesh, to_placements(layout), tensor_meta=meta)
