@@ -241,6 +241,10 @@ def _plain_backward_product(op, dims: int, a, b, out, first: int, k: int, grad: 
     return op, (a.transpose(-2, -1), out), (_transposed(saved, dims), grad), 0, dims
 
 
+_ELEMENTWISE_PRODUCTS = (torch.ops.aten.mul.Tensor, torch.ops.aten.div.Tensor)
+"""Ops whose backward is ``grad`` times (or over) the other operand as saved (``elementwise_backward``)."""
+
+
 def runs_elementwise_backward(decision: Decision, grad: Spec, made: Spec) -> bool:
     """Whether the backward of ``decision``, a product ``a * b`` (or quotient ``a / b``)
     of two operands of its output's shape or broadcast to it, is asked of DTensor
@@ -260,9 +264,6 @@ def runs_elementwise_backward(decision: Decision, grad: Spec, made: Spec) -> boo
     return isinstance(out, torch.Tensor) and all(
         isinstance(t, torch.Tensor) and _broadcasts_to(tuple(t.shape), tuple(out.shape)) for t in operands
     )
-
-
-_ELEMENTWISE_PRODUCTS = (torch.ops.aten.mul.Tensor, torch.ops.aten.div.Tensor)
 
 
 def _broadcasts_to(shape: tuple, out: tuple) -> bool:
@@ -299,15 +300,14 @@ def elementwise_backward(decision: Decision, k: int, grad: Spec, operands: dict[
             # ``-grad * ((a / b) / b)``: the quotient made again from the saved operands
             if 0 not in operands:
                 return None
-            div, mul = torch.ops.aten.div.Tensor, torch.ops.aten.mul.Tensor
+            div = node.target
             quotient, (a_read, b_read) = _dtensor_runs(div, [spec(operands[0][0], theirs), spec(saved, mine)])
             again, _ = _dtensor_runs(div, [spec(quotient, out), spec(b_read, mine)])
             moves += [(index, operands[index][0], r) for index, r in ((0, a_read), (1, b_read)) if r != operands[index][1]]
-            result, (gradient_read, again_read) = _dtensor_runs(mul, [spec(grad, out), spec(again, out)])
+            result, (gradient_read, again_read) = _dtensor_runs(torch.ops.aten.mul.Tensor, [spec(grad, out), spec(again, out)])
             moves.append(("gradient", again, again_read))
-        else:  # ``grad * other``, ``grad / other``
-            op = torch.ops.aten.div.Tensor if node.target is torch.ops.aten.div.Tensor else torch.ops.aten.mul.Tensor
-            result, (gradient_read, operand_read) = _dtensor_runs(op, [spec(grad, out), spec(saved, theirs)])
+        else:  # ``grad * other``, ``grad / other``: the op itself
+            result, (gradient_read, operand_read) = _dtensor_runs(node.target, [spec(grad, out), spec(saved, theirs)])
             if operand_read != read:
                 moves.append((other, saved, operand_read))
         summed = _summed_to(result, tuple(out.shape), tuple(mine.shape), mesh, tensor_meta(out))
