@@ -37,6 +37,13 @@ so that the test workers share the rows out). All went wrong in the backward:
   ``cat`` on the sequence dim, whose gradient comes back split by tokens on dp; the cat's
   backward narrows it once per part, and DTensor gathers it for each narrow
   (``plan/gradient_rules.gradient_reads``), where the prediction had one gather.
+- Kimi Linear, bfloat16: its gated output norm computes in float32, ``sigmoid`` of its
+  gate (made split by heads on tp) read split by tokens by the product after it. The
+  gradient comes back split by tokens, and DTensor runs ``sigmoid_backward`` there, the
+  saved result moved as the forward moved it (a move kept), so the gradient goes on split
+  by tokens through the cast and is moved back at the gate projection's output hook, in
+  bfloat16 (``plan/runtime_choice.saved_value_backward``), where the prediction had moved
+  it in float32 at the sigmoid.
 """
 
 import pytest
@@ -49,6 +56,7 @@ ROWS = [
     ("causal_lm", "doge", "bfloat16"),
     ("masked_lm", "esmc", "float32"),
     ("seq2seq_lm", "led", "float32"),
+    ("causal_lm", "kimi_linear", "bfloat16"),
 ]
 
 

@@ -119,7 +119,8 @@ from autoplan.plan.reached import reached_by_backward
 from autoplan.plan.recompute import recompute_collectives
 from autoplan.plan.runtime_choice import (
     JOINS, elementwise_backward, grouped_backward_moves, joined_gradient, product_backward, recentred_mean_moves,
-    replicated_gradient, runs_elementwise_backward, runs_product_backward, runtime_strategy,
+    replicated_gradient, runs_elementwise_backward, runs_product_backward, runs_saved_value_backward, runtime_strategy,
+    saved_value_backward,
 )
 from autoplan.plan.views import within
 
@@ -275,6 +276,18 @@ def step_collectives(
                 for kind, axis, size in gradient_collectives(without_partial(planned), ran, nbytes, mesh_shape, shape):
                     found[(module_of(name), kind, axis, round(size))] += 1
 
+    # A module output its hook moves, read inside the module too: the hook's backward
+    # brings the gradient of the readers after it back to the layout DTensor made, and
+    # autograd adds the inside readers' parts to that as they come, so nothing settles the
+    # sum in the plan's layout (Gemma 3n's decoder layer returns its AltUp stack, which its
+    # own ops read too). Its op's backward runs on that sum as on any op's.
+    rejoined = _rejoined_outputs(hooked_outputs, readers, reached, module_of, runs, planned_out)
+    back_exits = exits - {name for name, _ in rejoined}
+
+    def made_back(name: str, index: int):
+        """The layout the gradient of ``name``'s output ``index`` meets its op's backward in."""
+        return rejoined[(name, index)][2] if (name, index) in rejoined else made(name, index)
+
     # Backward: each value's gradient, summed over its readers, goes back through the
     # boundaries it crossed; a view passes its output's gradient on to its input.
     grads: dict[tuple[str, int], tuple | None] = {}
@@ -286,7 +299,7 @@ def step_collectives(
         (``runtime_choice.joined_gradient``), the moves of the parts counted; None where
         DTensor cannot say (the parts are then settled where they were made)."""
         decision = graph.decision(name)
-        if name in exits or decision.kind != OP or decision.fx_node.target not in JOINS:
+        if name in back_exits or decision.kind != OP or decision.fx_node.target not in JOINS:
             return None
         parts = [grads.get((name, i)) for i in range(len(output_values(decision)))]
         answer = joined_gradient(decision, parts, mesh)
@@ -331,16 +344,21 @@ def step_collectives(
         gradient came in another layout than the product made (``_asked_of_dtensor``),
         its moves counted; None elsewhere."""
         decision = graph.decision(name)
-        if runs_elementwise_backward(decision, grad, made(name, 0)):
+        if runs_saved_value_backward(decision, grad, made_back(name, 0)):
+            answer = saved_value_backward(decision, grad, made_back(name, 0), mesh)
+            if answer is not None:  # a move of the saved value the forward made too is kept
+                kept = {(r[3], r[4]) for r in readers.get((name, 0), ())}
+                answer = answer[0], [m for m in answer[1] if not (m[0] == "saved" and m[1:] in kept)]
+        elif runs_elementwise_backward(decision, grad, made_back(name, 0)):
             answer = elementwise_backward(decision, k, grad, operands_of, mesh)
         else:
-            answer = product_backward(decision, k, grad, operands_of, mesh, made(name, 0))
+            answer = product_backward(decision, k, grad, operands_of, mesh, made_back(name, 0))
         if answer is None:
             return None
         layout, moves = answer
         values = {index: (u, i) for u, i, index in graph.inputs_of(name)}
         for which, before, read in moves:
-            nbytes, shape = _size(graph, (name, 0) if which == "gradient" else values[which])
+            nbytes, shape = _size(graph, (name, 0) if which in ("gradient", "saved") else values[which])
             _count_move(found, module_of(name), before, read, nbytes, shape, mesh_shape)
         return layout
 
@@ -369,15 +387,17 @@ def step_collectives(
                     continue
                 grads[value] = _value_gradient(
                     value, backward_readers, boundaries.get(value, ()), graph, order, grads, mesh_shape, parent_spec,
-                    found, module_of, made, exits, operands, join, carries_on, backward_product, whole_gradient,
+                    found, module_of, made_back, back_exits, operands, join, carries_on, backward_product,
+                    whole_gradient, rejoined.get(value),
                 )
+    exits = back_exits  # from here on, the outputs whose hook settles their gradient
     for value, grad in grads.items():
         u = value[0]
         if grad is None or (passes_gradient(graph, u) and u not in exits):
             continue  # a view's or add's gradient goes on to its inputs (a module output's, once its hook settled it)
         if u in joined:
             continue  # the cat took it as it came
-        src = made(*value)
+        src = made_back(*value)
         if u not in exits and _asked_of_dtensor(graph.decision(u), grad, src):
             continue  # each input's backward product moved it as DTensor picked (``backward_product``)
         nbytes, shape = _size(graph, value)
@@ -441,13 +461,48 @@ def step_collectives(
 def _asked_of_dtensor(decision, grad: tuple, made: tuple) -> bool:
     """Whether each input's gradient of ``decision``'s backward is DTensor's answer for its
     backward product (``runtime_choice.runs_elementwise_backward``,
-    ``runs_product_backward``), the output gradient's moves counted there, once per read."""
-    return runs_elementwise_backward(decision, grad, made) or runs_product_backward(decision, grad, made)
+    ``runs_saved_value_backward``, ``runs_product_backward``), the output gradient's moves
+    counted there, once per read."""
+    return (runs_elementwise_backward(decision, grad, made) or runs_saved_value_backward(decision, grad, made)
+            or runs_product_backward(decision, grad, made))
+
+
+def _rejoined_outputs(hooked_outputs: dict, readers: dict, reached: set, module_of, runs: dict, planned_out) -> dict:
+    """value -> (its outermost output hook's module, that hook's layout, the layout DTensor
+    made it in), for each module output a hook moves that is read in the backward both
+    inside its innermost module and after its outermost (none in between)."""
+    found = {}
+    for (name, index), hooks in hooked_outputs.items():
+        made_as = runs[name].output(index) if name in runs else planned_out(name, index)
+        if all(layout == made_as for _, layout in hooks):
+            continue
+        taking = [module_of(r[0]) for r in readers.get((name, index), ()) if r[0] in reached]
+        inside = [m for m in taking if within(m, hooks[0][0])]
+        outside = [m for m in taking if not within(m, hooks[-1][0])]
+        if inside and outside and len(inside) + len(outside) == len(taking):
+            found[(name, index)] = (hooks[-1][0], hooks[-1][1], made_as)
+    return found
+
+
+def _through_output_hook(parts: list, hook: tuple, nbytes: float, shape, mesh_shape, found: Counter) -> list:
+    """``parts`` of a rejoined output's gradient (``_rejoined_outputs``): those of the
+    readers after the hook summed, settled in its layout and brought back by its backward
+    to the layout DTensor made (that move is counted with the hook's forward), beside the
+    inside readers' parts as they came."""
+    fqn, layout, made_as = hook
+    outside = [part for part in parts if not within(part[2], fqn)]
+    if not outside:
+        return parts
+    grad = summed(outside, nbytes, mesh_shape, found)
+    for kind, axis, size in gradient_collectives(grad, without_partial(layout), nbytes, mesh_shape, shape):
+        found[(fqn, kind, axis, round(size))] += 1
+    inside = [part for part in parts if within(part[2], fqn)]
+    return inside + [(min(part[0] for part in outside), without_partial(made_as), fqn)]
 
 
 def _value_gradient(
     value, readers, chain, graph, order, grads, mesh_shape, parent_spec, found, module_of, made, exits, operands, join,
-    carries_on, backward_product, whole_gradient,
+    carries_on, backward_product, whole_gradient, rejoined_hook=None,
 ):
     """The layout of ``value``'s summed gradient where it was made (partial where a
     reduction is still due); the collectives on its way back go into ``found``.
@@ -457,7 +512,8 @@ def _value_gradient(
     axes on which its backward carries a partial gradient on unreduced; ``backward_product``: a matrix
     product's operand -> its gradient as DTensor's backward product makes it, or None;
     ``whole_gradient``: an op's input -> its gradient where a kernel DTensor runs whole makes
-    it last, or None."""
+    it last, or None; ``rejoined_hook``: the output hook of a rejoined output
+    (``_rejoined_outputs``), or None."""
     into: dict[object, list] = {}  # attach point -> [(when the part is ready, gradient)]
     nbytes, shape = _size(graph, value)
     for v, k, strategy, arrived, dst, attach, hooked in readers:  # those the backward reaches
@@ -548,6 +604,8 @@ def _value_gradient(
             found[(b.fqn, kind, axis, round(size))] += 1
         into.setdefault(b.parent, []).append((min(part[0] for part in parts), without_partial(before), b.fqn))
     parts = into.get(None, [])
+    if parts and rejoined_hook is not None:
+        parts = _through_output_hook(parts, rejoined_hook, nbytes, shape, mesh_shape, found)
     return summed(parts, nbytes, mesh_shape, found) if parts else None
 
 

@@ -24,10 +24,10 @@ from torch.utils._pytree import tree_flatten, tree_map
 from autoplan.choices.decision import Decision
 from autoplan.choices.graph import OP, is_tensor_input
 from autoplan.dtensor import loss_parallel, overrides
-from autoplan.dtensor.strategies import Strategy, runtime_schema_info, tensor_meta
+from autoplan.dtensor.strategies import Strategy, is_pointwise, runtime_schema_info, tensor_meta
 from autoplan.placements import PARTIAL_AVG, REPLICATE, Spec, is_partial, is_shard, shard, shard_dim, spec_from_placements, to_placements
 from autoplan.plan.gradient_rules import broadcast_dims
-from autoplan.trace.backward_run import gradient_makers, input_gradients, signature
+from autoplan.trace.backward_run import backward_run, gradient_makers, input_gradients, signature
 
 
 def runtime_strategy(decision: Decision, arrived: list[Spec], mesh: DeviceMesh) -> Strategy | None:
@@ -334,6 +334,64 @@ def _summed_to(layout: Spec, out: tuple, shape: tuple, mesh: DeviceMesh, meta) -
         return None
     viewed = tuple(shard(shard_dim(p) - lead) if is_shard(p) else p for p in made)
     return viewed, ([("gradient", layout, read)] if read != layout else [])
+
+
+def runs_saved_value_backward(decision: Decision, grad: Spec, made: Spec) -> bool:
+    """Whether the backward of ``decision``, an elementwise op of one tensor whose backward
+    is one pointwise op of the gradient and one value saved at the output's shape
+    (``sigmoid``'s ``sigmoid_backward(grad, result)``, ``exp``'s ``grad * result``), is
+    asked of DTensor (``saved_value_backward``): where the gradient comes laid out
+    otherwise than the op made its output, neither partial (DTensor reduces a partial
+    gradient before most such ops: ``plan/backward_ops.py``)."""
+    node = decision.fx_node
+    if decision.kind != OP or tuple(grad) == tuple(made) or not is_pointwise(node.target):
+        return False
+    if any(is_partial(p) for p in (*grad, *made)):
+        return False
+    out = node.meta.get("val")
+    tensors = [a.meta.get("val") for a in tree_flatten((node.args, node.kwargs))[0] if is_tensor_input(a)]
+    if not isinstance(out, torch.Tensor) or len(tensors) != 1 or tuple(tensors[0].shape) != tuple(out.shape):
+        return False
+    step = _saved_value_step(node)
+    return step is not None and step.operands == 2 and len(step.gradient_positions) == 1 and is_pointwise(step.op)
+
+
+def _saved_value_step(node: fx.Node):
+    """The one op of ``node``'s backward that reads the gradient, where the others only
+    detach the saved values it reads; else None."""
+    run = backward_run(node)
+    if run is None:
+        return None
+    steps = [read for read in run if read.gradient_positions]
+    others = [read for read in run if not read.gradient_positions]
+    if len(steps) != 1 or any(read.op not in _UNPACKING for read in others):
+        return None
+    return steps[0]
+
+
+_UNPACKING = (torch.ops.aten.detach.default, torch.ops.aten.alias.default)
+"""What autograd runs on a saved value as it hands it to a backward."""
+
+
+def saved_value_backward(decision: Decision, grad: Spec, made: Spec, mesh: DeviceMesh):
+    """DTensor's backward op for ``decision`` where it is asked (``runs_saved_value_backward``):
+    ``(the input gradient's layout, [(which, layout before, layout read)])``, ``which``
+    being ``"gradient"`` or ``"saved"`` (the value autograd saved, laid out as the op made
+    its output). Kimi Linear's gated norm takes ``sigmoid`` of its gate, made split by
+    heads, and reads it split by tokens; the gradient comes back split by tokens, and
+    DTensor runs ``sigmoid_backward`` there, moving the saved result as the forward did
+    (a move ``dtensor/saved_inputs.py`` keeps). None where DTensor cannot say."""
+    node = decision.fx_node
+    step = _saved_value_step(node)
+    at = step.gradient_positions[0]
+    meta = tensor_meta(node.meta["val"])
+    specs = [DTensorSpec(mesh, to_placements(grad if i == at else made), tensor_meta=meta) for i in range(2)]
+    try:
+        result, reads = _dtensor_runs(step.op, specs)
+    except Exception:  # DTensor cannot run it as given: the planner's own rules stand
+        return None
+    moves = [("gradient", grad, reads[at]), ("saved", made, reads[1 - at])]
+    return result, [(which, before, read) for which, before, read in moves if read != before]
 
 
 _RECENTRED = (torch.ops.aten.var.correction, torch.ops.aten.std.correction)
