@@ -93,6 +93,8 @@ from __future__ import annotations
 
 from collections import Counter
 
+import torch
+
 from autoplan.choices.graph import OP, PARAMETER, planning_mesh
 from autoplan.cost.comm import (
     gradient_collectives, moves_locally, redistribute_collectives, without_partial,
@@ -118,7 +120,7 @@ from autoplan.plan.parameter_uses import gathered_parameters, hook_gather, hooke
 from autoplan.plan.reached import reached_by_backward
 from autoplan.plan.recompute import recompute_collectives
 from autoplan.plan.runtime_choice import (
-    JOINS, elementwise_backward, grouped_backward_moves, joined_gradient, product_backward, recentred_mean_moves,
+    JOINS, added_gradients, elementwise_backward, grouped_backward_moves, joined_gradient, product_backward, recentred_mean_moves,
     replicated_gradient, runs_elementwise_backward, runs_product_backward, runs_saved_value_backward, runtime_strategy,
     saved_value_backward,
 )
@@ -385,10 +387,12 @@ def step_collectives(
                 backward_readers = [r for r in readers.get(value, ()) if r[0] in reached]
                 if not backward_readers:
                     continue
+                tensor = output_values(decision)[out_index]
+                add = (lambda a, b, t=tensor: added_gradients(a, b, t, mesh)) if isinstance(tensor, torch.Tensor) else None
                 grads[value] = _value_gradient(
                     value, backward_readers, boundaries.get(value, ()), graph, order, grads, mesh_shape, parent_spec,
                     found, module_of, made_back, back_exits, operands, join, carries_on, backward_product,
-                    whole_gradient, rejoined.get(value),
+                    whole_gradient, rejoined.get(value), add,
                 )
     exits = back_exits  # from here on, the outputs whose hook settles their gradient
     for value, grad in grads.items():
@@ -484,7 +488,7 @@ def _rejoined_outputs(hooked_outputs: dict, readers: dict, reached: set, module_
     return found
 
 
-def _through_output_hook(parts: list, hook: tuple, nbytes: float, shape, mesh_shape, found: Counter) -> list:
+def _through_output_hook(parts: list, hook: tuple, nbytes: float, shape, mesh_shape, found: Counter, add=None) -> list:
     """``parts`` of a rejoined output's gradient (``_rejoined_outputs``): those of the
     readers after the hook summed, settled in its layout and brought back by its backward
     to the layout DTensor made (that move is counted with the hook's forward), beside the
@@ -493,7 +497,7 @@ def _through_output_hook(parts: list, hook: tuple, nbytes: float, shape, mesh_sh
     outside = [part for part in parts if not within(part[2], fqn)]
     if not outside:
         return parts
-    grad = summed(outside, nbytes, mesh_shape, found)
+    grad = summed(outside, nbytes, mesh_shape, found, add)
     for kind, axis, size in gradient_collectives(grad, without_partial(layout), nbytes, mesh_shape, shape):
         found[(fqn, kind, axis, round(size))] += 1
     inside = [part for part in parts if within(part[2], fqn)]
@@ -502,7 +506,7 @@ def _through_output_hook(parts: list, hook: tuple, nbytes: float, shape, mesh_sh
 
 def _value_gradient(
     value, readers, chain, graph, order, grads, mesh_shape, parent_spec, found, module_of, made, exits, operands, join,
-    carries_on, backward_product, whole_gradient, rejoined_hook=None,
+    carries_on, backward_product, whole_gradient, rejoined_hook=None, add=None,
 ):
     """The layout of ``value``'s summed gradient where it was made (partial where a
     reduction is still due); the collectives on its way back go into ``found``.
@@ -513,7 +517,8 @@ def _value_gradient(
     product's operand -> its gradient as DTensor's backward product makes it, or None;
     ``whole_gradient``: an op's input -> its gradient where a kernel DTensor runs whole makes
     it last, or None; ``rejoined_hook``: the output hook of a rejoined output
-    (``_rejoined_outputs``), or None."""
+    (``_rejoined_outputs``), or None; ``add``: DTensor's add of two of its gradient's
+    parts (``gradient_rules.summed``), or None."""
     into: dict[object, list] = {}  # attach point -> [(when the part is ready, gradient)]
     nbytes, shape = _size(graph, value)
     for v, k, strategy, arrived, dst, attach, hooked in readers:  # those the backward reaches
@@ -599,14 +604,14 @@ def _value_gradient(
         if before == b.spec:  # the hook moved nothing: one tensor, one sum with the outer readers
             into.setdefault(b.parent, []).extend(parts)
             continue
-        grad = summed(parts, nbytes, mesh_shape, found)
+        grad = summed(parts, nbytes, mesh_shape, found, add)
         for kind, axis, size in gradient_collectives(grad, before, nbytes, mesh_shape, shape):
             found[(b.fqn, kind, axis, round(size))] += 1
         into.setdefault(b.parent, []).append((min(part[0] for part in parts), without_partial(before), b.fqn))
     parts = into.get(None, [])
     if parts and rejoined_hook is not None:
-        parts = _through_output_hook(parts, rejoined_hook, nbytes, shape, mesh_shape, found)
-    return summed(parts, nbytes, mesh_shape, found) if parts else None
+        parts = _through_output_hook(parts, rejoined_hook, nbytes, shape, mesh_shape, found, add)
+    return summed(parts, nbytes, mesh_shape, found, add) if parts else None
 
 
 def _count_move(found: Counter, module: str, before: tuple, after: tuple, nbytes: float, shape, mesh_shape) -> None:

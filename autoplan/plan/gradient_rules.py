@@ -350,22 +350,34 @@ def broadcast_dims(before: tuple, after: tuple) -> set[int]:
     return {d for d in range(len(after)) if after[d] != 1 and (d < lead or before[d - lead] == 1)}
 
 
-def summed(parts: list, nbytes: float, mesh_shape, found: Counter) -> tuple:
+def summed(parts: list, nbytes: float, mesh_shape, found: Counter, add=None) -> tuple:
     """The layout of autograd's sum of gradients ``[(when ready, layout, module)]``, added
     in the order they become ready (the last reader's first): per axis a common placement
     stays; a replicated gradient added to a partial one makes a partial sum; one added to
     a split one is sliced. A partial gradient added to a split one is reduce-scattered
     first, by DTensor's add, each time (the collectives go into ``found``, charged to the
-    module whose backward hands over the part added: autograd adds it as it arrives)."""
+    module whose backward hands over the part added: autograd adds it as it arrives).
+    Two parts split on different dims of one axis cost DTensor the same move either way,
+    and ``add(total, part)`` says which it makes: ``(layout made, (layouts read))``, or None
+    where DTensor cannot say (DeepSeek V4's hyper-connection mixes get two gradients split
+    by one dim on dp and one split by another: DTensor moves the sum once to the parts'
+    split, where keeping the first would move each part)."""
     ordered = sorted(parts, key=lambda part: -part[0])
     total = ordered[0][1]
     for _, part, module in ordered[1:]:
-        target = tuple(_added(a, b) for a, b in zip(total, part))
-        for side in (total, part):
-            for kind, axis, size in _moves(side, target, nbytes, mesh_shape):
+        asked = add(total, part) if add is not None and _split_apart(total, part) else None
+        target = tuple(_added(a, b) for a, b in zip(total, part)) if asked is None else asked[0]
+        reads = (target, target) if asked is None else asked[1]
+        for side, read in zip((total, part), reads):
+            for kind, axis, size in _moves(side, read, nbytes, mesh_shape):
                 found[(module, kind, axis, round(size))] += 1
         total = target
     return total
+
+
+def _split_apart(a: tuple, b: tuple) -> bool:
+    """Whether on some mesh axis ``a`` and ``b`` are split on different dims."""
+    return any(is_shard(x) and is_shard(y) and x != y for x, y in zip(a, b))
 
 
 def _added(a: str, b: str) -> str:

@@ -394,6 +394,17 @@ def saved_value_backward(decision: Decision, grad: Spec, made: Spec, mesh: Devic
     return result, [(which, before, read) for which, before, read in moves if read != before]
 
 
+def added_gradients(a: Spec, b: Spec, value: torch.Tensor, mesh: DeviceMesh) -> tuple[Spec, list[Spec]] | None:
+    """DTensor's add of two gradients of ``value`` laid out ``a`` and ``b``, as autograd sums
+    them: (the layout of the sum, the layouts it reads them in); None where DTensor cannot say."""
+    meta = tensor_meta(value)
+    specs = [DTensorSpec(mesh, to_placements(layout), tensor_meta=meta) for layout in (a, b)]
+    try:
+        return _dtensor_runs(torch.ops.aten.add.Tensor, specs)
+    except Exception:  # no answer: the planner's own rule stands
+        return None
+
+
 _RECENTRED = (torch.ops.aten.var.correction, torch.ops.aten.std.correction)
 """Reductions whose backward recomputes the mean of their input: ``grad * (x - x.mean(dims))``."""
 
