@@ -17,7 +17,8 @@ Budgets: "default" is the profile's device memory; "lean" is the least any plan 
 On a GPU the same plans are measured for real: ``--stage plan`` plans every row and writes
 its plan to ``--plans DIR`` (no GPU needed), and ``--stage measure --device cuda`` applies
 each plan on rank 0 of a fake process group whose tensors are real CUDA tensors, and reads
-``torch.cuda.max_memory_allocated()`` over one step after a warm-up step. The fake process
+``torch.cuda.max_memory_allocated()`` over one step after a warm-up step, each row in a
+process of its own (a device-side assert leaves a process's CUDA context unusable). The fake process
 group communicates nothing, but every collective allocates its output as NCCL's would, and
 every kernel runs at its real shapes, so rank 0 holds what it holds on a real cluster. The
 two stages can run on different machines (a GPU host with another torch measures plans made
@@ -34,7 +35,9 @@ import gc
 import json
 import math
 import signal
+import subprocess
 import sys
+import tempfile
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -406,6 +409,24 @@ def run_row(row: str, timeout_s: int, stage: str = "all", plans: Path | None = N
     return result
 
 
+def measure_in_own_process(row: str, timeout_s: int, plans: Path, device: str) -> dict:
+    """``run_row(row, timeout_s, "measure", plans, device)`` in a process of its own: a kernel's
+    device-side assert in one row leaves its process's CUDA context unusable, and every row
+    after it would fail too (seen on an H200 whose torch cannot run BERT's plans)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "row.json"
+        command = [sys.executable, __file__, "--stage", "measure", "--device", device, "--plans", str(plans),
+                   "--rows", row, "--timeout", str(timeout_s), "--json", str(out), "--in-process"]
+        try:
+            done = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s + 120)
+        except subprocess.TimeoutExpired:
+            return {"row": row, "failed": f"TIMEOUT after {timeout_s} s"}
+        if out.is_file():
+            return json.loads(out.read_text())[0]
+        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        return {"row": row, "failed": f"its process exited with {done.returncode}: {last[:160]}"}
+
+
 def _mib(value) -> str:
     return f"{value / 2**20:.1f}"
 
@@ -463,6 +484,8 @@ def main(argv=None) -> int:
                         help="where --stage plan writes the plans and --stage measure reads them")
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
                         help="cpu: fake tensors under MemTracker; cuda: real tensors on one GPU, its allocator's peak")
+    parser.add_argument("--in-process", action="store_true",
+                        help="with --device cuda, measure every row in this process (by default each in its own)")
     args = parser.parse_args(argv)
     rows = [r for r in args.rows.split(",") if r]
     unknown = [r for r in rows if r not in ROWS]
@@ -481,7 +504,10 @@ def main(argv=None) -> int:
     with rows_on_stderr(len(rows)) as progress:
         for row in rows:
             progress.started(row)
-            results.append(run_row(row, args.timeout, args.stage, plans, args.device))
+            if args.device != "cpu" and args.stage == "measure" and not args.in_process:
+                results.append(measure_in_own_process(row, args.timeout, plans, args.device))
+            else:
+                results.append(run_row(row, args.timeout, args.stage, plans, args.device))
             r = results[-1]
             done = r.get("failed") or (format(r["error"], "+.1%") if "error" in r else f"planned in {r['plan_s']} s")
             print(f"{row}: {done}", file=sys.stderr, flush=True)
