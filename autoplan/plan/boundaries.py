@@ -1,12 +1,16 @@
 """Module calls' hooks, as the apply engine runs them: which input hooks move a value
 (each inside the enclosing one it receives the value from), which boundary a reader sits
-behind, and which output hooks put a value a module returns in the plan's layout.
-``plan/collectives.py`` predicts the moves of all three."""
+behind, and which output hooks put a value a module returns in the plan's layout (and how
+the gradient of an output its own module also reads comes back). ``plan/collectives.py``
+predicts the moves of all three."""
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 
+from autoplan.cost.comm import gradient_collectives, without_partial
+from autoplan.plan.gradient_rules import summed
 from autoplan.plan.module_plan import ROOT_MODULE as ROOT
 from autoplan.plan.views import within
 
@@ -86,3 +90,43 @@ def output_hooks(choices, modules: dict) -> dict[tuple[str, int], list[tuple[str
             if spec is not None and value[0] in choices.graph and within(owners.get(value[0]) or "", call.fqn):
                 found.setdefault(value, []).append((call.fqn, tuple(spec)))
     return found
+
+
+def rejoined_outputs(hooked_outputs: dict, readers: dict, reached: set, module_of, made_by_op) -> dict:
+    """value -> (its outermost output hook's module, that hook's layout, the layout DTensor
+    made it in), for each module output a hook moves that is read in the backward both
+    inside its innermost module and after its outermost (none in between). ``readers``:
+    value -> its readers as ``plan/collectives.py`` lists them (the reading op first);
+    ``made_by_op``: (op, output index) -> the layout the op made it in.
+
+    The hook's backward brings the gradient of the readers after it back to the layout
+    DTensor made, and autograd adds the inside readers' parts to that as they come, so
+    nothing settles the sum in the plan's layout (Gemma 3n's decoder layer returns its
+    AltUp stack, which its own ops read too)."""
+    found = {}
+    for (name, index), hooks in hooked_outputs.items():
+        made_as = made_by_op(name, index)
+        if all(layout == made_as for _, layout in hooks):
+            continue
+        taking = [module_of(r[0]) for r in readers.get((name, index), ()) if r[0] in reached]
+        inside = [m for m in taking if within(m, hooks[0][0])]
+        outside = [m for m in taking if not within(m, hooks[-1][0])]
+        if inside and outside and len(inside) + len(outside) == len(taking):
+            found[(name, index)] = (hooks[-1][0], hooks[-1][1], made_as)
+    return found
+
+
+def through_output_hook(parts: list, hook: tuple, nbytes: float, shape, mesh_shape, found: Counter, add=None) -> list:
+    """``parts`` of a rejoined output's gradient (``rejoined_outputs``): those of the
+    readers after the hook summed, settled in its layout and brought back by its backward
+    to the layout DTensor made (that move is counted with the hook's forward), beside the
+    inside readers' parts as they came."""
+    fqn, layout, made_as = hook
+    outside = [part for part in parts if not within(part[2], fqn)]
+    if not outside:
+        return parts
+    grad = summed(outside, nbytes, mesh_shape, found, add)
+    for kind, axis, size in gradient_collectives(grad, without_partial(layout), nbytes, mesh_shape, shape):
+        found[(fqn, kind, axis, round(size))] += 1
+    inside = [part for part in parts if within(part[2], fqn)]
+    return inside + [(min(part[0] for part in outside), without_partial(made_as), fqn)]

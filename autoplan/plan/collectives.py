@@ -115,7 +115,9 @@ from autoplan.plan.split_gradients import (
     matmul_input_gradient, matmul_split_axes, reshaped_gradient, resplit_moves, resplit_through, sliced_gradient,
     split_input_gradient, split_through,
 )
-from autoplan.plan.boundaries import Boundary, crossed_boundary, module_boundaries, output_hooks, output_nodes
+from autoplan.plan.boundaries import (
+    Boundary, crossed_boundary, module_boundaries, output_hooks, output_nodes, rejoined_outputs, through_output_hook,
+)
 from autoplan.plan.parameter_uses import gathered_parameters, hook_gather, hooked_reads, parameter_module
 from autoplan.plan.reached import reached_by_backward
 from autoplan.plan.recompute import recompute_collectives
@@ -153,6 +155,10 @@ def step_collectives(
     hooked_outputs = output_hooks(choices, modules or {})
     runs: dict[str, Strategy] = {}  # op -> the strategy DTensor runs, where it is not the plan's
 
+    def made_by_op(name: str, index: int):
+        """The layout ``name``'s op makes its output ``index`` in (DTensor's, where it runs another strategy)."""
+        return runs[name].output(index) if name in runs else planned_out(name, index)
+
     def made(name: str, index: int, reader_module: str | None = None):
         """The layout a value leaves its producer in at run time (a module output: once
         its hook has put it in the plan's layout; for a reader in ``reader_module``, once
@@ -162,7 +168,7 @@ def step_collectives(
             passed = [layout for fqn, layout in hooks if reader_module is None or not within(reader_module, fqn)]
             if passed:
                 return passed[-1]
-            return runs[name].output(index) if name in runs else planned_out(name, index)
+            return made_by_op(name, index)
         if name in runs and name not in exits:
             return runs[name].output(index)
         return planned_out(name, index)
@@ -251,7 +257,7 @@ def step_collectives(
     # another strategy, or where the plan hands the output over as the reshapes outside
     # read it: ``builder._reshaped_outside``), and its backward brings the gradient back.
     for (name, index), hooks in hooked_outputs.items():
-        before = runs[name].output(index) if name in runs else planned_out(name, index)
+        before = made_by_op(name, index)
         nbytes, shape = _size(graph, (name, index))
         outside = [owners.get(v) or "" for _, v, _, read in graph.reads(name) if read == index and v in reached]
         for fqn, layout in hooks:
@@ -278,12 +284,9 @@ def step_collectives(
                 for kind, axis, size in gradient_collectives(without_partial(planned), ran, nbytes, mesh_shape, shape):
                     found[(module_of(name), kind, axis, round(size))] += 1
 
-    # A module output its hook moves, read inside the module too: the hook's backward
-    # brings the gradient of the readers after it back to the layout DTensor made, and
-    # autograd adds the inside readers' parts to that as they come, so nothing settles the
-    # sum in the plan's layout (Gemma 3n's decoder layer returns its AltUp stack, which its
-    # own ops read too). Its op's backward runs on that sum as on any op's.
-    rejoined = _rejoined_outputs(hooked_outputs, readers, reached, module_of, runs, planned_out)
+    # A module output its hook moves, read inside the module too: nothing settles its
+    # gradient's sum in the plan's layout, and its op's backward runs on it as on any op's.
+    rejoined = rejoined_outputs(hooked_outputs, readers, reached, module_of, made_by_op)
     back_exits = exits - {name for name, _ in rejoined}
 
     def made_back(name: str, index: int):
@@ -394,28 +397,27 @@ def step_collectives(
                     found, module_of, made_back, back_exits, operands, join, carries_on, backward_product,
                     whole_gradient, rejoined.get(value), add,
                 )
-    exits = back_exits  # from here on, the outputs whose hook settles their gradient
     for value, grad in grads.items():
         u = value[0]
-        if grad is None or (passes_gradient(graph, u) and u not in exits):
+        if grad is None or (passes_gradient(graph, u) and u not in back_exits):
             continue  # a view's or add's gradient goes on to its inputs (a module output's, once its hook settled it)
         if u in joined:
             continue  # the cat took it as it came
         src = made_back(*value)
-        if u not in exits and _asked_of_dtensor(graph.decision(u), grad, src):
+        if u not in back_exits and _asked_of_dtensor(graph.decision(u), grad, src):
             continue  # each input's backward product moved it as DTensor picked (``backward_product``)
         nbytes, shape = _size(graph, value)
         # A partial gradient goes on unreduced through an op that carries it (``carries_partial``).
         through = carries_on(u, grad, operands.get(u, {}), src)
-        carried = [u not in exits and c and is_partial(g) for c, g in zip(through, grad)]
+        carried = [u not in back_exits and c and is_partial(g) for c, g in zip(through, grad)]
         # A gradient summed split where the value was made whole is gathered there (by the
         # producer's backward op, or the hook on a module output or a parameter), except
         # into a pointwise op's backward, which runs split (``split_through``), or a matrix
         # product's that saved its operands whole (``matmul_split_axes``); a partial
         # one is reduced there. One redistribute, in DTensor's order of steps: where the
         # value's dim is split over two axes, it may reduce first and split after.
-        split_kept = split_through(graph, u, exits, grad, src, mesh_shape, operands.get(u, {}))
-        kept = tuple(a or b for a, b in zip(split_kept, matmul_split_axes(graph, u, exits, grad, src, operands.get(u, {}))))
+        split_kept = split_through(graph, u, back_exits, grad, src, mesh_shape, operands.get(u, {}))
+        kept = tuple(a or b for a, b in zip(split_kept, matmul_split_axes(graph, u, back_exits, grad, src, operands.get(u, {}))))
         if any(split_kept):
             # a pointwise backward run on its gradient's split runs on it whole where it came
             # whole: nothing splits it there, whatever the op made (Segformer's drop path, made
@@ -426,11 +428,11 @@ def step_collectives(
         target = tuple(REPLICATE if c else (g if k else q) for c, k, g, q in zip(carried, kept, grad, src))
         # A parameter's gradient is settled by its module's hook (``Plan.parameter_uses``).
         where = parameter_module(choices, u) if graph.decision(u).kind == PARAMETER else module_of(u)
-        times = 1 if u in exits else gradient_reads(graph, u)
+        times = 1 if u in back_exits else gradient_reads(graph, u)
         for kind, axis, size in gradient_collectives(reduced, target, nbytes, mesh_shape, shape):
             found[(where, kind, axis, round(size))] += times
         # a product run on its gradient's split moves its saved operands there instead
-        resplit = resplit_through(graph, u, exits, grad, src, operands.get(u, {}))
+        resplit = resplit_through(graph, u, back_exits, grad, src, operands.get(u, {}))
         for kind, axis, size in resplit_moves(graph, u, operands.get(u, {}), grad, resplit, mesh_shape):
             found[(where, kind, axis, round(size))] += 1
 
@@ -471,39 +473,6 @@ def _asked_of_dtensor(decision, grad: tuple, made: tuple) -> bool:
             or runs_product_backward(decision, grad, made))
 
 
-def _rejoined_outputs(hooked_outputs: dict, readers: dict, reached: set, module_of, runs: dict, planned_out) -> dict:
-    """value -> (its outermost output hook's module, that hook's layout, the layout DTensor
-    made it in), for each module output a hook moves that is read in the backward both
-    inside its innermost module and after its outermost (none in between)."""
-    found = {}
-    for (name, index), hooks in hooked_outputs.items():
-        made_as = runs[name].output(index) if name in runs else planned_out(name, index)
-        if all(layout == made_as for _, layout in hooks):
-            continue
-        taking = [module_of(r[0]) for r in readers.get((name, index), ()) if r[0] in reached]
-        inside = [m for m in taking if within(m, hooks[0][0])]
-        outside = [m for m in taking if not within(m, hooks[-1][0])]
-        if inside and outside and len(inside) + len(outside) == len(taking):
-            found[(name, index)] = (hooks[-1][0], hooks[-1][1], made_as)
-    return found
-
-
-def _through_output_hook(parts: list, hook: tuple, nbytes: float, shape, mesh_shape, found: Counter, add=None) -> list:
-    """``parts`` of a rejoined output's gradient (``_rejoined_outputs``): those of the
-    readers after the hook summed, settled in its layout and brought back by its backward
-    to the layout DTensor made (that move is counted with the hook's forward), beside the
-    inside readers' parts as they came."""
-    fqn, layout, made_as = hook
-    outside = [part for part in parts if not within(part[2], fqn)]
-    if not outside:
-        return parts
-    grad = summed(outside, nbytes, mesh_shape, found, add)
-    for kind, axis, size in gradient_collectives(grad, without_partial(layout), nbytes, mesh_shape, shape):
-        found[(fqn, kind, axis, round(size))] += 1
-    inside = [part for part in parts if within(part[2], fqn)]
-    return inside + [(min(part[0] for part in outside), without_partial(made_as), fqn)]
-
-
 def _value_gradient(
     value, readers, chain, graph, order, grads, mesh_shape, parent_spec, found, module_of, made, exits, operands, join,
     carries_on, backward_product, whole_gradient, rejoined_hook=None, add=None,
@@ -517,7 +486,7 @@ def _value_gradient(
     product's operand -> its gradient as DTensor's backward product makes it, or None;
     ``whole_gradient``: an op's input -> its gradient where a kernel DTensor runs whole makes
     it last, or None; ``rejoined_hook``: the output hook of a rejoined output
-    (``_rejoined_outputs``), or None; ``add``: DTensor's add of two of its gradient's
+    (``boundaries.rejoined_outputs``), or None; ``add``: DTensor's add of two of its gradient's
     parts (``gradient_rules.summed``), or None."""
     into: dict[object, list] = {}  # attach point -> [(when the part is ready, gradient)]
     nbytes, shape = _size(graph, value)
@@ -610,7 +579,7 @@ def _value_gradient(
         into.setdefault(b.parent, []).append((min(part[0] for part in parts), without_partial(before), b.fqn))
     parts = into.get(None, [])
     if parts and rejoined_hook is not None:
-        parts = _through_output_hook(parts, rejoined_hook, nbytes, shape, mesh_shape, found, add)
+        parts = through_output_hook(parts, rejoined_hook, nbytes, shape, mesh_shape, found, add)
     return summed(parts, nbytes, mesh_shape, found, add) if parts else None
 
 

@@ -51,7 +51,7 @@ def _propagated(node: fx.Node, op, arrived: list[Spec], mesh: DeviceMesh) -> tup
 
     def spec_of(arg):
         if is_tensor_input(arg):
-            return DTensorSpec(mesh, to_placements(next(layouts)), tensor_meta=tensor_meta(arg.meta["val"]))
+            return _spec(mesh, next(layouts), arg.meta["val"])
         return arg.meta.get("val") if isinstance(arg, fx.Node) else arg
 
     try:
@@ -89,7 +89,7 @@ def joined_gradient(decision: Decision, parts: list[Spec | None], mesh: DeviceMe
     if not isinstance(values, (tuple, list)) or len(values) != len(parts):
         return None
     dim = node.args[2] if len(node.args) > 2 else node.kwargs.get("dim", 0)
-    specs = [DTensorSpec(mesh, to_placements(p), tensor_meta=tensor_meta(v)) for p, v in zip(parts, values)]
+    specs = [_spec(mesh, p, v) for p, v in zip(parts, values)]
     op = torch.ops.aten.cat.default
     try:
         joined, reads = _dtensor_runs(op, specs, (specs, dim))
@@ -123,7 +123,7 @@ def grouped_backward_moves(decision: Decision, grad: Spec, saved: dict[int, Spec
     moves = []
     op = torch.ops.aten._grouped_mm.default
     for tensors, layouts, index in asks:
-        specs = [DTensorSpec(mesh, to_placements(s), tensor_meta=tensor_meta(t)) for t, s in zip(tensors, layouts)]
+        specs = [_spec(mesh, s, t) for t, s in zip(tensors, layouts)]
         try:
             _, reads = _dtensor_runs(op, specs)
         except Exception:  # DTensor cannot run it as given: the planner's own rule stands
@@ -193,7 +193,7 @@ def product_backward(
     if asked is None:
         return None
     op, tensors, layouts, at, transposed = asked
-    specs = [DTensorSpec(mesh, to_placements(s), tensor_meta=tensor_meta(t)) for t, s in zip(tensors, layouts)]
+    specs = [_spec(mesh, s, t) for t, s in zip(tensors, layouts)]
     try:
         result, reads = _dtensor_runs(op, specs)
     except Exception:  # DTensor cannot run it as given: the planner's own rules stand
@@ -291,9 +291,6 @@ def elementwise_backward(decision: Decision, k: int, grad: Spec, operands: dict[
     saved, read = operands[other]
     out, mine, theirs = node.meta.get("val"), node.args[k].meta.get("val"), node.args[other].meta.get("val")
 
-    def spec(layout, value):
-        return DTensorSpec(mesh, to_placements(layout), tensor_meta=tensor_meta(value))
-
     moves = []
     try:
         if node.target is torch.ops.aten.div.Tensor and k == 1:
@@ -301,13 +298,14 @@ def elementwise_backward(decision: Decision, k: int, grad: Spec, operands: dict[
             if 0 not in operands:
                 return None
             div = node.target
-            quotient, (a_read, b_read) = _dtensor_runs(div, [spec(operands[0][0], theirs), spec(saved, mine)])
-            again, _ = _dtensor_runs(div, [spec(quotient, out), spec(b_read, mine)])
+            quotient, (a_read, b_read) = _dtensor_runs(div, [_spec(mesh, operands[0][0], theirs), _spec(mesh, saved, mine)])
+            again, _ = _dtensor_runs(div, [_spec(mesh, quotient, out), _spec(mesh, b_read, mine)])
             moves += [(index, operands[index][0], r) for index, r in ((0, a_read), (1, b_read)) if r != operands[index][1]]
-            result, (gradient_read, again_read) = _dtensor_runs(torch.ops.aten.mul.Tensor, [spec(grad, out), spec(again, out)])
+            mul = torch.ops.aten.mul.Tensor
+            result, (gradient_read, again_read) = _dtensor_runs(mul, [_spec(mesh, grad, out), _spec(mesh, again, out)])
             moves.append(("gradient", again, again_read))
         else:  # ``grad * other``, ``grad / other``: the op itself
-            result, (gradient_read, operand_read) = _dtensor_runs(node.target, [spec(grad, out), spec(saved, theirs)])
+            result, (gradient_read, operand_read) = _dtensor_runs(node.target, [_spec(mesh, grad, out), _spec(mesh, saved, theirs)])
             if operand_read != read:
                 moves.append((other, saved, operand_read))
         summed = _summed_to(result, tuple(out.shape), tuple(mine.shape), mesh, tensor_meta(out))
@@ -384,8 +382,7 @@ def saved_value_backward(decision: Decision, grad: Spec, made: Spec, mesh: Devic
     node = decision.fx_node
     step = _saved_value_step(node)
     at = step.gradient_positions[0]
-    meta = tensor_meta(node.meta["val"])
-    specs = [DTensorSpec(mesh, to_placements(grad if i == at else made), tensor_meta=meta) for i in range(2)]
+    specs = [_spec(mesh, grad if i == at else made, node.meta["val"]) for i in range(2)]
     try:
         result, reads = _dtensor_runs(step.op, specs)
     except Exception:  # DTensor cannot run it as given: the planner's own rules stand
@@ -397,8 +394,7 @@ def saved_value_backward(decision: Decision, grad: Spec, made: Spec, mesh: Devic
 def added_gradients(a: Spec, b: Spec, value: torch.Tensor, mesh: DeviceMesh) -> tuple[Spec, list[Spec]] | None:
     """DTensor's add of two gradients of ``value`` laid out ``a`` and ``b``, as autograd sums
     them: (the layout of the sum, the layouts it reads them in); None where DTensor cannot say."""
-    meta = tensor_meta(value)
-    specs = [DTensorSpec(mesh, to_placements(layout), tensor_meta=meta) for layout in (a, b)]
+    specs = [_spec(mesh, layout, value) for layout in (a, b)]
     try:
         return _dtensor_runs(torch.ops.aten.add.Tensor, specs)
     except Exception:  # no answer: the planner's own rule stands
@@ -430,7 +426,7 @@ def recentred_mean_moves(decision: Decision, saved: Spec | None, mesh: DeviceMes
     if not any(is_partial(p) for p in mean):
         return None
     mean_value = torch.empty([1 if d in reduced else n for d, n in enumerate(x.shape)], dtype=x.dtype, device="meta")
-    specs = [DTensorSpec(mesh, to_placements(s), tensor_meta=tensor_meta(t)) for s, t in ((saved, x), (mean, mean_value))]
+    specs = [_spec(mesh, s, t) for s, t in ((saved, x), (mean, mean_value))]
     op = torch.ops.aten.sub.Tensor
     try:
         _, reads = _dtensor_runs(op, specs)
@@ -457,7 +453,7 @@ def replicated_gradient(decision: Decision, k: int, grad: Spec, mesh: DeviceMesh
     value = _input_value(decision, k)
     if len(tensors) != 1 or value is None or tensors[0].shape != value.shape:
         return None  # the gradient the rules lay out is not what the kernel reads
-    gradient = DTensorSpec(mesh, to_placements(grad), tensor_meta=tensor_meta(tensors[0]))
+    gradient = _spec(mesh, grad, tensors[0])
     args, kwargs = tree_map(lambda a: gradient if a is tensors[0] else a, (maker.args, maker.kwargs))
     try:
         sharding = overrides.propagate_uncached(OpSchema(maker.op, args, kwargs, schema_info=runtime_schema_info(maker.op)))
@@ -480,6 +476,11 @@ def _dtensor_runs(op, specs: list, args: tuple | None = None) -> tuple[Spec, lis
     sharding = overrides.propagate_uncached(schema)
     wanted = sharding.redistribute_schema.args_spec if sharding.redistribute_schema is not None else specs
     return spec_from_placements(sharding.output_spec.placements), [spec_from_placements(s.placements) for s in wanted]
+
+
+def _spec(mesh: DeviceMesh, layout: Spec, value: torch.Tensor) -> DTensorSpec:
+    """DTensor's spec of a tensor shaped like ``value`` laid out ``layout`` on ``mesh``."""
+    return DTensorSpec(mesh, to_placements(layout), tensor_meta=tensor_meta(value))
 
 
 def _input_value(decision: Decision, k: int) -> torch.Tensor | None:
@@ -555,7 +556,7 @@ class _FollowLayouts(TorchDispatchMode):
             if layout is None:
                 raise LookupError("a tensor not made from the gradient")
             read.append(layout)
-            return DTensorSpec(self.mesh, to_placements(layout), tensor_meta=tensor_meta(arg))
+            return _spec(self.mesh, layout, arg)
 
         try:
             schema_args, schema_kwargs = tree_map(spec_of, (args, kwargs))
