@@ -26,7 +26,7 @@ its rows:
   and split by tokens on tp; the layer's own ops read the stack too. The hook's backward
   brings the next layer's gradient back to the layout DTensor made, and autograd adds the
   layer's own readers' parts to that as they come: nothing settles the sum in the plan's
-  layout (``plan/collectives._rejoined_outputs``), where the prediction had settled it
+  layout (``plan/boundaries.rejoined_outputs``), where the prediction had settled it
   there and gathered it once more on each axis.
 """
 

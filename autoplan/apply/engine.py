@@ -31,6 +31,7 @@ from torch.utils._pytree import keystr, tree_flatten, tree_flatten_with_path, tr
 
 from autoplan.apply.materialize import empty_shard, initialize, materialize_buffers
 from autoplan.apply.recompute import check_recompute, checkpoint_modules
+from autoplan.apply.unreached_parts import with_unreached_gradients
 from autoplan.dtensor import overrides
 from autoplan.dtensor.fused_attention import contiguous_operands, mask_placed_like_query, sharded_dropout_attention
 from autoplan.dtensor.rules import op_by_name
@@ -552,7 +553,7 @@ class _ReplicatePlainOperands(TorchFunctionMode):
             if sharded is not None:
                 return sharded
             args, kwargs = contiguous_operands(*mask_placed_like_query(args, kwargs))
-        return func(*args, **kwargs)
+        return with_unreached_gradients(func, func(*args, **kwargs))
 
 
 _TO_PYTHON = {

@@ -29,6 +29,7 @@ from autoplan.dtensor.fused_attention import FusedAttention
 from autoplan.dtensor.overrides import installed as dtensor_overrides
 from autoplan.errors import AutoplanError, LossError, TraceError
 from autoplan.trace import opaque
+from autoplan.trace.known_values import known_values
 from autoplan.trace.loss import batch_of, check_loss_fn, computed_loss, find_loss, summed_warning
 from autoplan.trace.meta_autocast import meta_autocast
 from autoplan.trace.saved import record_saved, savers
@@ -133,10 +134,11 @@ def trace_model(model: nn.Module, example_inputs, loss_fn=None) -> TracedGraph:
     summed: list[str] = []  # where the loss was taken as a sum of the output, per attempt
 
     def step(params, buffers, args, kwargs):
-        output = torch.func.functional_call(model, {**params, **buffers}, args, training_kwargs(model, kwargs))
-        if loss_fn is not None:
-            return _loss_of(loss_fn, output, batch_of(args, kwargs))
-        found = find_loss(output)
+        with known_values():  # a mask of ones the eager step skips is skipped here too
+            output = torch.func.functional_call(model, {**params, **buffers}, args, training_kwargs(model, kwargs))
+            if loss_fn is not None:
+                return _loss_of(loss_fn, output, batch_of(args, kwargs))
+            found = find_loss(output)
         if found.summed:
             summed.append(found.where)
         return found.tensor

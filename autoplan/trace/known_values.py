@@ -1,0 +1,194 @@
+"""Values the trace knows: tensors that the forward made from no data, every element one number.
+
+A forward can decide on values. transformers builds an attention mask of ones when the batch
+has none, then skips the mask when it reads that it is all ones: SDPA runs without one (or
+the eager attention adds none). But it reads only outside tracing: ``is_tracing(mask)`` is
+true for a fake tensor, so a trace builds the mask, adds it to every layer's scores, and
+the plan's prediction holds moves of a mask that the training step never makes (BigBird,
+ConvBERT, LUKE, Megatron-BERT, RoFormer, TAPAS, T5Gemma). The trace must be the step the
+device runs.
+
+``known_values()`` pushes a dispatch mode inside ``make_fx`` that keeps, for each tensor
+made from no data (``ones``, ``zeros``, ``full`` and their ``_like``/``new_`` forms), the
+one value all its elements hold, and carries it through what keeps it one value: views,
+copies and casts of it, pointwise ops of such tensors and numbers, and ops on small such
+tensors whose result is again one value (``all``, ``sum``). Reading such a tensor's value
+(``bool(t)``, ``t.item()``) returns it, as the eager step would, and leaves nothing in the
+graph. A write into a tensor forgets what was known of its storage. Reading any other
+value is the data-dependent read it always was.
+
+While it is on, transformers' fake-tensor check (``import_utils.is_fake_tensor``, which
+``is_tracing`` asks) answers False for a tensor whose value is known, on the tracing
+thread only: the model takes its eager path exactly where that path reads a known value.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+from contextlib import contextmanager
+
+import torch
+from torch.multiprocessing.reductions import StorageWeakRef
+from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
+from torch.utils._pytree import tree_flatten
+from torch.utils.weak import WeakTensorKeyDictionary
+
+aten = torch.ops.aten
+
+# op -> position of its fill value (None: the op's own constant)
+_FILLS = {
+    aten.ones: 1, aten.ones_like: 1, aten.new_ones: 1,
+    aten.zeros: 0, aten.zeros_like: 0, aten.new_zeros: 0,
+}
+_FILL_AT = {aten.full: 1, aten.full_like: 1, aten.new_full: 2, aten.scalar_tensor: 0, aten.fill: 1, aten.fill_: 1}
+
+# Ops whose every output element is an element of their first input.
+_SAME_VALUES = {
+    aten.view, aten._unsafe_view, aten.reshape, aten.expand, aten.unsqueeze, aten.squeeze, aten.permute,
+    aten.transpose, aten.t, aten.slice, aten.select, aten.alias, aten.clone, aten.contiguous, aten._to_copy,
+    aten.detach, aten.repeat, aten.index, aten.index_select, aten.gather, aten.narrow, aten.flatten,
+    aten.unflatten, aten.as_strided, aten.lift_fresh_copy, aten.diagonal, aten.movedim, aten.unfold,
+}
+_READS = {aten._local_scalar_dense.default, aten.is_nonzero.default, aten.item.default}
+
+SMALL = 1 << 16
+"""Most elements a known tensor is made of for real to run an op that is neither pointwise
+nor a rearrangement (a reduction of a padding mask of batch x sequence)."""
+
+_local = threading.local()
+"""``mode``: the ``_KnownValues`` mode of this thread's trace, or absent."""
+_lock = threading.Lock()
+_users = 0
+_original_is_fake = None
+
+
+@contextmanager
+def known_values():
+    """Inside a traced function: keep known values (the module docstring says which)."""
+    outer = getattr(_local, "mode", None)
+    mode = _KnownValues()
+    _local.mode = mode
+    _patch_transformers()
+    try:
+        with mode:
+            yield mode
+    finally:
+        _unpatch_transformers()
+        _local.mode = outer
+
+
+class _KnownValues(TorchDispatchMode):
+    def __init__(self):
+        super().__init__()
+        self.values = WeakTensorKeyDictionary()
+        """tensor -> the Python number every element of it holds."""
+
+    def value_of(self, tensor) -> int | float | bool | None:
+        return self.values.get(tensor) if isinstance(tensor, torch.Tensor) else None
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func in _READS:
+            value = self.value_of(args[0])
+            if value is not None and args[0].numel() == 1:
+                return value
+        out = func(*args, **kwargs)
+        written = _written(func, args, kwargs)
+        for tensor in written:
+            self._forget(tensor)
+        if isinstance(out, torch.Tensor) and not (written and out._is_view()):
+            value = self._value_after(func, args, kwargs, out)
+            if value is not None:
+                self.values[out] = value
+        return out
+
+    def _forget(self, tensor: torch.Tensor) -> None:
+        storage = StorageWeakRef(tensor.untyped_storage())
+        for known in [t for t in self.values.keys() if StorageWeakRef(t.untyped_storage()) == storage]:
+            del self.values[known]
+
+    def _value_after(self, func, args, kwargs, out: torch.Tensor):
+        packet = func.overloadpacket
+        if packet in _FILLS:
+            return _cast(_FILLS[packet], out.dtype)
+        if packet in _FILL_AT and len(args) > _FILL_AT[packet] and not isinstance(args[_FILL_AT[packet]], torch.Tensor):
+            return _cast(args[_FILL_AT[packet]], out.dtype)
+        tensors = [x for x in tree_flatten((args, kwargs))[0] if isinstance(x, torch.Tensor)]
+        if not tensors or torch.Tag.nondeterministic_seeded in func.tags:
+            return None
+        if packet in _SAME_VALUES:
+            value = self.value_of(args[0])
+            return None if value is None else _cast(value, out.dtype)
+        values = [self.value_of(t) for t in tensors]
+        if any(v is None for v in values):
+            return None
+        if torch.Tag.pointwise in func.tags:
+            return _run_real(func, args, kwargs, lambda t: torch.tensor(self.values[t], dtype=t.dtype))
+        if all(t.numel() <= SMALL for t in tensors):
+            return _run_real(func, args, kwargs, lambda t: torch.full(t.shape, self.values[t], dtype=t.dtype))
+        return None
+
+
+def _written(func, args, kwargs) -> list[torch.Tensor]:
+    """The tensors ``func`` writes into (in place, or ``out=``)."""
+    written = []
+    for index, argument in enumerate(func._schema.arguments):
+        if argument.is_write:
+            value = args[index] if index < len(args) else kwargs.get(argument.name)
+            written.extend(v for v in tree_flatten(value)[0] if isinstance(v, torch.Tensor))
+    return written
+
+
+def _run_real(func, args, kwargs, real):
+    """``func`` on CPU tensors that ``real`` makes of the known ones: the one value of its
+    tensor result, or None where the result holds several values (or none)."""
+    leaves, spec = tree_flatten((args, kwargs))
+    with _disable_current_modes():
+        leaves = [real(x) if isinstance(x, torch.Tensor) else _on_cpu(x) for x in leaves]
+        args, kwargs = spec.unflatten(leaves)
+        try:
+            result = func(*args, **kwargs)
+        except (RuntimeError, TypeError, ValueError, NotImplementedError):  # an op CPU tensors cannot run
+            return None
+        if not isinstance(result, torch.Tensor) or result.numel() == 0:
+            return None
+        first = result.reshape(-1)[0]
+        return first.item() if bool((result == first).all()) else None
+
+
+def _on_cpu(value):
+    return torch.device("cpu") if isinstance(value, torch.device) else value
+
+
+def _cast(value, dtype: torch.dtype):
+    with _disable_current_modes():
+        return torch.tensor(value, dtype=dtype).item()
+
+
+def _is_fake_unless_known(tensor) -> bool:
+    mode = getattr(_local, "mode", None)
+    if mode is not None and mode.value_of(tensor) is not None:
+        return False
+    return _original_is_fake(tensor)
+
+
+def _patch_transformers() -> None:
+    global _users, _original_is_fake
+    with _lock:
+        _users += 1
+        module = sys.modules.get("transformers.utils.import_utils")
+        if _users == 1 and module is not None and hasattr(module, "is_fake_tensor"):
+            _original_is_fake = module.is_fake_tensor
+            module.is_fake_tensor = _is_fake_unless_known
+
+
+def _unpatch_transformers() -> None:
+    global _users, _original_is_fake
+    with _lock:
+        _users -= 1
+        module = sys.modules.get("transformers.utils.import_utils")
+        if _users == 0 and _original_is_fake is not None:
+            if module is not None:
+                module.is_fake_tensor = _original_is_fake
+            _original_is_fake = None
