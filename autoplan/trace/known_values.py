@@ -105,7 +105,7 @@ class _KnownValues(TorchDispatchMode):
 
     def _forget(self, tensor: torch.Tensor) -> None:
         storage = StorageWeakRef(tensor.untyped_storage())
-        for known in [t for t in self.values.keys() if StorageWeakRef(t.untyped_storage()) == storage]:
+        for known in [t for t in list(self.values) if StorageWeakRef(t.untyped_storage()) == storage]:
             del self.values[known]
 
     def _value_after(self, func, args, kwargs, out: torch.Tensor):
