@@ -44,6 +44,11 @@ so that the test workers share the rows out). All went wrong in the backward:
   by tokens through the cast and is moved back at the gate projection's output hook, in
   bfloat16 (``plan/runtime_choice.saved_value_backward``), where the prediction had moved
   it in float32 at the sigmoid.
+- PVT, float32: each stage resizes its position embeddings to the patch grid
+  (``interpolate``, bilinear); their gradient comes back partial on tp, and DTensor runs
+  the interpolation's backward on it as it comes, so the parameter's hook reduce-scatters
+  it (``plan/gradient_rules._RESAMPLES``), where the prediction all-reduced it at the
+  interpolation.
 """
 
 import pytest
@@ -57,6 +62,7 @@ ROWS = [
     ("masked_lm", "esmc", "float32"),
     ("seq2seq_lm", "led", "float32"),
     ("causal_lm", "kimi_linear", "bfloat16"),
+    ("image_classification", "pvt", "float32"),
 ]
 
 

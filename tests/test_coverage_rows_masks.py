@@ -8,7 +8,7 @@ not tracing: the trace, on fake tensors, built the mask and added it to every la
 scores, and the prediction moved it where the step never had it
 (``trace/known_values.py`` now lets the trace read the ones, and skip the mask as the step does):
 
-- RoFormer (masked LM), float32: one all_gather on dp too many in a layer's output.
+- RoFormer (masked LM), float32: on dp, 14 reduce_scatters predicted where 8 ran.
 - TAPAS (masked LM), bfloat16: the same mask, in another encoder.
 """
 

@@ -12,7 +12,9 @@ forward ran under. CvT's last stage splits off its class token and never reads t
 gives each part the loss did not reach DTensor zeros in that part's own layout (no
 communication), so that the split's own backward runs on DTensors only. torch already
 forbids writing in place into the parts of a split that needs a gradient, so handing
-them through a function changes nothing a model may do with them.
+them through a function changes nothing a model may do with them. Under ``torch.compile``
+the split is left to torch: dynamo cannot keep the parts' layouts (their sizes are symbols
+there).
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ def with_unreached_gradients(func, parts):
     where they are DTensors that need a gradient; anything else as it is."""
     if func not in SPLITS or not torch.is_grad_enabled() or not isinstance(parts, (tuple, list)) or len(parts) < 2:
         return parts
-    if torch.compiler.is_compiling():  # dynamo cannot keep the layouts (symbolic sizes): torch's own backward
+    if torch.compiler.is_compiling():
         return parts
     if not all(isinstance(p, DTensor) and p.requires_grad for p in parts):
         return parts

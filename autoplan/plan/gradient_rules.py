@@ -116,6 +116,16 @@ _SOLVES = (_aten.linalg_solve_triangular.default,)
 as partial (its rule's ``P, R -> P``), and the matrix's gradient, that partial solution
 times the saved output, stays partial up to the ``tril`` that reduces it
 (``runtime_choice.replicated_gradient``)."""
+_RESAMPLES = (
+    _aten.upsample_nearest1d.default, _aten.upsample_nearest2d.default, _aten.upsample_nearest3d.default,
+    _aten._upsample_nearest_exact1d.default, _aten._upsample_nearest_exact2d.default,
+    _aten._upsample_nearest_exact3d.default, _aten.upsample_linear1d.default, _aten.upsample_bilinear2d.default,
+    _aten.upsample_bicubic2d.default, _aten.upsample_trilinear3d.default, _aten._upsample_bilinear2d_aa.default,
+    _aten._upsample_bicubic2d_aa.default,
+)
+"""Interpolations: linear in their input, and DTensor's rule for their backward takes a
+partial gradient to a partial one (PVT's position embeddings, resized to the patch grid:
+their gradient reaches the parameter partial, whose hook reduce-scatters it)."""
 _SPLITS = (_aten.split.Tensor, _aten.split_with_sizes.default, _aten.unbind.int)
 """Several outputs of one input: the backward joins their gradients."""
 _WITH_A_SCALAR = (  # DTensor registers these apart from its pointwise list
@@ -133,7 +143,8 @@ def carries_partial(graph, name: str) -> bool:
     RMSNorm's rsqrt, its eps add, its mean of squares; not one whose backward runs an op
     DTensor reduces a partial gradient for, a ``sigmoid_backward`` or a clamp's ``where``:
     ``plan/backward_ops.py``), rows picked by index (a mixture
-    of experts' routed tokens), a pad or a fill of a scalar (``_PADS_AND_FILLS``), a
+    of experts' routed tokens), a pad or a fill of a scalar (``_PADS_AND_FILLS``), an
+    interpolation (``_RESAMPLES``), a
     triangular solve (``_SOLVES``), a split (its backward joins its outputs' gradients), a
     concatenation (its backward slices the gradient: a rotary embedding's
     ``cat(-x2, x1)``, Gemma 2's in bf16), an add or subtraction of trained operands (its
@@ -163,6 +174,8 @@ def carries_partial(graph, name: str) -> bool:
     if target in _INDEXING or target in _SPLITS:  # an index's other inputs are its integer indices
         return True
     if target in _PADS_AND_FILLS:  # a fill's other input is its mask
+        return True
+    if target in _RESAMPLES:
         return True
     if len(inputs) != 1:
         return False

@@ -5,8 +5,9 @@ has none, then skips the mask when it reads that it is all ones: SDPA runs witho
 the eager attention adds none). But it reads only outside tracing: ``is_tracing(mask)`` is
 true for a fake tensor, so a trace builds the mask, adds it to every layer's scores, and
 the plan's prediction holds moves of a mask that the training step never makes (BigBird,
-ConvBERT, LUKE, Megatron-BERT, RoFormer, TAPAS, T5Gemma). The trace must be the step the
-device runs.
+ConvBERT, LUKE, Megatron-BERT, RoFormer, TAPAS). The trace must be the step the device
+runs. (A mask made from the batch's values, T5Gemma's ``input_ids != pad_token_id``, stays
+unknown: the eager step reads the batch, which the trace cannot.)
 
 ``known_values()`` pushes a dispatch mode inside ``make_fx`` that keeps, for each tensor
 made from no data (``ones``, ``zeros``, ``full`` and their ``_like``/``new_`` forms), the
@@ -36,11 +37,12 @@ from torch.utils.weak import WeakTensorKeyDictionary
 
 aten = torch.ops.aten
 
-# op -> position of its fill value (None: the op's own constant)
+# op -> the value every element of its result holds
 _FILLS = {
     aten.ones: 1, aten.ones_like: 1, aten.new_ones: 1,
     aten.zeros: 0, aten.zeros_like: 0, aten.new_zeros: 0,
 }
+# op -> position of the argument that holds its fill value
 _FILL_AT = {aten.full: 1, aten.full_like: 1, aten.new_full: 2, aten.scalar_tensor: 0, aten.fill: 1, aten.fill_: 1}
 
 # Ops whose every output element is an element of their first input.
