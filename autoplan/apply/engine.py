@@ -31,7 +31,7 @@ from torch.utils._pytree import keystr, tree_flatten, tree_flatten_with_path, tr
 
 from autoplan.apply.materialize import empty_shard, initialize, materialize_buffers
 from autoplan.apply.recompute import check_recompute, checkpoint_modules
-from autoplan.apply.unreached_parts import with_unreached_gradients
+from autoplan.apply.unreached_parts import layout_of, with_unreached_gradients, zeros_laid_out
 from autoplan.dtensor import overrides
 from autoplan.dtensor.fused_attention import contiguous_operands, mask_placed_like_query, sharded_dropout_attention
 from autoplan.dtensor.rules import op_by_name
@@ -509,16 +509,12 @@ class _ZeroTangents(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, loss, *others):
-        ctx.others = [(o._local_tensor.shape, o._local_tensor.dtype, o._local_tensor.device, o._spec) for o in others]
+        ctx.others = [layout_of(o) for o in others]
         return loss.view_as(loss)
 
     @staticmethod
     def backward(ctx, grad):
-        zeros = [
-            DTensor(torch.zeros(shape, dtype=dtype, device=device), spec, requires_grad=False)
-            for shape, dtype, device, spec in ctx.others
-        ]
-        return (grad, *zeros)
+        return (grad, *(zeros_laid_out(layout) for layout in ctx.others))
 
 
 class _ReplicatePlainOperands(TorchFunctionMode):

@@ -47,12 +47,21 @@ class _ZerosForUnreached(torch.autograd.Function):
     @staticmethod
     def forward(ctx, *parts):
         ctx.set_materialize_grads(False)
-        ctx.layouts = [(p._local_tensor.shape, p._local_tensor.dtype, p._local_tensor.device, p._spec) for p in parts]
+        ctx.layouts = [layout_of(p) for p in parts]
         return tuple(p.view_as(p) for p in parts)
 
     @staticmethod
     def backward(ctx, *grads):
-        return tuple(
-            grad if grad is not None else DTensor(torch.zeros(shape, dtype=dtype, device=device), spec, requires_grad=False)
-            for grad, (shape, dtype, device, spec) in zip(grads, ctx.layouts)
-        )
+        return tuple(grad if grad is not None else zeros_laid_out(layout) for grad, layout in zip(grads, ctx.layouts))
+
+
+def layout_of(tensor: DTensor) -> tuple:
+    """What ``zeros_laid_out`` needs to make zeros laid out as ``tensor``, kept without it."""
+    local = tensor._local_tensor
+    return local.shape, local.dtype, local.device, tensor._spec
+
+
+def zeros_laid_out(layout: tuple) -> DTensor:
+    """A DTensor of zeros in ``layout`` (``layout_of``): made shard by shard, no communication."""
+    shape, dtype, device, spec = layout
+    return DTensor(torch.zeros(shape, dtype=dtype, device=device), spec, requires_grad=False)

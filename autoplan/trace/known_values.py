@@ -52,7 +52,8 @@ _SAME_VALUES = {
     aten.detach, aten.repeat, aten.index, aten.index_select, aten.gather, aten.narrow, aten.flatten,
     aten.unflatten, aten.as_strided, aten.lift_fresh_copy, aten.diagonal, aten.movedim, aten.unfold,
 }
-_READS = {aten._local_scalar_dense.default, aten.is_nonzero.default, aten.item.default}
+_READ = aten._local_scalar_dense.default
+"""What ``bool(t)`` and ``t.item()`` come down to in dispatch."""
 
 SMALL = 1 << 16
 """Most elements a known tensor is made of for real to run an op that is neither pointwise
@@ -91,7 +92,7 @@ class _KnownValues(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        if func in _READS:
+        if func is _READ:
             value = self.value_of(args[0])
             if value is not None and args[0].numel() == 1:
                 return value
