@@ -20,6 +20,7 @@ import re
 from functools import cache
 
 from torch.distributed.tensor import Partial, Placement, Replicate, Shard
+from torch.distributed.tensor._ops._math_ops import _NormPartial
 from torch.distributed.tensor.placement_types import _StridedShard
 
 from autoplan.errors import PlanError
@@ -31,6 +32,7 @@ PARTIAL = "P(sum)"
 PARTIAL_AVG = "P(avg)"
 _SHARD_RE = re.compile(r"^S\((\d+)\)$")
 _STRIDED_RE = re.compile(r"^_S\((\d+), ?(\d+)\)$")
+_NORM_PARTIAL_RE = re.compile(r"^P\((.+)-norm\)$")
 
 
 def shard(dim: int) -> str:
@@ -103,6 +105,24 @@ def to_placements(spec: Spec) -> tuple[Placement, ...]:
 
 def spec_from_placements(placements) -> Spec:
     return tuple(to_string(p) for p in placements)
+
+
+def runtime_spec(placements) -> Spec:
+    """``spec_from_placements``, naming also the placement that only DTensor's own rules make,
+    at run time: a vector norm over a split dim leaves each rank the norm of its share,
+    ``"P(2-norm)"``, which the next op reads reduced (an all_reduce, like a partial sum's).
+    The planner never chooses it (SwiftFormer's ``normalize`` runs so on a query the plan
+    gathered first)."""
+    return tuple(f"P({p.norm_type:g}-norm)" if isinstance(p, _NormPartial) else to_string(p) for p in placements)
+
+
+def runtime_placements(spec: Spec) -> tuple[Placement, ...]:
+    """DTensor's placements of a spec ``runtime_spec`` made."""
+    return tuple(_norm_partial(p) if _NORM_PARTIAL_RE.match(p) else to_placement(p) for p in spec)
+
+
+def _norm_partial(text: str) -> Placement:
+    return _NormPartial(norm_type=float(_NORM_PARTIAL_RE.match(text).group(1)))
 
 
 def replicated(mesh_ndim: int) -> Spec:

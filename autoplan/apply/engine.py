@@ -210,8 +210,15 @@ def _gather_parameters_for_use(modules: dict[str, nn.Module], plan: Plan, mesh: 
     reduce-scatter where it was partial). The post-hook puts the parameter back, so
     ``named_parameters()``, the optimizer and checkpoints only ever see the stored one.
     A module that reads another's parameter in its own code (``Plan.parameter_readers``)
-    swaps that parameter in its owner the same way around its own forward.
+    swaps that parameter in its owner the same way around its own forward. A tied
+    parameter is swapped under each of its names: the plan does not know which one the
+    code reads (MobileBERT's head gathers its ``bias`` and adds ``self.decoder.bias``).
     """
+    holders: dict[int, list[tuple[nn.Module, str]]] = {}  # parameter -> where it is held, under every name
+    for module in modules.values():
+        for name, param in module._parameters.items():
+            if param is not None:
+                holders.setdefault(id(param), []).append((module, name))
     by_reader: dict[tuple[str, str], dict[str, Spec]] = {}
     for fqn, spec in plan.parameter_uses.items():
         owner, _, name = fqn.rpartition(".")
@@ -222,22 +229,25 @@ def _gather_parameters_for_use(modules: dict[str, nn.Module], plan: Plan, mesh: 
             by_reader.setdefault((reader, owner), {})[name] = placements
     for (reader, owner), specs in by_reader.items():
         holder = modules[owner]
-        stored: dict[str, nn.Parameter] = {}
+        names = {name: tuple(holders.get(id(holder._parameters[name]), [(holder, name)])) for name in specs}
+        stored: dict[tuple[str, int], nn.Parameter] = {}
 
         # Plain item assignments on ``_parameters`` (as FSDP2 swaps its unsharded parameters):
         # dynamo replays them in order when it traces these hooks into a compiled graph.
         # Nested readers (an owner called inside its reader) swap in turn: the inner one
         # finds the parameter already in its use layout, and each puts back what it found.
-        def swap_in(module, args, specs=specs, stored=stored, holder=holder):
+        def swap_in(module, args, specs=specs, stored=stored, holder=holder, names=names):
             for name, spec in specs.items():
-                param = holder._parameters[name]
-                stored[name] = param
-                holder._parameters[name] = param.redistribute(mesh, spec)
+                moved = holder._parameters[name].redistribute(mesh, spec)
+                for index, (alias, alias_name) in enumerate(names[name]):
+                    stored[(name, index)] = alias._parameters[alias_name]
+                    alias._parameters[alias_name] = moved
 
-        def swap_out(module, args, output, specs=specs, stored=stored, holder=holder):
+        def swap_out(module, args, output, specs=specs, stored=stored, names=names):
             for name in specs:
-                if name in stored:
-                    holder._parameters[name] = stored.pop(name)
+                for index, (alias, alias_name) in enumerate(names[name]):
+                    if (name, index) in stored:
+                        alias._parameters[alias_name] = stored.pop((name, index))
 
         modules[reader].register_forward_pre_hook(swap_in)
         modules[reader].register_forward_hook(swap_out, always_call=True)

@@ -50,7 +50,7 @@ from torch.distributed.tensor._redistribute import _gen_transform_infos
 
 from autoplan.cost.profile import ClusterProfile, LinkCost
 from autoplan.placements import (
-    REPLICATE, Spec, is_partial, is_shard, shard_dim, shard_factor, strided_factor, to_placements, to_string,
+    REPLICATE, Spec, is_partial, is_shard, runtime_placements, runtime_spec, shard_dim, shard_factor, strided_factor,
 )
 
 
@@ -114,22 +114,30 @@ def splits_a_dim_twice(spec: Spec) -> bool:
     return len(set(dims)) < len(dims) or any(strided_factor(p) for p in spec)
 
 
+_DTYPE_OF_SIZE = {1: torch.uint8, 2: torch.bfloat16, 4: torch.float32, 8: torch.float64}
+"""A dtype of each element size, for DTensor's redistribute planner (which prices bytes)."""
+
+
 @cache
 def _dtensor_steps(
-    src: Spec, dst: Spec, mesh_shape: tuple[int, ...], shape: tuple[int, ...] | None = None
+    src: Spec, dst: Spec, mesh_shape: tuple[int, ...], shape: tuple[int, ...] | None = None, item_bytes: int = 4
 ) -> tuple[tuple[int, str, str], ...]:
     """DTensor's own plan for the move of a tensor of ``shape`` (default: one whose every
-    dim divides by the whole mesh)."""
+    dim divides by the whole mesh) whose elements take ``item_bytes``: DTensor prices its
+    paths in bytes, so the path can depend on the dtype (a gradient partial on tp going
+    back to a weight stored split twice by one dim: in float32 DTensor reduce-scatters half
+    of it and swaps the dp split, in bfloat16 it reduce-scatters it whole and slices)."""
     from autoplan.choices.graph import planning_mesh  # the cost stage runs after choices
 
     mesh = planning_mesh(mesh_shape, tuple(f"axis{i}" for i in range(len(mesh_shape))))
     ndim = 1 + max([shard_dim(p) for p in (*src, *dst) if is_shard(p)], default=0)
     shape = torch.Size(shape if shape is not None else [math.prod(mesh_shape)] * ndim)
-    meta = TensorMeta(shape, torch.empty(shape, device="meta").stride(), torch.float32)
+    dtype = _DTYPE_OF_SIZE.get(item_bytes, torch.float32)
+    meta = TensorMeta(shape, torch.empty(shape, device="meta").stride(), dtype)
     infos = _gen_transform_infos(
-        DTensorSpec(mesh, to_placements(src), tensor_meta=meta), DTensorSpec(mesh, to_placements(dst), tensor_meta=meta),
+        DTensorSpec(mesh, runtime_placements(src), tensor_meta=meta), DTensorSpec(mesh, runtime_placements(dst), tensor_meta=meta),
     )
-    return tuple((info.mesh_dim, to_string(info.src_dst_placements[0]), to_string(info.src_dst_placements[1])) for info in infos)
+    return tuple((info.mesh_dim, *runtime_spec(info.src_dst_placements)) for info in infos)
 
 
 def redistribute_collectives(
@@ -181,8 +189,8 @@ def _moves(
 ) -> list[tuple[str, int, float]]:
     several = bool(shape) and (splits_a_dim_twice(src) or splits_a_dim_twice(dst))
     if several:
-        steps = _dtensor_steps(tuple(src), tuple(dst), tuple(mesh_shape), tuple(shape))
         item_bytes = global_bytes / max(1, math.prod(shape))
+        steps = _dtensor_steps(tuple(src), tuple(dst), tuple(mesh_shape), tuple(shape), round(item_bytes))
     else:
         steps = transform_steps(src, dst, mesh_shape)
     current = list(src)

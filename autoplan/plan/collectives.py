@@ -122,7 +122,7 @@ from autoplan.plan.parameter_uses import gathered_parameters, hook_gather, hooke
 from autoplan.plan.reached import reached_by_backward
 from autoplan.plan.recompute import recompute_collectives
 from autoplan.plan.runtime_choice import (
-    JOINS, added_gradients, elementwise_backward, grouped_backward_moves, joined_gradient, product_backward, recentred_mean_moves,
+    JOINS, added_gradients, elementwise_backward, embedding_backward, grouped_backward_moves, joined_gradient, product_backward, recentred_mean_moves,
     replicated_gradient, runs_elementwise_backward, runs_product_backward, runs_saved_value_backward, runtime_strategy,
     saved_value_backward,
 )
@@ -347,9 +347,13 @@ def step_collectives(
         DTensor runs that backward product otherwise than the planner's rules say
         (``runtime_choice.product_backward``), or is asked it whole because the output's
         gradient came in another layout than the product made (``_asked_of_dtensor``),
-        its moves counted; None elsewhere."""
+        its moves counted; None elsewhere. For a module output (its hook's backward brought
+        the gradient to the layout the op made) only an embedding's weight is asked
+        (``runtime_choice.embedding_backward``)."""
         decision = graph.decision(name)
-        if runs_saved_value_backward(decision, grad, made_back(name, 0)):
+        if name in back_exits:
+            answer = embedding_backward(decision, k, made_by_op(name, 0), operands_of, mesh)
+        elif runs_saved_value_backward(decision, grad, made_back(name, 0)):
             answer = saved_value_backward(decision, grad, made_back(name, 0), mesh)
             if answer is not None:  # a move of the saved value the forward made too is kept
                 kept = {(r[3], r[4]) for r in readers.get((name, 0), ())}
@@ -357,7 +361,8 @@ def step_collectives(
         elif runs_elementwise_backward(decision, grad, made_back(name, 0)):
             answer = elementwise_backward(decision, k, grad, operands_of, mesh)
         else:
-            answer = product_backward(decision, k, grad, operands_of, mesh, made_back(name, 0))
+            answer = (product_backward(decision, k, grad, operands_of, mesh, made_back(name, 0))
+                      or embedding_backward(decision, k, grad, operands_of, mesh))
         if answer is None:
             return None
         layout, moves = answer
@@ -528,7 +533,7 @@ def _value_gradient(
             )
             after = output_gradient(graph, v, grads)
             v_made, v_operands = made(v, 0), operands.get(v, {})
-            asked = backward_product(v, k, after, v_operands) if after is not None and v not in exits else None
+            asked = backward_product(v, k, after, v_operands) if after is not None else None
             # (DTensor's answer, where asked, already sums a broadcast operand's product)
             averaged = averaged_product_axes(graph, v, k, shape, v_operands) if asked is None else ()
             if any(averaged):  # the full-size product is made whole before the broadcast sum

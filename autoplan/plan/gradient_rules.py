@@ -33,7 +33,7 @@ import torch
 from torch import fx
 
 from autoplan.choices.graph import OP
-from autoplan.cost.comm import _moves, without_partial
+from autoplan.cost.comm import _moves, splits_a_dim_twice, without_partial
 from autoplan.cost.estimate import is_view, output_values
 from autoplan.plan.backward_ops import backward_keeps_partial, backward_reads_only_gradient
 from autoplan.dtensor.strategies import is_pointwise
@@ -374,11 +374,15 @@ def summed(parts: list, nbytes: float, mesh_shape, found: Counter, add=None) -> 
     and ``add(total, part)`` says which it makes: ``(layout made, (layouts read))``, or None
     where DTensor cannot say (DeepSeek V4's hyper-connection mixes get two gradients split
     by one dim on dp and one split by another: DTensor moves the sum once to the parts'
-    split, where keeping the first would move each part)."""
+    split, where keeping the first would move each part). So is a sum where a part has a dim
+    split over two axes, whose pieces nest as a whole-axis rule cannot tell (MobileBERT's
+    tied word embeddings, stored split over dp and tp, get the decoder's gradient so and
+    the embedding's partial on tp: DTensor adds them whole)."""
     ordered = sorted(parts, key=lambda part: -part[0])
     total = ordered[0][1]
     for _, part, module in ordered[1:]:
-        asked = add(total, part) if add is not None and _split_apart(total, part) else None
+        nested = total != part and (splits_a_dim_twice(total) or splits_a_dim_twice(part))
+        asked = add(total, part) if add is not None and (_split_apart(total, part) or nested) else None
         target = tuple(_added(a, b) for a, b in zip(total, part)) if asked is None else asked[0]
         reads = (target, target) if asked is None else asked[1]
         for side, read in zip((total, part), reads):

@@ -20,7 +20,8 @@ def reached_by_backward(choices) -> set[str]:
     loss = loss_output(choices)
     if loss is None:
         return {name for name in graph.nodes if graph.decision(name).requires_grad}
-    backward = _backward_edges(graph)
+    leaves = choices.traced.grad_leaves
+    backward = _backward_edges(graph, leaves)
     leading = _reached_from(backward, loss[0])
     roots = gradient_roots(choices)
     writes = [
@@ -35,18 +36,21 @@ def reached_by_backward(choices) -> set[str]:
             if name not in leading and root in leading:
                 leading |= _reached_from(backward, name)
                 grown = True
-    return {name for name in leading if graph.decision(name).requires_grad}
+    # a leaf the forward made (``trace/grad_leaves.py``) keeps its gradient: its own op and
+    # what it read get none from it
+    return {name for name in leading if graph.decision(name).requires_grad and name not in leaves}
 
 
-def _backward_edges(graph) -> nx.DiGraph:
+def _backward_edges(graph, leaves=frozenset()) -> nx.DiGraph:
     """Reader -> value edges along which a gradient goes back: a read of a floating-point
     value by an op that takes a gradient. None goes back through an integer one: DeepSeek
     V3.2's indexer scores keys and hands the attention only its top-k indices, so its
-    projections get no gradient (and run under ``torch.no_grad``)."""
+    projections get no gradient (and run under ``torch.no_grad``). Nor through what a leaf
+    the forward made read (``leaves``: ``zeros_like(query).requires_grad_()``)."""
     edges = nx.DiGraph()
     edges.add_nodes_from(graph.nodes)
     for u, v, _, out_index in graph.reads():
-        if graph.decision(v).requires_grad and _floating(output_values(graph.decision(u))[out_index]):
+        if graph.decision(v).requires_grad and v not in leaves and _floating(output_values(graph.decision(u))[out_index]):
             edges.add_edge(v, u)
     return edges
 

@@ -25,7 +25,10 @@ from autoplan.choices.decision import Decision
 from autoplan.choices.graph import OP, is_tensor_input
 from autoplan.dtensor import loss_parallel, overrides
 from autoplan.dtensor.strategies import Strategy, is_pointwise, runtime_schema_info, tensor_meta
-from autoplan.placements import PARTIAL_AVG, REPLICATE, Spec, is_partial, is_shard, shard, shard_dim, spec_from_placements, to_placements
+from autoplan.placements import (
+    PARTIAL_AVG, REPLICATE, Spec, is_partial, is_shard, runtime_placements, runtime_spec, shard, shard_dim,
+    spec_from_placements,
+)
 from autoplan.plan.gradient_rules import broadcast_dims
 from autoplan.trace.backward_run import backward_run, gradient_makers, input_gradients, signature
 
@@ -60,9 +63,9 @@ def _propagated(node: fx.Node, op, arrived: list[Spec], mesh: DeviceMesh) -> tup
         sharding = overrides.propagate_uncached(schema)
         out = sharding.output_spec
         outs = out if isinstance(out, (tuple, list)) else (out,)
-        outputs = tuple(None if s is None else spec_from_placements(s.placements) for s in outs)
+        outputs = tuple(None if s is None else runtime_spec(s.placements) for s in outs)
         wanted = sharding.redistribute_schema.args_spec if sharding.redistribute_schema is not None else ()
-        inputs = tuple(spec_from_placements(s.placements) for s in wanted) + tuple(arrived[len(wanted):])
+        inputs = tuple(runtime_spec(s.placements) for s in wanted) + tuple(arrived[len(wanted):])
     except Exception:  # DTensor cannot run it as given: the plan's own strategy (a fallback) runs
         return None
     if len(inputs) != len(arrived) or not outputs:
@@ -209,6 +212,36 @@ def product_backward(
     return result, [("gradient", grad, gradient_read)] + ([] if kept else [(other, saved, operand_read)])
 
 
+def embedding_backward(decision: Decision, k: int, grad: Spec, operands: dict[int, tuple[Spec, Spec]], mesh: DeviceMesh):
+    """DTensor's ``embedding_dense_backward`` for the weight (``k`` 0) of the embedding
+    ``decision`` with the output gradient laid out ``grad`` and the indices as autograd
+    saved them, in ``product_backward``'s form: ``(the weight gradient's layout, [(which,
+    layout before, layout read)])``. Only where DTensor moved the indices inside the forward
+    (below autograd, so autograd saved them unmoved): MobileBERT's embedding reads its
+    weight as stored (tied to the decoder, no hook gathers it), so DTensor gathers the
+    token ids split by batch on tp to run it whole; its backward runs on the ids as
+    saved, slices the whole gradient to them and hands the weight a gradient partial on tp.
+    None elsewhere, or where DTensor cannot say."""
+    node = decision.fx_node
+    if decision.kind != OP or node.target is not torch.ops.aten.embedding.default or k != 0 or 1 not in operands:
+        return None
+    saved, read = operands[1]
+    weight, indices, out = (node.args[0].meta.get("val"), node.args[1].meta.get("val"), node.meta.get("val"))
+    if saved == read or any(not isinstance(t, torch.Tensor) for t in (weight, indices, out)):
+        return None
+    padding_idx = node.args[2] if len(node.args) > 2 else -1
+    scale_grad_by_freq = node.args[3] if len(node.args) > 3 else False
+    specs = [_spec(mesh, grad, out), _spec(mesh, saved, indices)]
+    try:
+        result, reads = _dtensor_runs(
+            torch.ops.aten.embedding_dense_backward.default, specs,
+            (*specs, weight.shape[0], padding_idx, scale_grad_by_freq),
+        )
+    except Exception:  # DTensor cannot run it as given: the planner's own rules stand
+        return None
+    return result, [("gradient", grad, reads[0]), (1, saved, reads[1])]
+
+
 def _backward_product_operands(node: fx.Node, first: int, k: int, grad: Spec, saved: Spec):
     """``(op, operands, their layouts, the position of the saved operand, its dims where
     the product reads it transposed, else 0)`` of the backward product that makes operand
@@ -326,7 +359,7 @@ def _summed_to(layout: Spec, out: tuple, shape: tuple, mesh: DeviceMesh, meta) -
     dims = sorted(broadcast_dims(shape, out))
     if not dims:
         return layout, []
-    spec = DTensorSpec(mesh, to_placements(layout), tensor_meta=meta)
+    spec = DTensorSpec(mesh, runtime_placements(layout), tensor_meta=meta)
     made, (read,) = _dtensor_runs(torch.ops.aten.sum.dim_IntList, [spec], (spec, dims, True))
     if any(is_shard(p) and shard_dim(p) < lead for p in made):
         return None
@@ -480,7 +513,7 @@ def _dtensor_runs(op, specs: list, args: tuple | None = None) -> tuple[Spec, lis
 
 def _spec(mesh: DeviceMesh, layout: Spec, value: torch.Tensor) -> DTensorSpec:
     """DTensor's spec of a tensor shaped like ``value`` laid out ``layout`` on ``mesh``."""
-    return DTensorSpec(mesh, to_placements(layout), tensor_meta=tensor_meta(value))
+    return DTensorSpec(mesh, runtime_placements(layout), tensor_meta=tensor_meta(value))
 
 
 def _input_value(decision: Decision, k: int) -> torch.Tensor | None:

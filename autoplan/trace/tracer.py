@@ -29,6 +29,7 @@ from autoplan.dtensor.fused_attention import FusedAttention
 from autoplan.dtensor.overrides import installed as dtensor_overrides
 from autoplan.errors import AutoplanError, LossError, TraceError
 from autoplan.trace import opaque
+from autoplan.trace.grad_leaves import record_grad_leaves
 from autoplan.trace.known_values import known_values
 from autoplan.trace.loss import batch_of, check_loss_fn, computed_loss, find_loss, summed_warning
 from autoplan.trace.meta_autocast import meta_autocast
@@ -83,6 +84,8 @@ class TracedGraph:
     alive from the forward to the backward, besides parameters and the batch."""
     saved_by: frozenset[tuple[str, str]] = frozenset()
     """(saved node, the op that saved it); "" where no op could be told."""
+    grad_leaves: frozenset[str] = frozenset()
+    """Nodes the forward made into leaves that need a gradient (``trace/grad_leaves.py``)."""
     warnings: tuple[str, ...] = ()
     """Where the traced step is not exactly the step the user trains (a loss taken as the
     sum of the output, autocast regions traced in the model's own dtypes): for the plan."""
@@ -152,7 +155,8 @@ def trace_model(model: nn.Module, example_inputs, loss_fn=None) -> TracedGraph:
         regions = opaque.install(model, opaque_classes)
         summed.clear()
         try:
-            with recorder, dtensor_overrides(), FusedAttention(), meta_autocast() as autocasts, record_saved() as saved:
+            with recorder, dtensor_overrides(), FusedAttention(), meta_autocast() as autocasts, record_saved() as saved, \
+                    record_grad_leaves() as grad_leaves:
                 # Tensors the forward builds from Python data on the meta device (``torch.tensor``
                 # in a module's forward) become graph constants instead of failing the trace.
                 gm = make_fx(step, tracing_mode="fake", _allow_non_fake_inputs=True)(params, buffers, args, kwargs)
@@ -211,6 +215,7 @@ def trace_model(model: nn.Module, example_inputs, loss_fn=None) -> TracedGraph:
         },
         saved=frozenset(name for name, _ in saved),
         saved_by=savers(gm.graph, saved),
+        grad_leaves=frozenset(grad_leaves),
         warnings=tuple(summed_warning(where) for where in summed[:1]) + _autocast_warnings(autocasts),
     )
 
