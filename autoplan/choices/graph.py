@@ -127,8 +127,9 @@ def build_choices(traced: TracedGraph, mesh_shape: tuple[int, ...], axis_names: 
         sources = [tuple_items.get(a.name, (a.name, 0)) for a in tensor_inputs]
         depends = any(a.name in from_placeholder for a in tensor_inputs)
         # An op that reads its input for the shape only (a dropout mask's empty_like) hands no gradient back.
-        # A tensor the forward made a leaf that needs one gets one (``trace/grad_leaves.py``).
-        grad = depends and _floating(node) and (
+        # A tensor the forward made a leaf that needs one gets one (``trace/grad_leaves.py``);
+        # an op run without autograd makes none (``trace/no_grad.py``).
+        grad = depends and _floating(node) and node.name not in traced.no_grad and (
             node.name in traced.grad_leaves
             or (node.target not in registry.SHAPE_ONLY_OPS
                 and any(a.name in requires_grad or bases.get(a.name, a.name) in written for a in tensor_inputs)))

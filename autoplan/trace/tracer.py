@@ -33,6 +33,7 @@ from autoplan.trace.grad_leaves import record_grad_leaves
 from autoplan.trace.known_values import known_values
 from autoplan.trace.loss import batch_of, check_loss_fn, computed_loss, find_loss, summed_warning
 from autoplan.trace.meta_autocast import meta_autocast
+from autoplan.trace.no_grad import no_grad_ops
 from autoplan.trace.saved import record_saved, savers
 from autoplan.trace.training_call import training_kwargs
 
@@ -86,6 +87,8 @@ class TracedGraph:
     """(saved node, the op that saved it); "" where no op could be told."""
     grad_leaves: frozenset[str] = frozenset()
     """Nodes the forward made into leaves that need a gradient (``trace/grad_leaves.py``)."""
+    no_grad: frozenset[str] = frozenset()
+    """Op nodes the forward ran without autograd (``trace/no_grad.py``): they get no gradient."""
     warnings: tuple[str, ...] = ()
     """Where the traced step is not exactly the step the user trains (a loss taken as the
     sum of the output, autocast regions traced in the model's own dtypes): for the plan."""
@@ -135,9 +138,11 @@ def trace_model(model: nn.Module, example_inputs, loss_fn=None) -> TracedGraph:
     was_training = model.training
     recorder = _CallRecorder(model)
     summed: list[str] = []  # where the loss was taken as a sum of the output, per attempt
+    no_grad: set[str] = set()  # ops run without autograd, per attempt
 
     def step(params, buffers, args, kwargs):
-        with known_values():  # a mask of ones the eager step skips is skipped here too
+        # a mask of ones the eager step skips is skipped here too; what runs without autograd is noted
+        with known_values(), no_grad_ops(no_grad):
             output = torch.func.functional_call(model, {**params, **buffers}, args, training_kwargs(model, kwargs))
             if loss_fn is not None:
                 return _loss_of(loss_fn, output, batch_of(args, kwargs))
@@ -154,6 +159,7 @@ def trace_model(model: nn.Module, example_inputs, loss_fn=None) -> TracedGraph:
         model.train()
         regions = opaque.install(model, opaque_classes)
         summed.clear()
+        no_grad.clear()
         try:
             with recorder, dtensor_overrides(), FusedAttention(), meta_autocast() as autocasts, record_saved() as saved, \
                     record_grad_leaves() as grad_leaves:
@@ -216,6 +222,7 @@ def trace_model(model: nn.Module, example_inputs, loss_fn=None) -> TracedGraph:
         saved=frozenset(name for name, _ in saved),
         saved_by=savers(gm.graph, saved),
         grad_leaves=frozenset(grad_leaves),
+        no_grad=frozenset(no_grad),
         warnings=tuple(summed_warning(where) for where in summed[:1]) + _autocast_warnings(autocasts),
     )
 

@@ -1,0 +1,61 @@
+"""Ops the forward runs without autograd.
+
+A forward can run part of itself under ``torch.no_grad()``: HRM runs all but the last of
+its recurrent cycles so, to bound activation memory, and a frozen teacher or a target
+encoder runs so too. Nothing in the traced graph says so, and the planner would give
+those ops a backward (and the module calls around them the gradient moves of one) that
+the step never runs. ``no_grad_ops`` notes the graph node of each op run while autograd
+is off, but for those inside an ``autograd.Function``'s forward, which autograd always
+runs so and whose outputs do get a gradient.
+"""
+
+from __future__ import annotations
+
+import sys
+from contextlib import contextmanager
+
+import torch
+from torch.fx.experimental.proxy_tensor import get_proxy_mode, get_proxy_slot
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+
+_FUNCTION_FILE = "torch/autograd/function.py"
+
+
+@contextmanager
+def no_grad_ops(nodes: set[str]):
+    """Inside a traced function: add to ``nodes`` the graph node of each op run without autograd."""
+    with _NoGradOps(nodes):
+        yield
+
+
+class _NoGradOps(TorchDispatchMode):
+    def __init__(self, nodes: set[str]):
+        super().__init__()
+        self.nodes = nodes
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if torch.is_grad_enabled() or _in_function_forward():
+            return out
+        proxy_mode = get_proxy_mode()
+        if proxy_mode is None:
+            return out
+        for tensor in tree_flatten(out)[0]:
+            slot = get_proxy_slot(tensor, proxy_mode.tracer, None) if isinstance(tensor, torch.Tensor) else None
+            if slot is not None:
+                node = slot.proxy.node
+                # a multi-output op's outputs come out through getitem nodes: the op is what ran
+                self.nodes.add(node.args[0].name if node.target.__name__ == "getitem" and node.args else node.name)
+        return out
+
+
+def _in_function_forward() -> bool:
+    """Whether an ``autograd.Function``'s ``apply`` is on the Python stack (its forward runs
+    with autograd off, and reentrant checkpointing is one)."""
+    frame = sys._getframe(2)
+    while frame is not None:
+        if frame.f_code.co_name == "apply" and frame.f_code.co_filename.replace("\\", "/").endswith(_FUNCTION_FILE):
+            return True
+        frame = frame.f_back
+    return False
