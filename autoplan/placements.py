@@ -111,8 +111,8 @@ def runtime_spec(placements) -> Spec:
     """``spec_from_placements``, naming also the placement that only DTensor's own rules make,
     at run time: a vector norm over a split dim leaves each rank the norm of its share,
     ``"P(2-norm)"``, which the next op reads reduced (an all_reduce, like a partial sum's).
-    The planner never chooses it (SwiftFormer's ``normalize`` runs so on a query the plan
-    gathered first)."""
+    The planner never chooses it: DTensor makes it where a value arrives split that the plan
+    would have gathered for the norm (SwiftFormer's ``normalize`` of its query)."""
     return tuple(f"P({p.norm_type:g}-norm)" if isinstance(p, _NormPartial) else to_string(p) for p in placements)
 
 

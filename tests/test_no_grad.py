@@ -67,6 +67,22 @@ def test_an_autograd_function_forward_still_gets_its_gradient():
     assert graph.decision(doubled).requires_grad
 
 
+class RecurrentWithGrad(Recurrent):
+    def forward(self, x):
+        h = torch.zeros_like(x)
+        for _ in range(2):
+            h = self.block(h + x)
+        return self.block(h + x)
+
+
+def test_the_fingerprint_tells_the_two_apart():
+    """The same graph with and without a region run without autograd plans otherwise: a
+    cached plan of one must not answer for the other."""
+    with_region, without = _trace(Recurrent()), _trace(RecurrentWithGrad())
+    assert [n.target for n in with_region.graph_module.graph.nodes] == [n.target for n in without.graph_module.graph.nodes]
+    assert with_region.fingerprint != without.fingerprint
+
+
 @pytest.mark.slow  # plans the model three times
 def test_hrm_row_runs_the_predicted_collectives(tmp_path):
     """Before, the prediction gave the cycles run without autograd a backward, and their

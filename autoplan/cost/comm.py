@@ -135,7 +135,8 @@ def _dtensor_steps(
     dtype = _DTYPE_OF_SIZE.get(item_bytes, torch.float32)
     meta = TensorMeta(shape, torch.empty(shape, device="meta").stride(), dtype)
     infos = _gen_transform_infos(
-        DTensorSpec(mesh, runtime_placements(src), tensor_meta=meta), DTensorSpec(mesh, runtime_placements(dst), tensor_meta=meta),
+        DTensorSpec(mesh, runtime_placements(src), tensor_meta=meta),
+        DTensorSpec(mesh, runtime_placements(dst), tensor_meta=meta),
     )
     return tuple((info.mesh_dim, *runtime_spec(info.src_dst_placements)) for info in infos)
 

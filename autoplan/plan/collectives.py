@@ -122,9 +122,9 @@ from autoplan.plan.parameter_uses import gathered_parameters, hook_gather, hooke
 from autoplan.plan.reached import reached_by_backward
 from autoplan.plan.recompute import recompute_collectives
 from autoplan.plan.runtime_choice import (
-    JOINS, added_gradients, elementwise_backward, embedding_backward, grouped_backward_moves, joined_gradient, product_backward, recentred_mean_moves,
-    replicated_gradient, runs_elementwise_backward, runs_product_backward, runs_saved_value_backward, runtime_strategy,
-    saved_value_backward,
+    JOINS, added_gradients, elementwise_backward, embedding_backward, grouped_backward_moves, joined_gradient,
+    product_backward, recentred_mean_moves, replicated_gradient, runs_elementwise_backward, runs_product_backward,
+    runs_saved_value_backward, runtime_strategy, saved_value_backward,
 )
 from autoplan.plan.views import within
 

@@ -212,7 +212,7 @@ def trace_model(model: nn.Module, example_inputs, loss_fn=None) -> TracedGraph:
         module_calls=tuple(recorder.calls),
         module_types={fqn: type(m).__name__ for fqn, m in model.named_modules()},
         batch_is_kwargs=isinstance(example_inputs, dict),
-        fingerprint=_fingerprint(gm.graph, params, buffers),
+        fingerprint=_fingerprint(gm.graph, params, buffers, frozenset(no_grad), frozenset(grad_leaves)),
         opaque_modules={fqn: type(m).__name__ for fqn, m in model.named_modules() if type(m) in opaque_classes},
         opaque_reasons={fqn: opaque_classes[type(m)] for fqn, m in model.named_modules() if type(m) in opaque_classes},
         opaque_flops={
@@ -381,8 +381,12 @@ class _CallRecorder:
         return owners
 
 
-def _fingerprint(graph: fx.Graph, params: dict, buffers: dict) -> str:
+def _fingerprint(graph: fx.Graph, params: dict, buffers: dict, no_grad=frozenset(), grad_leaves=frozenset()) -> str:
     digest = hashlib.sha256()
+    # which ops get a gradient is not in the graph (``trace/no_grad.py``, ``trace/grad_leaves.py``)
+    for kind, names in (("no_grad", no_grad), ("grad_leaves", grad_leaves)):
+        if names:
+            digest.update(f"{kind}|{sorted(names)}\n".encode())
     for node in graph.nodes:
         val = node.meta.get("val")
         shape = tuple(val.shape) if isinstance(val, torch.Tensor) else None
