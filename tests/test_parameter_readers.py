@@ -16,6 +16,14 @@ Gemma 4's model reads a row of its embedding's weight beside the embedding's own
 (``tests/models/padded_embedding.py``): the model's hook gathers the weight once for both,
 and the row is taken from the gathered weight, where the prediction had the row taken from
 the stored split and gathered once more.
+
+NeoMME's head multiplies by its embedding's projection weight, tied under another name,
+in the model's own code (``tests/models/tied_projection.py``): the model's hook gathers the
+weight once, for the projection's product (inside, whose own hook finds it gathered) and
+its own. The two gradients, partial where the batch is split, are summed and reduced once,
+by the gather's backward. The engine used to redistribute the gathered weight again in
+the inner hook, whose backward all-reduced the projection's gradient alone, and the
+prediction reduced each read's gradient on its own.
 """
 
 import pytest
@@ -30,6 +38,8 @@ DEAD_VIEW_FILE = ROOT / "tests" / "models" / "depthwise_dead_view.py"
 DEAD_VIEW_WEIGHT = "mixer.conv1d.weight"
 PADDED_FILE = ROOT / "tests" / "models" / "padded_embedding.py"
 PADDED_WEIGHT = "model.embed_tokens.weight"
+TIED_FILE = ROOT / "tests" / "models" / "tied_projection.py"
+TIED_WEIGHT = "embed.proj.weight"
 WEIGHTS = [f"backbone.layers.{i}.mixer.conv1d.weight" for i in range(2)]
 
 
@@ -95,3 +105,32 @@ def test_a_row_read_beside_the_lookup_is_taken_from_the_gathered_weight(padded_p
     assert padded_plan.parameter_uses[PADDED_WEIGHT] == ("R", "R")
     assert padded_plan.parameter_readers[PADDED_WEIGHT] == ("model",)
     assert_step_runs_the_prediction(PADDED_FILE, "build_model", padded_plan)
+
+
+@pytest.fixture(scope="module")
+def tied_plan():
+    """The projection stored split over both axes and gathered whole for use, with a budget
+    that splits the batch on tp: both reads' gradients are partial there."""
+    loaded = load_model_file(str(TIED_FILE))
+    pinned = {TIED_WEIGHT: ("S(1)", "S(1)")}
+    plan, _ = suggest_with_report(
+        loaded.model, loaded.example_inputs, mesh=(2, 4), axis_names=("dp", "tp"), memory_gb=0.01, pinned=pinned,
+    )
+    return plan
+
+
+def test_a_weight_read_inside_and_around_its_module_is_gathered_once(tied_plan):
+    assert tied_plan.tied_parameters == {"unembed.weight": TIED_WEIGHT}
+    assert tied_plan.parameter_uses[TIED_WEIGHT] == ("R", "R")
+    assert tied_plan.parameter_readers[TIED_WEIGHT] == ("",)
+    assert tied_plan.modules["embed.proj"].inputs["[0][0]"] == ("R", "S(0)")  # the batch split on tp
+
+
+@pytest.mark.slow  # steps the model on a fake process group
+def test_the_gradients_of_both_reads_are_reduced_once(tied_plan):
+    assert_step_runs_the_prediction(TIED_FILE, "build_model", tied_plan)
+
+
+@pytest.mark.gloo
+def test_a_weight_read_inside_and_around_its_module_matches_one_device(tied_plan):
+    assert_matches_one_device(TIED_FILE, "build_model", tied_plan)

@@ -235,10 +235,15 @@ def _gather_parameters_for_use(modules: dict[str, nn.Module], plan: Plan, mesh: 
         # Plain item assignments on ``_parameters`` (as FSDP2 swaps its unsharded parameters):
         # dynamo replays them in order when it traces these hooks into a compiled graph.
         # Nested readers (an owner called inside its reader) swap in turn: the inner one
-        # finds the parameter already in its use layout, and each puts back what it found.
+        # finds the parameter already in its use layout and uses it as it is, and each puts
+        # back what it found. (Redistributing it again would move nothing forward, but its
+        # backward would bring the inner use's gradient to that layout on its own: NeoMME's
+        # head reads the embedding projection tied to one its embedding calls, and the
+        # embedding's gradient, partial on tp, was all-reduced before the sum.)
         def swap_in(module, args, specs=specs, stored=stored, holder=holder, names=names):
             for name, spec in specs.items():
-                moved = holder._parameters[name].redistribute(mesh, spec)
+                current = holder._parameters[name]
+                moved = current if tuple(current.placements) == tuple(spec) else current.redistribute(mesh, spec)
                 for index, (alias, alias_name) in enumerate(names[name]):
                     stored[(name, index)] = alias._parameters[alias_name]
                     alias._parameters[alias_name] = moved

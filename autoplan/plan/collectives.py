@@ -118,7 +118,9 @@ from autoplan.plan.split_gradients import (
 from autoplan.plan.boundaries import (
     Boundary, crossed_boundary, module_boundaries, output_hooks, output_nodes, rejoined_outputs, through_output_hook,
 )
-from autoplan.plan.parameter_uses import gathered_parameters, hook_gather, hooked_reads, parameter_module
+from autoplan.plan.parameter_uses import (
+    gathered_parameters, hook_calls, hook_gather, hooked_reads, parameter_module,
+)
 from autoplan.plan.reached import reached_by_backward
 from autoplan.plan.recompute import recompute_collectives
 from autoplan.plan.runtime_choice import (
@@ -217,6 +219,7 @@ def step_collectives(
     operands: dict[str, dict[int, tuple]] = {}
     hooked = hooked_reads(graph, owners, made, gathered)
     calls = Counter(call.fqn for call in choices.traced.module_calls)
+    hook_call = hook_calls(graph, owners, gathered, calls)
     gathers_counted: set[tuple[str, str]] = set()  # (parameter, module whose hook gathers it)
     for u, v, k, out_index in graph.reads():
         value = (u, out_index)
@@ -400,7 +403,7 @@ def step_collectives(
                 grads[value] = _value_gradient(
                     value, backward_readers, boundaries.get(value, ()), graph, order, grads, mesh_shape, parent_spec,
                     found, module_of, made_back, back_exits, operands, join, carries_on, backward_product,
-                    whole_gradient, rejoined.get(value), add,
+                    whole_gradient, rejoined.get(value), add, hook_call,
                 )
     for value, grad in grads.items():
         u = value[0]
@@ -480,7 +483,7 @@ def _asked_of_dtensor(decision, grad: tuple, made: tuple) -> bool:
 
 def _value_gradient(
     value, readers, chain, graph, order, grads, mesh_shape, parent_spec, found, module_of, made, exits, operands, join,
-    carries_on, backward_product, whole_gradient, rejoined_hook=None, add=None,
+    carries_on, backward_product, whole_gradient, rejoined_hook=None, add=None, hook_call=None,
 ):
     """The layout of ``value``'s summed gradient where it was made (partial where a
     reduction is still due); the collectives on its way back go into ``found``.
@@ -492,8 +495,11 @@ def _value_gradient(
     ``whole_gradient``: an op's input -> its gradient where a kernel DTensor runs whole makes
     it last, or None; ``rejoined_hook``: the output hook of a rejoined output
     (``boundaries.rejoined_outputs``), or None; ``add``: DTensor's add of two of its gradient's
-    parts (``gradient_rules.summed``), or None."""
+    parts (``gradient_rules.summed``), or None; ``hook_call``: (value's node, reader, input
+    index) -> the call of the parameter hook the read goes through
+    (``parameter_uses.hook_calls``)."""
     into: dict[object, list] = {}  # attach point -> [(when the part is ready, gradient)]
+    moved_by_hook: dict[object, list] = {}  # hook call -> [(when, gradient, module)], and where it attaches
     nbytes, shape = _size(graph, value)
     for v, k, strategy, arrived, dst, attach, hooked in readers:  # those the backward reaches
         if passes_gradient_to(graph, v, k):
@@ -559,17 +565,23 @@ def _value_gradient(
             grad = whole_gradient(v, k, grad) or grad
         if hooked and arrived != dst and not moves_locally(arrived, dst):
             # a parameter (or a view of one) its module's hook moved above autograd: the
-            # move's backward brings each use's gradient back to the storage, each call's
-            # on its own (ALBERT's one layer, run twice, reduce-scatters its weights'
-            # gradients twice)
-            for kind, axis, size in gradient_collectives(grad, arrived, nbytes, mesh_shape, shape):
-                found[(module_of(v), kind, axis, round(size))] += 1
-            grad = without_partial(arrived)
+            # move's backward brings the sum of its reads' gradients back to the storage,
+            # each call's on its own (ALBERT's one layer, run twice, reduce-scatters its
+            # weights' gradients twice)
+            call = (hook_call or {}).get((value[0], v, k), (v, k))
+            moved_by_hook.setdefault((call, attach, arrived), []).append((order[v], grad, module_of(v)))
+            continue
         # Any other input DTensor moved below autograd (gathered, reduced or sliced inside
         # the op): nothing brings the gradient back to the layout it arrived in, so it goes
         # into the sum as the op's backward made it (Gemma 2's softmax, reading scores
         # split by key gathered, hands back a whole gradient)
         into.setdefault(attach, []).append((order[v], grad, module_of(v)))
+    for (_, attach, arrived), parts in moved_by_hook.items():
+        first = min(parts)  # charged to the first read's module, as the step's count tags it
+        grad = summed(parts, nbytes, mesh_shape, found, add)
+        for kind, axis, size in gradient_collectives(grad, arrived, nbytes, mesh_shape, shape):
+            found[(first[2], kind, axis, round(size))] += 1
+        into.setdefault(attach, []).append((first[0], without_partial(arrived), first[2]))
     for b in sorted(chain, key=lambda b: -b.depth):  # inner boundaries first
         parts = into.pop(b, [])
         before = parent_spec(b)

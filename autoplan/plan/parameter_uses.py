@@ -158,6 +158,33 @@ def hook_gather(parameter, hooks, module, stored, calls: Counter, counted: set) 
     return [(stored, hooks[hook], ("gather", charged), charged, calls[hook])]
 
 
+def hook_calls(graph, owners: dict, gathered: dict, calls: Counter) -> dict[tuple[str, str, int], tuple[str, int]]:
+    """``(parameter, reader, input index) -> (hook module, which of its calls)``: the call of
+    the hook (``outermost_hook``) whose move a read of a parameter goes through.
+
+    A hook moves the parameter once per call of its module, for every read inside, so the
+    gradients of one call's reads are summed before that move's backward brings them back
+    to the storage: NeoMME's model gathers its embedding projection, tied to the head's
+    unembedding, for the embedding's product and its own, and reduce-scatters the sum once.
+    The reads of a hook are dealt to its calls in forward order, as many to each (a module's
+    code reads the same in every call: ALBERT's one layer, run twice, one read a call);
+    where they do not divide evenly, each read is taken for a call of its own."""
+    position = {name: index for index, name in enumerate(graph.nodes)}
+    found = {}
+    for parameter, hooks in gathered.items():
+        by_hook: dict[str, list] = {}
+        for _, v, k in graph.out_edges(parameter, keys=True):
+            hook = outermost_hook(hooks, owners.get(v) or "")
+            if hook is not None:
+                by_hook.setdefault(hook, []).append((position[v], v, k))
+        for hook, reads in by_hook.items():
+            times = max(1, calls[hook])
+            per_call = len(reads) // times if len(reads) % times == 0 else 1
+            for index, (_, v, k) in enumerate(sorted(reads)):
+                found[(parameter, v, k)] = (hook, index // per_call)
+    return found
+
+
 def parameter_module(choices, node: str) -> str:
     fqns = choices.traced.parameters.get(node, ())
     return fqns[0].rpartition(".")[0] if fqns else ROOT
