@@ -44,7 +44,7 @@ step each, collectives compared.
   on a split gradient as a batched product's does (``matmul_split_axes``).
 - ALBERT masked LM, float32: its one layer runs twice, and each call's module hook brings
   that call's share of the weights' gradient back to their storage (a reduce_scatter
-  per call, ``plan/collectives._value_gradient``), where the prediction summed the shares
+  per call, ``plan/value_gradient.value_gradient``), where the prediction summed the shares
   and settled them once.
 - T5, float32: its learned position bias, split by heads on dp, is added to scores split
   by batch on tp: the decomposed attention (a mask that needs a gradient takes no fused
@@ -75,7 +75,7 @@ step each, collectives compared.
 - Qwen2-MoE, float32: its experts' gate-and-up grouped product gets its gradient partial
   on tp with its weight saved split by the contracted dim there; reducing the one and
   gathering the other cost DTensor the same, and it gathers the weight, keeping the
-  gradient partial into both backward products (``plan/runtime_choice.grouped_backward_moves``).
+  gradient partial into both backward products (``plan/runtime_backward.grouped_backward_moves``).
 - Zamba2, bfloat16: its mamba mixers convolve with ``self.conv1d.weight.squeeze(1)`` and
   take that view once more for nothing; the unread view kept the plan from gathering the
   depthwise filter stored split by channel, and DTensor's convolution ran its local shard

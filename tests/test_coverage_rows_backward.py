@@ -5,7 +5,7 @@ so that the test workers share the rows out). All went wrong in the backward:
 - Segformer, float32: its MLP's output projection reads its weight gathered on tp inside
   the product (below autograd, so autograd saved it split), and the product's backward,
   asked of DTensor with the weight as saved, gathers the smaller gradient instead
-  (``plan/runtime_choice.product_backward``); its drop path, a pointwise product run on a
+  (``plan/runtime_backward.product_backward``); its drop path, a pointwise product run on a
   gradient split by channels on tp as it comes, runs on it whole on dp where it came whole
   (``plan/split_gradients.split_input_gradient``), where the prediction had the gradient
   split on that dim on both axes, a layout that takes a gather on tp first.
@@ -42,7 +42,7 @@ so that the test workers share the rows out). All went wrong in the backward:
   gradient comes back split by tokens, and DTensor runs ``sigmoid_backward`` there, the
   saved result moved as the forward moved it (a move kept), so the gradient goes on split
   by tokens through the cast and is moved back at the gate projection's output hook, in
-  bfloat16 (``plan/runtime_choice.saved_value_backward``), where the prediction had moved
+  bfloat16 (``plan/runtime_backward.saved_value_backward``), where the prediction had moved
   it in float32 at the sigmoid.
 - PVT, float32: each stage resizes its position embeddings to the patch grid
   (``interpolate``, bilinear); their gradient comes back partial on tp, and DTensor runs

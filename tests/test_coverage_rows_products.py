@@ -5,9 +5,9 @@ attention scores), run as ``tests/test_coverage_rows.py`` runs its rows:
 - Zaya, float32: its experts (transformers' grouped form) read both weights split by the
   contracted dim on tp. The down projection gathers its weight inside the forward
   product, and its backward, asked of DTensor with the weight as saved, hands
-  ``act(gate) * up`` a gradient split by that dim (``plan/runtime_choice.product_backward``);
+  ``act(gate) * up`` a gradient split by that dim (``plan/runtime_backward.product_backward``);
   that product, made partial on tp, gets its gradient in another layout than it made, and
-  DTensor, asked (``plan/runtime_choice.elementwise_backward``), reduce-scatters the saved
+  DTensor, asked (``plan/runtime_backward.elementwise_backward``), reduce-scatters the saved
   ``up`` for ``act(gate)``'s gradient, where the prediction had all-reduced a partial
   gradient at the activation. Its key residual, a mean over query heads, runs its
   backward on a gradient split by batch on tp as it comes
@@ -16,14 +16,14 @@ attention scores), run as ``tests/test_coverage_rows.py`` runs its rows:
   projection; the cast's backward runs on the split gradient as it comes too.
 - Llama 4, float32: its experts, a ``bmm`` per expert, get their gradients in other
   layouts than their products made: DTensor picks, for each backward product, whether
-  to move the gradient or the saved operand (``plan/runtime_choice.runs_product_backward``,
+  to move the gradient or the saved operand (``plan/runtime_backward.runs_product_backward``,
   ``runs_elementwise_backward``), where the prediction had moved each gradient to the
   layout its product made.
 - XLNet, float32: its attention adds a learned bias per head to the query, which comes
   partial on tp from its projection; DTensor makes the bias partial for the add, and the
   scores' batched product reduces the keys, saved partial, inside the op. The query's
   gradient, a product with the keys as saved, comes back partial
-  (``plan/runtime_choice.product_backward``, batched products too); the add hands it to
+  (``plan/runtime_backward.product_backward``, batched products too); the add hands it to
   the query as it comes and sums it for the bias, partial, where the bias's gradient is
   all-reduced (``plan/gradient_rules.passes_gradient_to``, ``carries_partial``), where the
   prediction had the add's backward run split on dp and reduce on tp.
@@ -33,7 +33,7 @@ attention scores), run as ``tests/test_coverage_rows.py`` runs its rows:
   asked the backward of the weight's product, a broadcast operand's (``grad * weight``
   split as the gradient comes; the weight's ``grad * y`` summed over batch and tokens, an
   all-reduce), and of the quotient, whose denominator's gradient ``-grad * ((a / b) / b)``
-  reduce-scatters the partial quotient (``plan/runtime_choice.elementwise_backward``),
+  reduce-scatters the partial quotient (``plan/runtime_backward.elementwise_backward``),
   where the prediction had the gradient whole there and missed that reduce-scatter.
 """
 

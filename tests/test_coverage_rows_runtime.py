@@ -14,7 +14,7 @@ rules said (``tests/test_runtime_layouts.py`` has the small cases), run as
 - MobileBERT, float32: its word embedding reads its weight as stored (tied to the decoder,
   no hook gathers it), so DTensor gathers the token ids inside the forward; the backward
   runs on the ids as saved and hands the weight a gradient partial on tp
-  (``plan/runtime_choice.embedding_backward``), which DTensor adds whole to the decoder's
+  (``plan/runtime_backward.embedding_backward``), which DTensor adds whole to the decoder's
   (``plan/gradient_rules.summed``, a part split over two axes).
 - MobileBERT, bfloat16: its head's hook gathers its ``bias``, and the head adds
   ``self.decoder.bias``, the same parameter under another name, which the engine now

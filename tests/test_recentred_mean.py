@@ -2,7 +2,7 @@
 the input as autograd saved it: split on the reduced dim, DTensor having gathered it inside
 the forward, below autograd, that mean is partial, and the subtraction moves the mean (an
 all_reduce) or the input (a gather), as DTensor's rule picks
-(``plan/runtime_choice.recentred_mean_moves``). Gemma 3n's activation sparsity takes the
+(``plan/runtime_backward.recentred_mean_moves``). Gemma 3n's activation sparsity takes the
 standard deviation of its MLP's gate split by hidden on dp; the prediction left out the
 all_reduce of the mean in each layer's backward."""
 
@@ -15,7 +15,7 @@ from torch.distributed.tensor.debug import CommDebugMode
 from autoplan.choices.graph import build_choices
 from autoplan.cost.comm import redistribute_collectives
 from autoplan.dtensor import overrides
-from autoplan.plan.runtime_choice import recentred_mean_moves
+from autoplan.plan.runtime_backward import recentred_mean_moves
 from autoplan.trace.tracer import trace_model
 
 aten = torch.ops.aten

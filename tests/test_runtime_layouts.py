@@ -15,7 +15,8 @@ from autoplan.choices.graph import build_choices, planning_mesh
 from autoplan.cost.comm import gradient_collectives, redistribute_collectives
 from autoplan.dtensor import overrides
 from autoplan.placements import runtime_placements, runtime_spec
-from autoplan.plan.runtime_choice import embedding_backward, runtime_strategy
+from autoplan.plan.runtime_backward import embedding_backward
+from autoplan.plan.runtime_choice import runtime_strategy
 from autoplan.trace.tracer import trace_model
 
 MESH = (2, 4)

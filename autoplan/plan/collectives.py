@@ -22,8 +22,9 @@ for different layouts has no hook and arrives at each op as stored
   moves nothing for it where one of its strategies takes that layout), so a boundary
   that lays a value out for the compute op behind a reshape leaves that op nothing to
   move;
-- gradients go back the same way (each op's rule: ``plan/gradient_rules.py``): each
-  reader's gradient is partial on each axis over which it splits its work while reading
+- gradients go back the same way (each op's rule: ``plan/gradient_rules.py``; each
+  value's sum: ``plan/value_gradient.py``): each reader's gradient is partial on each
+  axis over which it splits its work while reading
   the value replicated, a view, a copy or an add passes
   its output's gradient on to its input as it is (split where a slice further on split
   it; an expand's sum over a split broadcast dim is partial; reduced where a view's
@@ -46,14 +47,14 @@ for different layouts has no hook and arrives at each op as stored
   of such an op's input ran below autograd and has no backward), to the first op whose
   backward does (``carries_partial``); an experts' grouped product whose operands were
   saved split carries it on where DTensor, asked, moves the saved operands instead
-  (``runtime_choice.grouped_backward_moves``: Qwen2-MoE gathers its weight); a matrix
+  (``runtime_backward.grouped_backward_moves``: Qwen2-MoE gathers its weight); a matrix
   product that moved an operand inside its forward (autograd saved it unmoved) hands its
   inputs the gradients of the backward products DTensor picks for the operands as saved
-  (``runtime_choice.product_backward``: Segformer's MLP gathers the smaller gradient
+  (``runtime_backward.product_backward``: Segformer's MLP gathers the smaller gradient
   rather than its weight once more); an elementwise product of two operands of its shape,
   or a ``mm`` or ``bmm``, whose output gradient comes in another layout than it made, runs
   each input's backward product as DTensor, asked, picks its moves
-  (``runtime_choice.runs_elementwise_backward``, ``runs_product_backward``: Llama 4's
+  (``runtime_backward.runs_elementwise_backward``, ``runs_product_backward``: Llama 4's
   experts); a product
   whose output gradient came back whole where it was made split hands its inputs whole
   gradients where the other operands were read whole (``whole_product_gradient``);
@@ -97,36 +98,40 @@ import torch
 
 from autoplan.choices.graph import OP, PARAMETER, planning_mesh
 from autoplan.cost.comm import (
-    gradient_collectives, moves_locally, redistribute_collectives, without_partial,
+    gradient_collectives, redistribute_collectives, without_partial,
 )
-from autoplan.cost.estimate import CostedGraph, output_values, splits_work, tensor_bytes
+from autoplan.cost.estimate import CostedGraph, output_values, tensor_bytes
 from autoplan.dtensor import overrides
 from autoplan.dtensor.loss_parallel import own_collectives
 from autoplan.dtensor.strategies import SHAPE_ONLY_OPS, Strategy
-from autoplan.placements import PARTIAL, REPLICATE, is_partial
+from autoplan.placements import REPLICATE, is_partial
 from autoplan.plan.gradient_rules import (
-    averaged_product_axes, averaged_product_summed, averaged_sum_axes, gradient_reads, output_gradient, partial_axes,
-    passes_gradient, passes_gradient_to, summed, through_view, views_follow, whole_product_gradient,
+    gradient_reads, partial_axes, passes_gradient, views_follow,
 )
-from autoplan.plan.gradient_strides import copies_gradient
 from autoplan.plan.loss_reductions import loss_output, loss_reductions
 from autoplan.plan.module_plan import ROOT_MODULE as ROOT, collective_table
 from autoplan.plan.split_gradients import (
-    matmul_input_gradient, matmul_split_axes, reshaped_gradient, resplit_moves, resplit_through, sliced_gradient,
-    split_input_gradient, split_through,
+    matmul_split_axes, resplit_moves, resplit_through, split_through,
 )
 from autoplan.plan.boundaries import (
-    Boundary, crossed_boundary, module_boundaries, output_hooks, output_nodes, rejoined_outputs, through_output_hook,
+    Boundary, crossed_boundary, module_boundaries, output_hooks, output_nodes,
+    rejoined_outputs,
 )
 from autoplan.plan.parameter_uses import (
     gathered_parameters, hook_calls, hook_gather, hooked_reads, parameter_module,
 )
 from autoplan.plan.reached import reached_by_backward
 from autoplan.plan.recompute import recompute_collectives
+from autoplan.plan.runtime_backward import (
+    elementwise_backward, embedding_backward, grouped_backward_moves, product_backward,
+    recentred_mean_moves, runs_elementwise_backward, runs_product_backward,
+    runs_saved_value_backward, saved_value_backward,
+)
 from autoplan.plan.runtime_choice import (
-    JOINS, added_gradients, elementwise_backward, embedding_backward, grouped_backward_moves, joined_gradient,
-    product_backward, recentred_mean_moves, replicated_gradient, runs_elementwise_backward, runs_product_backward,
-    runs_saved_value_backward, runtime_strategy, saved_value_backward,
+    JOINS, added_gradients, joined_gradient, replicated_gradient, runtime_strategy,
+)
+from autoplan.plan.value_gradient import (
+    StepBackward, count_move, value_gradient, value_size,
 )
 from autoplan.plan.views import within
 
@@ -226,7 +231,7 @@ def step_collectives(
         attach, arrived = arrival(u, out_index, v)
         strategy = runs.get(v) or graph.decision(v).strategies[choice[v]]
         dst = strategy.inputs[k]
-        nbytes, shape = _size(graph, value)
+        nbytes, shape = value_size(graph, value)
         # A parameter's hook moves it to the layout the plan reads it in; where DTensor runs
         # another strategy, the op moves it on from there (Llama 4's experts: the hook gathers
         # the weight on dp to the plan's use, the product gathers it on tp)
@@ -248,7 +253,7 @@ def step_collectives(
         # a parameter is saved as its hook moved it, anything else as it arrived
         operands.setdefault(v, {})[k] = (used if u in weights else arrived, dst)
     for value, chain in boundaries.items():
-        nbytes, shape = _size(graph, value)
+        nbytes, shape = value_size(graph, value)
         for b in chain:
             for kind, axis, size, _ in redistribute_collectives(
                 parent_spec(b), b.spec, nbytes, mesh_shape, backward=False, shape=shape
@@ -261,7 +266,7 @@ def step_collectives(
     # read it: ``builder._reshaped_outside``), and its backward brings the gradient back.
     for (name, index), hooks in hooked_outputs.items():
         before = made_by_op(name, index)
-        nbytes, shape = _size(graph, (name, index))
+        nbytes, shape = value_size(graph, (name, index))
         outside = [owners.get(v) or "" for _, v, _, read in graph.reads(name) if read == index and v in reached]
         for fqn, layout in hooks:
             for kind, axis, size, _ in redistribute_collectives(before, layout, nbytes, mesh_shape, backward=False, shape=shape):
@@ -279,7 +284,7 @@ def step_collectives(
     for name in exits - {name for name, _ in hooked_outputs}:
         ran, planned = (runs[name].output(0), planned_out(name, 0)) if name in runs else (None, None)
         if ran != planned:
-            nbytes, shape = _size(graph, (name, 0))
+            nbytes, shape = value_size(graph, (name, 0))
             for kind, axis, size, _ in redistribute_collectives(ran, planned, nbytes, mesh_shape, backward=False, shape=shape):
                 found[(module_of(name), kind, axis, round(size))] += 1
                 forward.append((("exit", name), (module_of(name), kind, axis, round(size))))
@@ -315,8 +320,8 @@ def step_collectives(
             return None
         layout, reads = answer
         for index, (part, read) in enumerate(zip(parts, reads)):
-            nbytes, shape = _size(graph, (name, index))
-            _count_move(found, module_of(name), part, read, nbytes, shape, mesh_shape)
+            nbytes, shape = value_size(graph, (name, index))
+            count_move(found, module_of(name), part, read, nbytes, shape, mesh_shape)
         joined.add(name)
         return layout
 
@@ -325,7 +330,7 @@ def step_collectives(
     def carries_on(name: str, grad: tuple | None, operands_of: dict, made_as: tuple) -> tuple[bool, ...]:
         """The axes on which ``name``'s backward carries its partial gradient ``grad`` on:
         ``partial_axes``, or, for a grouped product DTensor runs on the partial gradient as
-        it comes (``runtime_choice.grouped_backward_moves``), every axis where it is partial.
+        it comes (``runtime_backward.grouped_backward_moves``), every axis where it is partial.
         The saved operands' moves that takes are counted once, but for a move the forward
         made and the backward repeats (``dtensor/saved_inputs.py`` keeps it)."""
         rule = partial_axes(graph, name, operands_of, made_as)
@@ -339,8 +344,8 @@ def step_collectives(
             for index, before, read in asked[name] or ():
                 if read == operands_of[index][1]:
                     continue  # the forward's own move of it, kept
-                nbytes, shape = _size(graph, values[index])
-                _count_move(found, module_of(name), before, read, nbytes, shape, mesh_shape)
+                nbytes, shape = value_size(graph, values[index])
+                count_move(found, module_of(name), before, read, nbytes, shape, mesh_shape)
         if asked[name] is None:
             return rule
         return tuple(r or is_partial(g) for r, g in zip(rule, grad))
@@ -348,11 +353,11 @@ def step_collectives(
     def backward_product(name: str, k: int, grad: tuple, operands_of: dict) -> tuple | None:
         """The gradient the product ``name``'s backward hands its operand ``k`` where
         DTensor runs that backward product otherwise than the planner's rules say
-        (``runtime_choice.product_backward``), or is asked it whole because the output's
+        (``runtime_backward.product_backward``), or is asked it whole because the output's
         gradient came in another layout than the product made (``_asked_of_dtensor``),
         its moves counted; None elsewhere. For a module output (its hook's backward brought
         the gradient to the layout the op made) only an embedding's weight is asked
-        (``runtime_choice.embedding_backward``)."""
+        (``runtime_backward.embedding_backward``)."""
         decision = graph.decision(name)
         if name in back_exits:
             answer = embedding_backward(decision, k, made_by_op(name, 0), operands_of, mesh)
@@ -371,8 +376,8 @@ def step_collectives(
         layout, moves = answer
         values = {index: (u, i) for u, i, index in graph.inputs_of(name)}
         for which, before, read in moves:
-            nbytes, shape = _size(graph, (name, 0) if which in ("gradient", "saved") else values[which])
-            _count_move(found, module_of(name), before, read, nbytes, shape, mesh_shape)
+            nbytes, shape = value_size(graph, (name, 0) if which in ("gradient", "saved") else values[which])
+            count_move(found, module_of(name), before, read, nbytes, shape, mesh_shape)
         return layout
 
     def whole_gradient(name: str, k: int, grad: tuple) -> tuple | None:
@@ -384,10 +389,16 @@ def step_collectives(
             return None
         read, layout = answer
         values = {index: (u, i) for u, i, index in graph.inputs_of(name)}
-        nbytes, shape = _size(graph, values[k])
-        _count_move(found, module_of(name), grad, read, nbytes, shape, mesh_shape)
+        nbytes, shape = value_size(graph, values[k])
+        count_move(found, module_of(name), grad, read, nbytes, shape, mesh_shape)
         return layout
 
+    step = StepBackward(  # what every value's gradient reads of the step
+        graph=graph, order=order, grads=grads, mesh_shape=mesh_shape,
+        parent_spec=parent_spec, found=found, module_of=module_of, made=made_back,
+        exits=back_exits, operands=operands, join=join, carries_on=carries_on,
+        backward_product=backward_product, whole_gradient=whole_gradient, hook_call=hook_call,
+    )
     with overrides.installed():  # ``join`` asks DTensor's rules as they run
         for decision in reversed(list(graph.decisions())):
             name = decision.name
@@ -400,10 +411,9 @@ def step_collectives(
                     continue
                 tensor = output_values(decision)[out_index]
                 add = (lambda a, b, t=tensor: added_gradients(a, b, t, mesh)) if isinstance(tensor, torch.Tensor) else None
-                grads[value] = _value_gradient(
-                    value, backward_readers, boundaries.get(value, ()), graph, order, grads, mesh_shape, parent_spec,
-                    found, module_of, made_back, back_exits, operands, join, carries_on, backward_product,
-                    whole_gradient, rejoined.get(value), add, hook_call,
+                grads[value] = value_gradient(
+                    step, value, backward_readers, boundaries.get(value, ()),
+                    rejoined_hook=rejoined.get(value), add=add,
                 )
     for value, grad in grads.items():
         u = value[0]
@@ -414,7 +424,7 @@ def step_collectives(
         src = made_back(*value)
         if u not in back_exits and _asked_of_dtensor(graph.decision(u), grad, src):
             continue  # each input's backward product moved it as DTensor picked (``backward_product``)
-        nbytes, shape = _size(graph, value)
+        nbytes, shape = value_size(graph, value)
         # A partial gradient goes on unreduced through an op that carries it (``carries_partial``).
         through = carries_on(u, grad, operands.get(u, {}), src)
         carried = [u not in back_exits and c and is_partial(g) for c, g in zip(through, grad)]
@@ -449,7 +459,7 @@ def step_collectives(
             saved = operands.get(name, {}).get(0, (None, None))[0]
             moves = recentred_mean_moves(graph.decision(name), saved, mesh) if index == 0 and grad is not None else None
             for _, before, read, nbytes, shape in moves or ():
-                _count_move(found, module_of(name), before, read, nbytes, shape, mesh_shape)
+                count_move(found, module_of(name), before, read, nbytes, shape, mesh_shape)
 
     loss = loss_output(choices)
     if loss is not None:
@@ -474,143 +484,11 @@ def step_collectives(
 
 def _asked_of_dtensor(decision, grad: tuple, made: tuple) -> bool:
     """Whether each input's gradient of ``decision``'s backward is DTensor's answer for its
-    backward product (``runtime_choice.runs_elementwise_backward``,
+    backward product (``runtime_backward.runs_elementwise_backward``,
     ``runs_saved_value_backward``, ``runs_product_backward``), the output gradient's moves
     counted there, once per read."""
     return (runs_elementwise_backward(decision, grad, made) or runs_saved_value_backward(decision, grad, made)
             or runs_product_backward(decision, grad, made))
-
-
-def _value_gradient(
-    value, readers, chain, graph, order, grads, mesh_shape, parent_spec, found, module_of, made, exits, operands, join,
-    carries_on, backward_product, whole_gradient, rejoined_hook=None, add=None, hook_call=None,
-):
-    """The layout of ``value``'s summed gradient where it was made (partial where a
-    reduction is still due); the collectives on its way back go into ``found``.
-    ``order``: node -> its position in the graph (when its gradient part is ready);
-    ``operands``: op -> its inputs' layouts, as saved and as read; ``join``: a split ->
-    its outputs' gradients joined as DTensor joins them, or None; ``carries_on``: an op -> the
-    axes on which its backward carries a partial gradient on unreduced; ``backward_product``: a matrix
-    product's operand -> its gradient as DTensor's backward product makes it, or None;
-    ``whole_gradient``: an op's input -> its gradient where a kernel DTensor runs whole makes
-    it last, or None; ``rejoined_hook``: the output hook of a rejoined output
-    (``boundaries.rejoined_outputs``), or None; ``add``: DTensor's add of two of its gradient's
-    parts (``gradient_rules.summed``), or None; ``hook_call``: (value's node, reader, input
-    index) -> the call of the parameter hook the read goes through
-    (``parameter_uses.hook_calls``)."""
-    into: dict[object, list] = {}  # attach point -> [(when the part is ready, gradient)]
-    moved_by_hook: dict[object, list] = {}  # hook call -> [(when, gradient, module)], and where it attaches
-    nbytes, shape = _size(graph, value)
-    for v, k, strategy, arrived, dst, attach, hooked in readers:  # those the backward reaches
-        if passes_gradient_to(graph, v, k):
-            after = grads.get((v, 0))
-            if after is None:
-                continue
-            # A module's output hook settles the gradient to the planned layout first
-            # (gathered and reduced there); the op hands that back to its input.
-            # An add's backward hands the gradient on as it is, whatever DTensor moved for
-            # its forward (below autograd, so without a backward).
-            if v in exits:
-                grad = without_partial(dst)
-            elif views_follow(graph, v):
-                out_bytes, out_shape = _size(graph, (v, 0))
-                if any(is_partial(a) for a in after) and copies_gradient(graph, v):
-                    # the backward's reshape copies the gradient: DTensor's clone reduces it
-                    whole = without_partial(after)
-                    for kind, axis, size in gradient_collectives(after, whole, out_bytes, mesh_shape):
-                        found[(module_of(v), kind, axis, round(size))] += 1
-                    after = whole
-                moved = sliced_gradient(graph.decision(v), reshaped_gradient(graph.decision(v), after))
-                _count_move(found, module_of(v), after, moved, out_bytes, out_shape, mesh_shape)
-                grad = through_view(graph.decision(v), moved, dst)
-            else:
-                grad = after
-        elif (joined_layout := join(v)) is not None:
-            grad = joined_layout  # the cat's output is the split input's gradient
-        else:
-            # read replicated by an op that splits its work: each rank's gradient is a partial
-            # sum; read partial: its gradient is the output's, replicated (a partial value's
-            # backward only copies the gradient to each rank's share)
-            averaged_sum = averaged_sum_axes(graph, v, strategy) or (False,) * len(dst)
-            grad = tuple(
-                PARTIAL if p == REPLICATE and n > 1 and splits_work(strategy, axis) and not by_average
-                else (REPLICATE if is_partial(p) else p)
-                for axis, (p, n, by_average) in enumerate(zip(dst, mesh_shape, averaged_sum))
-            )
-            after = output_gradient(graph, v, grads)
-            v_made, v_operands = made(v, 0), operands.get(v, {})
-            asked = backward_product(v, k, after, v_operands) if after is not None else None
-            # (DTensor's answer, where asked, already sums a broadcast operand's product)
-            averaged = averaged_product_axes(graph, v, k, shape, v_operands) if asked is None else ()
-            if any(averaged):  # the full-size product is made whole before the broadcast sum
-                product = tuple(PARTIAL if a else p for a, p in zip(averaged, without_partial(after or v_made)))
-                summed_in = averaged_product_summed(graph.decision(v).fx_node, shape, product)
-                for kind, axis, size in gradient_collectives(product, summed_in, _size(graph, (v, 0))[0], mesh_shape):
-                    found[(module_of(v), kind, axis, round(size))] += 1
-                grad = tuple(REPLICATE if s == REPLICATE else g for s, g in zip(summed_in, grad))
-            if asked is not None:
-                grad = asked  # DTensor's own backward product, its moves counted
-            elif after is not None:
-                # a split output gradient runs this pointwise op's backward split (``split_through``)
-                grad = split_input_gradient(graph, v, shape, after, v_made, exits, grad, mesh_shape, v_operands)
-                grad = matmul_input_gradient(graph, v, k, after, v_made, exits, v_operands, grad)
-                if v not in exits:
-                    grad = whole_product_gradient(graph, v, v_operands, k, after, v_made, grad)
-            if asked is None and after is not None and v not in exits:  # an output hook settles it first
-                # a partial output gradient goes through this op's backward unreduced where it
-                # reads nothing split: DTensor reduces it at the first backward op that does
-                through = carries_on(v, after, v_operands, v_made)
-                grad = tuple(PARTIAL if is_partial(a) and c else g for a, c, g in zip(after, through, grad))
-            # the backward's last kernel may run on the gradient whole (``tril``)
-            grad = whole_gradient(v, k, grad) or grad
-        if hooked and arrived != dst and not moves_locally(arrived, dst):
-            # a parameter (or a view of one) its module's hook moved above autograd: the
-            # move's backward brings the sum of its reads' gradients back to the storage,
-            # each call's on its own (ALBERT's one layer, run twice, reduce-scatters its
-            # weights' gradients twice)
-            call = (hook_call or {}).get((value[0], v, k), (v, k))
-            moved_by_hook.setdefault((call, attach, arrived), []).append((order[v], grad, module_of(v)))
-            continue
-        # Any other input DTensor moved below autograd (gathered, reduced or sliced inside
-        # the op): nothing brings the gradient back to the layout it arrived in, so it goes
-        # into the sum as the op's backward made it (Gemma 2's softmax, reading scores
-        # split by key gathered, hands back a whole gradient)
-        into.setdefault(attach, []).append((order[v], grad, module_of(v)))
-    for (_, attach, arrived), parts in moved_by_hook.items():
-        first = min(parts)  # charged to the first read's module, as the step's count tags it
-        grad = summed(parts, nbytes, mesh_shape, found, add)
-        for kind, axis, size in gradient_collectives(grad, arrived, nbytes, mesh_shape, shape):
-            found[(first[2], kind, axis, round(size))] += 1
-        into.setdefault(attach, []).append((first[0], without_partial(arrived), first[2]))
-    for b in sorted(chain, key=lambda b: -b.depth):  # inner boundaries first
-        parts = into.pop(b, [])
-        before = parent_spec(b)
-        if not parts:
-            continue
-        if before == b.spec:  # the hook moved nothing: one tensor, one sum with the outer readers
-            into.setdefault(b.parent, []).extend(parts)
-            continue
-        grad = summed(parts, nbytes, mesh_shape, found, add)
-        for kind, axis, size in gradient_collectives(grad, before, nbytes, mesh_shape, shape):
-            found[(b.fqn, kind, axis, round(size))] += 1
-        into.setdefault(b.parent, []).append((min(part[0] for part in parts), without_partial(before), b.fqn))
-    parts = into.get(None, [])
-    if parts and rejoined_hook is not None:
-        parts = through_output_hook(parts, rejoined_hook, nbytes, shape, mesh_shape, found, add)
-    return summed(parts, nbytes, mesh_shape, found, add) if parts else None
-
-
-def _count_move(found: Counter, module: str, before: tuple, after: tuple, nbytes: float, shape, mesh_shape) -> None:
-    """Count in ``found``, charged to ``module``, the collectives of DTensor's forward move
-    of a value of ``nbytes`` and ``shape`` from ``before`` to ``after``."""
-    for kind, axis, size, _ in redistribute_collectives(before, after, nbytes, mesh_shape, backward=False, shape=shape):
-        found[(module, kind, axis, round(size))] += 1
-
-
-def _size(graph, value: tuple[str, int]) -> tuple[float, tuple[int, ...]]:
-    """The bytes and shape of ``value`` (DTensor plans a move over several axes by its sizes)."""
-    tensor = output_values(graph.decision(value[0]))[value[1]]
-    return tensor_bytes(tensor), tuple(getattr(tensor, "shape", ()))
 
 
 def module_table(found: Counter, axis_names: tuple[str, ...]) -> dict:

@@ -13,8 +13,9 @@ from __future__ import annotations
 from contextlib import contextmanager
 
 import torch
-from torch.fx.experimental.proxy_tensor import get_proxy_mode, get_proxy_slot
 from torch.overrides import TorchFunctionMode
+
+from autoplan.trace.traced_node import traced_node
 
 
 @contextmanager
@@ -35,8 +36,7 @@ class _GradLeaves(TorchFunctionMode):
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
         if func is torch.Tensor.requires_grad_ and (args[1] if len(args) > 1 else kwargs.get("requires_grad", True)):
-            proxy_mode = get_proxy_mode()
-            slot = get_proxy_slot(args[0], proxy_mode.tracer, None) if proxy_mode is not None else None
-            if slot is not None:
-                self.nodes.add(slot.proxy.node.name)
+            node = traced_node(args[0])
+            if node is not None:
+                self.nodes.add(node.name)
         return out

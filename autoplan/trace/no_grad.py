@@ -15,9 +15,10 @@ import sys
 from contextlib import contextmanager
 
 import torch
-from torch.fx.experimental.proxy_tensor import get_proxy_mode, get_proxy_slot
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
+
+from autoplan.trace.traced_node import traced_node
 
 _FUNCTION_FILE = "torch/autograd/function.py"
 
@@ -38,13 +39,9 @@ class _NoGradOps(TorchDispatchMode):
         out = func(*args, **(kwargs or {}))
         if torch.is_grad_enabled() or _in_function_forward():
             return out
-        proxy_mode = get_proxy_mode()
-        if proxy_mode is None:
-            return out
         for tensor in tree_flatten(out)[0]:
-            slot = get_proxy_slot(tensor, proxy_mode.tracer, None) if isinstance(tensor, torch.Tensor) else None
-            if slot is not None:
-                node = slot.proxy.node
+            node = traced_node(tensor)  # None outside a trace
+            if node is not None:
                 # a multi-output op's outputs come out through getitem nodes: the op is what ran
                 self.nodes.add(node.args[0].name if node.target.__name__ == "getitem" and node.args else node.name)
         return out

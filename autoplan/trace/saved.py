@@ -17,7 +17,8 @@ import operator
 from contextlib import contextmanager
 
 import torch
-from torch.fx.experimental.proxy_tensor import get_proxy_mode, get_proxy_slot
+
+from autoplan.trace.traced_node import traced_node
 
 
 @contextmanager
@@ -27,12 +28,10 @@ def record_saved():
     saved: set[tuple[str, str]] = set()
 
     def pack(tensor):
-        mode = get_proxy_mode()
-        if mode is not None and isinstance(tensor, torch.Tensor):
-            proxy = get_proxy_slot(tensor, mode.tracer, None)
-            if proxy is not None:
-                last = next(iter(reversed(mode.tracer.graph.nodes)))
-                saved.add((proxy.proxy.node.name, last.name))
+        node = traced_node(tensor)
+        if node is not None:  # its graph is the one being traced (the proxy mode's)
+            last = next(iter(reversed(node.graph.nodes)))
+            saved.add((node.name, last.name))
         return tensor
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
