@@ -43,14 +43,20 @@ TIED_WEIGHT = "embed.proj.weight"
 WEIGHTS = [f"backbone.layers.{i}.mixer.conv1d.weight" for i in range(2)]
 
 
+def _planned(model_file, pinned: dict, memory_gb: float | None = None):
+    """The plan on 2x4 with ``pinned`` parameters laid out as given."""
+    loaded = load_model_file(str(model_file))
+    plan, _ = suggest_with_report(
+        loaded.model, loaded.example_inputs, mesh=(2, 4), axis_names=("dp", "tp"), memory_gb=memory_gb, pinned=pinned,
+    )
+    return plan
+
+
 @pytest.fixture(scope="module")
 def plan():
     """The filters stored split by channel on tp (as the coverage benchmark's forcing budget
     stores them): DTensor's convolution takes its weight whole, so it is gathered for use."""
-    loaded = load_model_file(str(MODEL_FILE))
-    pinned = {fqn: ("R", "S(0)") for fqn in WEIGHTS}
-    plan, _ = suggest_with_report(loaded.model, loaded.example_inputs, mesh=(2, 4), axis_names=("dp", "tp"), pinned=pinned)
-    return plan
+    return _planned(MODEL_FILE, {fqn: ("R", "S(0)") for fqn in WEIGHTS})
 
 
 def test_the_mixer_reads_the_convolution_weight(plan):
@@ -74,10 +80,7 @@ def test_matches_one_device_on_gloo(plan):
 @pytest.fixture(scope="module")
 def dead_view_plan():
     """The filter stored split by channel on tp, read through a view nothing reads as well."""
-    loaded = load_model_file(str(DEAD_VIEW_FILE))
-    pinned = {DEAD_VIEW_WEIGHT: ("R", "S(0)")}
-    plan, _ = suggest_with_report(loaded.model, loaded.example_inputs, mesh=(2, 4), axis_names=("dp", "tp"), pinned=pinned)
-    return plan
+    return _planned(DEAD_VIEW_FILE, {DEAD_VIEW_WEIGHT: ("R", "S(0)")})
 
 
 def test_an_unread_view_is_no_use_of_the_weight(dead_view_plan):
@@ -94,10 +97,7 @@ def test_a_step_with_an_unread_view_runs_the_predicted_collectives(dead_view_pla
 @pytest.fixture(scope="module")
 def padded_plan():
     """The embedding stored split by hidden dim on tp, gathered for its lookup."""
-    loaded = load_model_file(str(PADDED_FILE))
-    pinned = {PADDED_WEIGHT: ("R", "S(1)")}
-    plan, _ = suggest_with_report(loaded.model, loaded.example_inputs, mesh=(2, 4), axis_names=("dp", "tp"), pinned=pinned)
-    return plan
+    return _planned(PADDED_FILE, {PADDED_WEIGHT: ("R", "S(1)")})
 
 
 def test_a_row_read_beside_the_lookup_is_taken_from_the_gathered_weight(padded_plan):
@@ -111,12 +111,7 @@ def test_a_row_read_beside_the_lookup_is_taken_from_the_gathered_weight(padded_p
 def tied_plan():
     """The projection stored split over both axes and gathered whole for use, with a budget
     that splits the batch on tp: both reads' gradients are partial there."""
-    loaded = load_model_file(str(TIED_FILE))
-    pinned = {TIED_WEIGHT: ("S(1)", "S(1)")}
-    plan, _ = suggest_with_report(
-        loaded.model, loaded.example_inputs, mesh=(2, 4), axis_names=("dp", "tp"), memory_gb=0.01, pinned=pinned,
-    )
-    return plan
+    return _planned(TIED_FILE, {TIED_WEIGHT: ("S(1)", "S(1)")}, memory_gb=0.01)
 
 
 def test_a_weight_read_inside_and_around_its_module_is_gathered_once(tied_plan):
