@@ -18,7 +18,7 @@ rules said (``tests/test_runtime_layouts.py`` has the small cases), run as
   (``plan/gradient_rules.summed``, a part split over two axes).
 - MobileBERT, bfloat16: its head's hook gathers its ``bias``, and the head adds
   ``self.decoder.bias``, the same parameter under another name, which the engine now
-  swaps too (``apply/engine._gather_parameters_for_use``); before, DTensor gathered it
+  swaps too (``apply/parameters.gather_parameters_for_use``); before, DTensor gathered it
   again inside the add.
 - NeoMME, bfloat16: its model's hook gathers the embedding projection for the projection's
   product and the head's own (``hidden @ self.unembedding_projection.weight``, the same

@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.distributed.tensor import Replicate, Shard, distribute_tensor
 
-from autoplan.apply.engine import _gather_parameters_for_use
+from autoplan.apply.parameters import gather_parameters_for_use
 from autoplan.choices.graph import build_choices, planning_mesh
 from autoplan.cost.comm import gradient_collectives, redistribute_collectives
 from autoplan.dtensor import overrides
@@ -102,7 +102,7 @@ def test_a_tied_parameter_is_swapped_under_every_name(fake_mesh_2x4):
     head.bias = stored
     head.decoder.bias = stored
     plan = SimpleNamespace(parameter_uses={"bias": ("R", "R")}, parameter_readers={}, opaque_modules={})
-    _gather_parameters_for_use({"": head, "decoder": head.decoder}, plan, fake_mesh_2x4)
+    gather_parameters_for_use({"": head, "decoder": head.decoder}, plan, fake_mesh_2x4)
     head(distribute_tensor(torch.zeros(4, 16), fake_mesh_2x4, [Replicate(), Replicate()]))
     assert head.seen == (Replicate(), Replicate())  # the plan's use layout, under the name the code reads
     assert head.bias is stored and head.decoder.bias is stored  # put back under both names

@@ -23,13 +23,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
-from torch.distributed.tensor import DTensor, Replicate, distribute_tensor
+from torch.distributed.tensor import DTensor, Replicate
 from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
 from torch.distributed.tensor.experimental import implicit_replication
 from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import keystr, tree_flatten, tree_flatten_with_path, tree_unflatten
 
-from autoplan.apply.materialize import empty_shard, initialize, materialize_buffers
+from autoplan.apply.materialize import initialize, materialize_buffers
+from autoplan.apply.parameters import distribute_parameters, gather_parameters_for_use
 from autoplan.apply.recompute import check_recompute, checkpoint_modules
 from autoplan.apply.unreached_parts import layout_of, with_unreached_gradients, zeros_laid_out
 from autoplan.dtensor import overrides
@@ -37,7 +38,7 @@ from autoplan.dtensor.fused_attention import contiguous_operands, mask_placed_li
 from autoplan.dtensor.rules import op_by_name
 from autoplan.dtensor.saved_inputs import remember_saved_moves
 from autoplan.errors import PlanError
-from autoplan.placements import Spec, format_spec, to_placements
+from autoplan.placements import Spec, to_placements
 from autoplan.plan.module_plan import Plan
 from autoplan.trace.loss import batch_of, check_loss_fn, computed_loss, loss_slot, plain, value_at, with_value_at
 from autoplan.trace.training_call import training_kwargs
@@ -69,11 +70,11 @@ def _fallback_ops(plan: Plan) -> frozenset:
 
 
 def _apply(model: nn.Module, plan: Plan, device_mesh: DeviceMesh, fallbacks: frozenset, init, loss_fn) -> None:
-    born_meta = _distribute_parameters(model, plan, device_mesh)
+    born_meta = distribute_parameters(model, plan, device_mesh)
     born_meta |= materialize_buffers(model, device_mesh)
     initialize(model, born_meta, init)
     modules = dict(model.named_modules())
-    _gather_parameters_for_use(modules, plan, device_mesh)
+    gather_parameters_for_use(modules, plan, device_mesh)
     for fqn in plan.opaque_modules:
         _run_replicated(modules[fqn])
     running = _Running()
@@ -178,86 +179,6 @@ def _check_model(model: nn.Module, plan: Plan) -> None:
             )
 
 
-def _distribute_parameters(model: nn.Module, plan: Plan, mesh: DeviceMesh) -> set[str]:
-    """Make every parameter a DTensor; returns the FQNs of modules whose parameters were on meta."""
-    done: dict[int, nn.Parameter] = {}
-    born_meta: set[str] = set()
-    for module_fqn, module in model.named_modules():
-        for name, param in list(module.named_parameters(recurse=False)):
-            fqn = f"{module_fqn}.{name}" if module_fqn else name
-            if param.is_meta:
-                born_meta.add(module_fqn)
-            if id(param) not in done:
-                placements = to_placements(plan.parameters[fqn])
-                try:
-                    data = empty_shard(param, mesh, placements) if param.is_meta else distribute_tensor(param.data, mesh, placements)
-                except Exception as err:
-                    raise PlanError(f"cannot place {fqn} (shape {list(param.shape)}) as {format_spec(plan.parameters[fqn])}: {err}", hint="re-plan this model") from err
-                new = nn.Parameter(data, requires_grad=param.requires_grad)
-                if new.requires_grad:
-                    new.register_post_accumulate_grad_hook(_reduce_gradient)
-                done[id(param)] = new
-            module.register_parameter(name, done[id(param)])
-    return born_meta
-
-
-def _gather_parameters_for_use(modules: dict[str, nn.Module], plan: Plan, mesh: DeviceMesh) -> None:
-    """Around each module's forward, its parameters take the layout the plan computes with.
-
-    The pre-hook swaps each such parameter for ``param.redistribute(use layout)`` (an
-    all-gather, for a parameter stored sharded and used replicated); autograd carries the
-    gradient back through the redistribute, reducing it to the stored layout (a
-    reduce-scatter where it was partial). The post-hook puts the parameter back, so
-    ``named_parameters()``, the optimizer and checkpoints only ever see the stored one.
-    A module that reads another's parameter in its own code (``Plan.parameter_readers``)
-    swaps that parameter in its owner the same way around its own forward. A tied
-    parameter is swapped under each of its names: the plan does not know which one the
-    code reads (MobileBERT's head gathers its ``bias`` and adds ``self.decoder.bias``).
-    """
-    holders: dict[int, list[tuple[nn.Module, str]]] = {}  # parameter -> where it is held, under every name
-    for module in modules.values():
-        for name, param in module._parameters.items():
-            if param is not None:
-                holders.setdefault(id(param), []).append((module, name))
-    by_reader: dict[tuple[str, str], dict[str, Spec]] = {}
-    for fqn, spec in plan.parameter_uses.items():
-        owner, _, name = fqn.rpartition(".")
-        if any(owner == region or owner.startswith(region + ".") for region in plan.opaque_modules):
-            continue  # an opaque region gathers all its state itself (_run_replicated)
-        placements = to_placements(spec)  # parsed here, not in traced hooks
-        for reader in (owner, *plan.parameter_readers.get(fqn, ())):
-            by_reader.setdefault((reader, owner), {})[name] = placements
-    for (reader, owner), specs in by_reader.items():
-        holder = modules[owner]
-        names = {name: tuple(holders.get(id(holder._parameters[name]), [(holder, name)])) for name in specs}
-        stored: dict[tuple[str, int], nn.Parameter] = {}
-
-        # Plain item assignments on ``_parameters`` (as FSDP2 swaps its unsharded parameters):
-        # dynamo replays them in order when it traces these hooks into a compiled graph.
-        # Nested readers (an owner called inside its reader) swap in turn: the inner one
-        # finds the parameter already in its use layout and uses it as it is, and each puts
-        # back what it found. (Redistributing it again would move nothing forward, but its
-        # backward would bring the inner use's gradient to that layout on its own: NeoMME's
-        # head reads the embedding projection tied to one its embedding calls, and the
-        # embedding's gradient, partial on tp, was all-reduced before the sum.)
-        def swap_in(module, args, specs=specs, stored=stored, holder=holder, names=names):
-            for name, spec in specs.items():
-                current = holder._parameters[name]
-                moved = current if tuple(current.placements) == tuple(spec) else current.redistribute(mesh, spec)
-                for index, (alias, alias_name) in enumerate(names[name]):
-                    stored[(name, index)] = alias._parameters[alias_name]
-                    alias._parameters[alias_name] = moved
-
-        def swap_out(module, args, output, specs=specs, stored=stored, names=names):
-            for name in specs:
-                for index, (alias, alias_name) in enumerate(names[name]):
-                    if (name, index) in stored:
-                        alias._parameters[alias_name] = stored.pop((name, index))
-
-        modules[reader].register_forward_pre_hook(swap_in)
-        modules[reader].register_forward_hook(swap_out, always_call=True)
-
-
 def _run_replicated(module: nn.Module) -> None:
     """Run a data-dependent region (see ``trace/opaque.py``) on whole tensors, the same on every rank.
 
@@ -293,13 +214,6 @@ def _run_replicated(module: nn.Module) -> None:
 
 def _whole(value):
     return value.full_tensor() if isinstance(value, DTensor) else value
-
-
-def _reduce_gradient(param: torch.Tensor) -> None:
-    """Bring the gradient to the parameter's placements (reduces Partial gradients)."""
-    grad = param.grad
-    if isinstance(grad, DTensor) and grad.placements != param.placements:
-        param.grad = grad.redistribute(param.device_mesh, param.placements)
 
 
 def _as_dtensor(value, mesh: DeviceMesh):

@@ -224,7 +224,8 @@ def step_collectives(
     operands: dict[str, dict[int, tuple]] = {}
     hooked = hooked_reads(graph, owners, made, gathered)
     calls = Counter(call.fqn for call in choices.traced.module_calls)
-    hook_call = hook_calls(graph, owners, gathered, calls)
+    order = {name: i for i, name in enumerate(graph.nodes)}  # when each node runs (its gradient is ready)
+    hook_call = hook_calls(graph, owners, gathered, calls, order)
     gathers_counted: set[tuple[str, str]] = set()  # (parameter, module whose hook gathers it)
     for u, v, k, out_index in graph.reads():
         value = (u, out_index)
@@ -304,7 +305,6 @@ def step_collectives(
     # Backward: each value's gradient, summed over its readers, goes back through the
     # boundaries it crossed; a view passes its output's gradient on to its input.
     grads: dict[tuple[str, int], tuple | None] = {}
-    order = {name: i for i, name in enumerate(graph.nodes)}
     joined: set[str] = set()  # splits whose outputs' gradients DTensor's cat joins as they come
 
     def join(name: str) -> tuple | None:

@@ -136,7 +136,7 @@ def hooked_reads(graph, owners: dict, made, gathered: dict) -> dict[tuple[str, s
 def outermost_hook(hooks, module: str) -> str | None:
     """The outermost of ``hooks``' modules around ``module`` (None: none is): its hook moves
     the parameter, and an inner one, called inside it, finds it moved already
-    (``apply/engine._gather_parameters_for_use``)."""
+    (``apply/parameters.gather_parameters_for_use``)."""
     around = [m for m in hooks if m == "" or within(module, m)]
     return min(around, key=len) if around else None  # nested names are prefixes
 
@@ -158,7 +158,9 @@ def hook_gather(parameter, hooks, module, stored, calls: Counter, counted: set) 
     return [(stored, hooks[hook], ("gather", charged), charged, calls[hook])]
 
 
-def hook_calls(graph, owners: dict, gathered: dict, calls: Counter) -> dict[tuple[str, str, int], tuple[str, int]]:
+def hook_calls(
+    graph, owners: dict, gathered: dict, calls: Counter, order: dict[str, int]
+) -> dict[tuple[str, str, int], tuple[str, int]]:
     """``(parameter, reader, input index) -> (hook module, which of its calls)``: the call of
     the hook (``outermost_hook``) whose move a read of a parameter goes through.
 
@@ -168,15 +170,15 @@ def hook_calls(graph, owners: dict, gathered: dict, calls: Counter) -> dict[tupl
     unembedding, for the embedding's product and its own, and reduce-scatters the sum once.
     The reads of a hook are dealt to its calls in forward order, as many to each (a module's
     code reads the same in every call: ALBERT's one layer, run twice, one read a call);
-    where they do not divide evenly, each read is taken for a call of its own."""
-    position = {name: index for index, name in enumerate(graph.nodes)}
+    where they do not divide evenly, each read is taken for a call of its own. ``order``:
+    node -> its position in the graph."""
     found = {}
     for parameter, hooks in gathered.items():
         by_hook: dict[str, list] = {}
         for _, v, k in graph.out_edges(parameter, keys=True):
             hook = outermost_hook(hooks, owners.get(v) or "")
             if hook is not None:
-                by_hook.setdefault(hook, []).append((position[v], v, k))
+                by_hook.setdefault(hook, []).append((order[v], v, k))
         for hook, reads in by_hook.items():
             times = max(1, calls[hook])
             per_call = len(reads) // times if len(reads) % times == 0 else 1
