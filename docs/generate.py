@@ -243,7 +243,8 @@ def coverage_page() -> str:
 
 def _coverage_section(path: Path, record: dict) -> list[str]:
     result = record["result"]
-    keys = list(result["summary"]["runs"])
+    # float32 before bfloat16, the default budget before the forcing one (the record's keys are sorted)
+    keys = sorted(result["summary"]["runs"], key=lambda k: (k.split("/")[0] != "float32", k.split("/")[1] != "default"))
     versions = ", ".join(f"{k} {v}" for k, v in sorted(result.get("versions", {}).items()))
     lines = [f"## {record['title']}", "",
              (f"Recorded {record['recorded']} with `{record['command']}` ({versions}; "
@@ -253,7 +254,8 @@ def _coverage_section(path: Path, record: dict) -> list[str]:
               ("| run | built | planned | applied | collectives as predicted | weights split on every axis "
                "| plan s median | plan s max |"),
               "| --- | --- | --- | --- | --- | --- | --- | --- |"]
-    for key, counts in summary["runs"].items():
+    for key in keys:
+        counts = summary["runs"][key]
         ran = counts.get("built", summary["built"])
         every_axis = _share(counts["sharded_every_axis"], ran) if "sharded_every_axis" in counts else ""
         lines.append(f"| {key} | {ran} | {_share(counts['plan'], ran)} | {_share(counts['apply'], ran)} | "

@@ -120,6 +120,14 @@ def test_every_relative_link_resolves():
     assert broken == [], "\n".join(broken)
 
 
+def test_index_links_every_page():
+    index = ROOT / "docs" / "README.md"
+    linked = {(index.parent / target.partition("#")[0]).resolve() for target in _links(index)}
+    pages = {path.resolve() for path in (ROOT / "docs").rglob("*.md") if path != index}
+    missing = sorted(str(path.relative_to(ROOT)) for path in pages - linked)
+    assert missing == [], f"docs/README.md does not link {missing}"
+
+
 def test_link_checker_catches_a_broken_link(tmp_path):
     page = tmp_path / "page.md"
     page.write_text("# Title\n\n[ok](#title) [bad](#nothing) [gone](missing.md) `[S(0), R](x)`\n")
