@@ -1,0 +1,50 @@
+"""Module names grouped for reading: identical rows of repeated layers become one row,
+``model.layers.0-15.mlp.gate_proj``, instead of sixteen."""
+
+from __future__ import annotations
+
+import re
+
+_INDEX = re.compile(r"(?<![^.])\d+(?![^.])")  # a whole dotted component that is an integer
+
+
+def group_modules(rows: dict[str, object]) -> list[tuple[str, object]]:
+    """(label, value) rows, in name order: names that differ only in one integer component
+    and carry equal values share a row, the indices written as ranges (``0-15``, ``0-3,5``)."""
+    groups: dict[tuple[str, str], list[tuple[int, str]]] = {}
+    order: list[tuple[str, str]] = []
+    for name in sorted(rows, key=_natural):
+        indices = list(_INDEX.finditer(name))
+        if not indices:
+            key = (name, repr(rows[name]))
+            groups.setdefault(key, []).append((-1, name))
+            order.append(key) if len(groups[key]) == 1 else None
+            continue
+        last = indices[0]  # the outermost index: layers.N
+        pattern = name[: last.start()] + "{}" + name[last.end():]
+        key = (pattern, repr(rows[name]))
+        if key not in groups:
+            order.append(key)
+        groups.setdefault(key, []).append((int(last.group()), name))
+    out = []
+    for key in order:
+        members = groups[key]
+        value = rows[members[0][1]]
+        if len(members) == 1:
+            out.append((members[0][1] or "<root>", value))
+        else:
+            out.append((key[0].format(_ranges(sorted(i for i, _ in members))), value))
+    return out
+
+
+def _ranges(indices: list[int]) -> str:
+    parts, start = [], indices[0]
+    for prev, cur in zip(indices, indices[1:] + [None]):
+        if cur != prev + 1 if cur is not None else True:
+            parts.append(str(start) if start == prev else f"{start}-{prev}")
+            start = cur
+    return ",".join(parts)
+
+
+def _natural(name: str):
+    return [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", name)]
