@@ -26,8 +26,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--out", help="file to write (default: next to PLAN.json, PLAN_torch.py / PLAN.vescale.json)")
     parser.add_argument(
         "--model", metavar="MODEL.py[:BUILDER]",
-        help="read module classes from the model (for plans written before plans recorded them)",
+        help="the model the plan is for: scores the exported layout beside the plan (step time, peak memory); "
+        "also reads module classes for plans written before plans recorded them",
     )
+    parser.add_argument("--profile", help="cluster profile to score with: a built-in NAME or a JSON FILE (default: the plan's)")
     return parser
 
 
@@ -40,20 +42,31 @@ def run(args: argparse.Namespace) -> int:
     from autoplan.plan.module_plan import Plan  # torch, imported when the command runs
 
     plan = Plan.load(args.plan)
+    loaded = None
     if args.model:
         from autoplan.model_file import load_model_file
 
-        model = load_model_file(args.model).model
+        loaded = load_model_file(args.model)
         owners = {fqn.rpartition(".")[0] for fqn in plan.parameters}
-        types = {fqn: type(m).__name__ for fqn, m in model.named_modules() if fqn in owners}
+        types = {fqn: type(m).__name__ for fqn, m in loaded.model.named_modules() if fqn in owners}
         plan = dataclasses.replace(plan, module_types=types)
+    scored = None
     if args.format == "torch":
+        from autoplan.interop.export_render import render_torch
         from autoplan.interop.export_torch import export_torch
 
         result = export_torch(plan, source.name)
+        if loaded is not None:
+            from autoplan.interop.export_layout import score_export
+
+            scored, _ = score_export(loaded.model, loaded.example_inputs, plan, result, args.profile, loaded.loss_fn)
+            header = (scored.summary(), f"(scored with `autoplan score`'s cost model, profile {scored.plan.profile})")
+            result = dataclasses.replace(result, source=render_torch(plan, result, source.name, header))
         text = result.source
+        dp = result.data_parallel
         summary = f"{len(result.styles)} ParallelStyles on {result.tp_axis}" + (
-            f", fully_shard on {result.dp_axis} ({len(result.fsdp_modules)} groups)" if result.dp_axis else ""
+            f", replicate on {result.dp_axis} ({len(dp.replicate)} modules), "
+            f"fully_shard on {result.dp_axis} ({len(result.fsdp_modules)} groups)" if dp else ""
         )
     else:
         from autoplan.interop.export_vescale import export_vescale
@@ -63,7 +76,15 @@ def run(args: argparse.Namespace) -> int:
         summary = f"{len(result.plan['parameter'])} parameters, {len(result.plan['forward'])} forward layouts"
     write_outputs({out: text}, {"--out": out})
     print(f"exported {args.plan} as {args.format}: {summary}")
+    if args.format == "torch":
+        from autoplan.interop.export_table import print_export_table
+
+        print_export_table(plan, result)
     for note in result.not_expressed:
         print(f"not expressed: {note}")
+    if scored is not None:
+        print(scored.summary())
+    elif args.format == "torch":
+        print("not scored: pass --model MODEL.py[:BUILDER] to score the exported layout beside the plan")
     print(f"written to {out}")
     return 0
