@@ -20,7 +20,7 @@ DTensor, the score takes the cheapest) and says by how much they differ.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from autoplan.evaluate.score import Score, check_plan_for_model, score_problem
 from autoplan.interop.export_torch import TorchExport
@@ -36,27 +36,36 @@ class ExportScore:
     exact: bool
     """The export writes the plan's own layout (no module differs)."""
     modules_differing: int
+    boundaries_moved: dict = field(default_factory=dict)
+    """Module -> boundary layouts data parallel changes (found from the trace, beyond ``TorchExport.differences``)."""
 
     def summary(self) -> str:
         e, p = self.exported, self.plan
-        plan_text = f"{p.step_time_s * 1e3:.1f} ms, {p.peak_memory_bytes / GIB:.2f} GiB peak"
+        plan_text = f"{p.step_time_s * 1e3:.1f} ms, {_bytes(p.peak_memory_bytes)} peak"
         if self.exact:
-            return f"exported layout: exactly the plan ({plan_text}; scored {e.step_time_s * 1e3:.1f} ms, " \
-                   f"{e.peak_memory_bytes / GIB:.2f} GiB)"
+            return f"exported layout: exactly the plan ({plan_text}; the export scores {e.step_time_s * 1e3:.1f} ms, " \
+                   f"{_bytes(e.peak_memory_bytes)})"
         return (
-            f"exported layout: {e.step_time_s * 1e3:.1f} ms, {e.peak_memory_bytes / GIB:.2f} GiB peak; "
+            f"exported layout: {e.step_time_s * 1e3:.1f} ms, {_bytes(e.peak_memory_bytes)} peak; "
             f"the plan: {plan_text} ({_percent(e.step_time_s, p.step_time_s)}, "
             f"{_percent(e.peak_memory_bytes, p.peak_memory_bytes)}); differs in {self.modules_differing} modules"
         )
+
+
+def _bytes(n: float) -> str:
+    return f"{n / GIB:.2f} GiB" if n >= GIB / 10 else f"{n / 2**20:.2f} MiB"
 
 
 def _percent(value: float, reference: float) -> str:
     return f"{(value / reference - 1) * 100:+.1f} %" if reference else "n/a"
 
 
-def exported_plan(plan: Plan, export: TorchExport, batch_boundaries: dict[tuple[str, str], str] | None = None) -> Plan:
-    """The export's layout as a plan (see the module docstring). ``batch_boundaries``:
-    (module, input key) -> the batch key it carries unchanged (from the model's trace)."""
+def exported_plan(plan: Plan, export: TorchExport, batch_boundaries: dict[tuple[str, str], str] | None = None,
+                  unbatched: set[tuple[str, str, str]] | None = None) -> Plan:
+    """The export's layout as a plan (see the module docstring). From the model's trace:
+    ``batch_boundaries``, (module, input key) -> the batch key it carries unchanged;
+    ``unbatched``, the (module, side, key) boundaries no batch input flows into (whole on
+    every dp rank under data parallel)."""
     names = plan.axis_names
     tp = names.index(export.tp_axis) if export.tp_axis else None
     dp = names.index(export.dp_axis) if export.dp_axis else None
@@ -85,7 +94,12 @@ def exported_plan(plan: Plan, export: TorchExport, batch_boundaries: dict[tuple[
         if dp is not None:
             carried = (batch_boundaries or {}).get((fqn, key)) if side == "input" else None
             d = shard_dim(spec[dp])
-            out[dp] = batch[carried].placements[dp] if carried else "S(0)" if d not in (None, 0) else spec[dp]
+            if carried:
+                out[dp] = batch[carried].placements[dp]
+            elif unbatched is not None and (fqn, side, key) in unbatched:
+                out[dp] = "R"  # every dp rank computes it whole (rotary tables from positions)
+            else:
+                out[dp] = "S(0)" if d not in (None, 0) else spec[dp]
         return tuple(out)
 
     modules = {
@@ -113,8 +127,45 @@ def score_export(model, example_inputs, plan: Plan, export: TorchExport, profile
         (call.fqn, key): traced.inputs[node]
         for call in traced.module_calls for key, node in call.inputs if node in traced.inputs
     }
-    layout = exported_plan(plan, export, batch_boundaries)
+    layout = exported_plan(plan, export, batch_boundaries, _unbatched(problem))
     exported = score_problem(problem, layout, time_limit_s, accepted)
     own = score_problem(problem, plan, time_limit_s, accepted)
-    result = ExportScore(exported, own, not export.differences, len(export.differences))
+    moved = _boundaries_moved(plan, layout)
+    modules = set(export.differences) | set(moved)
+    result = ExportScore(exported, own, not modules, len(modules), moved)
     return result, layout
+
+
+def _unbatched(problem) -> set[tuple[str, str, str]]:
+    """Module boundaries whose value no batch input flows into (traced dataflow)."""
+    traced = problem.traced
+    graph = traced.graph_module.graph
+    reached = set(traced.inputs)
+    for node in graph.nodes:
+        if any(arg.name in reached for arg in node.all_input_nodes):
+            reached.add(node.name)
+    out = set()
+    for call in traced.module_calls:
+        for side, pairs in (("input", call.inputs), ("output", call.outputs)):
+            for key, node in pairs:
+                if node not in reached:
+                    out.add((call.fqn, side, key))
+    return out
+
+
+def _boundaries_moved(plan: Plan, layout: Plan) -> dict[str, tuple[str, ...]]:
+    """Module -> the boundaries on which the exported layout differs from the plan on dp
+    (data parallel keeps activations split by sample, or whole where no batch flows)."""
+    moved: dict[str, list[str]] = {}
+    for fqn, ours in plan.modules.items():
+        theirs = layout.modules[fqn]
+        for side, a, b in (("input", ours.inputs, theirs.inputs), ("output", ours.outputs, theirs.outputs)):
+            for key in sorted(a):
+                diff = [f"{x} -> {y}" for x, y in zip(a[key], b[key]) if x != y]
+                if diff and any(x != y for i, (x, y) in enumerate(zip(a[key], b[key]))):
+                    moved.setdefault(fqn, []).append(f"{side} {key or '<output>'} {format_pair(a[key], b[key])}")
+    return {m: tuple(v) for m, v in moved.items()}
+
+
+def format_pair(plan_spec: Spec, export_spec: Spec) -> str:
+    return f"[{', '.join(plan_spec)}] in the plan, exported [{', '.join(export_spec)}]"
