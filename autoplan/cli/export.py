@@ -60,6 +60,10 @@ def run(args: argparse.Namespace) -> int:
             from autoplan.interop.export_layout import score_export
 
             scored, _ = score_export(loaded.model, loaded.example_inputs, plan, result, args.profile, loaded.loss_fn)
+            differences = {m: tuple(v) for m, v in result.differences.items()}
+            for module, lines in scored.boundaries_moved.items():  # boundary layouts the trace shows moved (data parallel splits by sample)
+                differences[module] = differences.get(module, ()) + tuple(f"boundary {x}" for x in lines)
+            result = dataclasses.replace(result, differences=dict(sorted(differences.items())))
             header = (scored.summary(), f"(scored with `autoplan score`'s cost model, profile {scored.plan.profile})")
             result = dataclasses.replace(result, source=render_torch(plan, result, source.name, header))
         text = result.source
