@@ -6,6 +6,7 @@ import json
 from dataclasses import replace
 
 import pytest
+import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import init_device_mesh
 from torch.testing._internal.distributed.fake_pg import FakeStore
@@ -225,3 +226,58 @@ def test_a_tied_embedding_split_on_both_axes_keeps_one_tensor():
     assert "the plan computes with S(1) on dp; fully_shard gathers it" in lines
     assert "fully_shard(" in export.source and "replicate(" in export.source
     compile(export.source, "generated.py", "exec")
+
+
+def tied_llama():
+    from transformers import AutoModelForCausalLM, LlamaConfig
+
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=256, hidden_size=64, intermediate_size=160, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=4, tie_word_embeddings=True)
+    return AutoModelForCausalLM.from_config(config)
+
+
+def test_a_tied_embedding_split_on_both_axes_runs_as_one_tensor(fake_world):
+    """A tiny tied Llama laid out as the 1B plan is: the generated module keeps the head and
+    the embedding one tensor, held (S(1) on dp, S(0) on tp) as the plan stores it, and a
+    training step runs on the 2x4 fake process group."""
+    model = tied_llama()
+    batch = {"input_ids": torch.randint(0, 256, (8, 32)), "labels": torch.randint(0, 256, (8, 32))}
+    plan = build_baseline("megatron", model, batch, (2, 4), ("dp", "tp"), "cpu-gloo").plan
+    assert plan.tied_parameters == {"lm_head.weight": "model.embed_tokens.weight"}
+    tied = ("S(1)", "S(0)")
+    plan = replace(
+        plan,
+        parameters={**plan.parameters, "lm_head.weight": tied, "model.embed_tokens.weight": tied},
+        parameter_uses={**plan.parameter_uses, "model.embed_tokens.weight": ("S(1)", "R"), "lm_head.weight": ("R", "S(0)")},
+    )
+    export = export_torch(plan)
+    assert export.data_parallel.fully_shard == ("",) and export.data_parallel.shard_dims == {"model.embed_tokens.weight": 1}
+    namespace: dict = {}
+    exec(compile(export.source, "generated.py", "exec"), namespace)
+    mesh = init_device_mesh("cpu", (2, 4), mesh_dim_names=("dp", "tp"))
+    model = namespace["parallelize"](model, mesh)
+    assert model.lm_head.weight is model.model.embed_tokens.weight
+    model(**{k: v[:4] for k, v in batch.items()}).loss.backward()
+    written = exported_plan(plan, export).parameters
+    held = {fqn: placements_by_axis(p, plan.axis_names) for fqn, p in model.named_parameters()}
+    assert held["model.embed_tokens.weight"] == tied == written["lm_head.weight"]
+    assert held == {fqn: written[fqn] for fqn in held}
+    assert model.model.embed_tokens.weight.grad is not None
+
+
+def test_cli_with_the_model_scores_and_prints_one_row_per_module_group(tmp_path, capsys):
+    loaded = load_model_file(str(EXAMPLES / "llama.py"))
+    plan = build_baseline("megatron_fsdp", loaded.model, loaded.example_inputs, (2, 4), ("dp", "tp"), "cpu-gloo").plan
+    plan_path = plan.save(tmp_path / "llama-2x4.json")
+    out_path = tmp_path / "exported.py"
+    assert main(["export", str(plan_path), "--format", "torch", "--model", str(EXAMPLES / "llama.py"), "--out", str(out_path)]) == 0
+    printed = capsys.readouterr().out
+    [summary] = [line for line in printed.splitlines() if line.startswith("exported layout: ")]
+    assert " ms, " in summary and "the plan: " in summary and " %" in summary and "differs in " in summary
+    assert summary in out_path.read_text()  # the file's header says the same
+    assert "model.layers.0-1.mlp.gate_proj" in printed
+    assert max(line.count("model.layers.") for line in printed.splitlines()) <= 1  # no line of names
+    assert "not expressed: model.layers.0-1.self_attn.q_proj.weight: stored S(0) on tp" in printed  # one line per group
+    assert main(["export", str(plan_path), "--format", "torch", "--out", str(out_path)]) == 0
+    assert "not scored: pass --model" in capsys.readouterr().out

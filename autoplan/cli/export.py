@@ -84,7 +84,10 @@ def run(args: argparse.Namespace) -> int:
         from autoplan.interop.export_table import print_export_table
 
         print_export_table(plan, result)
-    for note in result.not_expressed:
+    from autoplan.interop.module_groups import group_notes
+
+    names = set(plan.parameters) | set(plan.modules) | set(plan.module_types)
+    for note in group_notes(result.not_expressed, names):
         print(f"not expressed: {note}")
     if scored is not None:
         print(scored.summary())

@@ -48,3 +48,17 @@ def _ranges(indices: list[int]) -> str:
 
 def _natural(name: str):
     return [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", name)]
+
+
+def group_notes(notes, names) -> list[str]:
+    """Notes that open with one of ``names`` (``"model.layers.3.mlp.up_proj.weight: ..."``)
+    merged across repeated layers, one line per group; the others as they are."""
+    keyed: dict[str, tuple[str, ...]] = {}
+    plain = []
+    for note in notes:
+        head = note.split(": ", 1)[0].split(" (", 1)[0]
+        if head in names:
+            keyed[head] = keyed.get(head, ()) + (note[len(head):],)
+        else:
+            plain.append(note)
+    return plain + [label + "".join(text) for label, text in group_modules(keyed)]
