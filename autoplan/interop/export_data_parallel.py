@@ -95,10 +95,9 @@ def export_data_parallel(plan: Plan, dp: int, tp: int | None, tp_stored: dict[st
             continue
         if d:
             shard_dims[fqn] = d
-        on_tp = tp_stored.get(fqn, "R") if tp is not None else "R"
-        strided_under_tp = d == 0 and tp is not None and shard_dim(on_tp) == 0 and dp < tp
-        stored[fqn] = f"_S(0, {plan.mesh_shape[tp]})" if strided_under_tp else f"S({d})"
-        if strided_under_tp and not is_strided(spec[dp]):
+        strided_under_tp = tp is not None and d == 0 and shard_dim(tp_stored.get(fqn, "R")) == 0 and dp < tp
+        stored[fqn] = f"_S(0, {plan.mesh_shape[tp]})" if tp is not None and strided_under_tp else f"S({d})"
+        if tp is not None and strided_under_tp and not is_strided(spec[dp]):
             _note(differences, home, f"{_short(fqn, home)}: the plan splits dim 0 on {name} before "
                   f"{plan.axis_names[tp]}; fully_shard splits each {plan.axis_names[tp]} piece")
         use = _uses(plan, fqn)

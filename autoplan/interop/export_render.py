@@ -124,7 +124,7 @@ _HELPERS = [
     "",
     "",
     "def _submodule(model, fqn):",
-    '    """The module at ``fqn``; a checkpoint_wrapper in the way hands attribute lookups to its module."""',
+    '    """The module at ``fqn``, by attribute lookups (which a wrapper in the way hands on to its module)."""',
     "    for name in filter(None, fqn.split(\".\")):",
     "        model = getattr(model, name)",
     "    return model",

@@ -4,11 +4,15 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Mapping
+from typing import TypeVar
+
+V = TypeVar("V")
 
 _INDEX = re.compile(r"(?<![^.])\d+(?![^.])")  # a whole dotted component that is an integer
 
 
-def group_modules(rows: dict[str, object]) -> list[tuple[str, object]]:
+def group_modules(rows: Mapping[str, V]) -> list[tuple[str, V]]:
     """(label, value) rows, in name order: names that differ only in one integer component
     and carry equal values share a row, the indices written as ranges (``0-15``, ``0-3,5``)."""
     groups: dict[tuple[str, str], list[tuple[int, str]]] = {}
@@ -26,7 +30,7 @@ def group_modules(rows: dict[str, object]) -> list[tuple[str, object]]:
         if key not in groups:
             order.append(key)
         groups.setdefault(key, []).append((int(last.group()), name))
-    out = []
+    out: list[tuple[str, V]] = []
     for key in order:
         members = groups[key]
         value = rows[members[0][1]]
@@ -38,19 +42,21 @@ def group_modules(rows: dict[str, object]) -> list[tuple[str, object]]:
 
 
 def _ranges(indices: list[int]) -> str:
-    parts, start = [], indices[0]
-    for prev, cur in zip(indices, indices[1:] + [None]):
-        if cur != prev + 1 if cur is not None else True:
-            parts.append(str(start) if start == prev else f"{start}-{prev}")
-            start = cur
-    return ",".join(parts)
+    """[0, 1, 2, 5] -> "0-2,5"."""
+    runs: list[list[int]] = []
+    for i in indices:
+        if runs and i == runs[-1][-1] + 1:
+            runs[-1].append(i)
+        else:
+            runs.append([i])
+    return ",".join(str(r[0]) if len(r) == 1 else f"{r[0]}-{r[-1]}" for r in runs)
 
 
 def _natural(name: str):
     return [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", name)]
 
 
-def group_notes(notes, names) -> list[str]:
+def group_notes(notes: Iterable[str], names: set[str]) -> list[str]:
     """Notes that open with one of ``names`` (``"model.layers.3.mlp.up_proj.weight: ..."``)
     merged across repeated layers, one line per group; the others as they are."""
     keyed: dict[str, tuple[str, ...]] = {}
