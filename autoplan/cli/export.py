@@ -1,4 +1,5 @@
-"""``autoplan export``: a plan as PyTorch ParallelStyles + fully_shard, or as a veScale plan."""
+"""``autoplan export``: a plan as PyTorch ParallelStyles + replicate / fully_shard (scored beside
+the plan when the model is given), or as a veScale plan."""
 
 from __future__ import annotations
 
@@ -17,9 +18,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         "export",
         help="export a plan to PyTorch ParallelStyles or a veScale plan",
         description="Write PLAN.json as a Python module with a parallelize_module plan on the tp axis "
-        "and fully_shard on the dp axis (--format torch), or as veScale's "
-        '{"parameter": ..., "forward": ...} plan (--format vescale). Parts of the plan the format '
-        "cannot express are listed.",
+        "and replicate / fully_shard on the dp axis (--format torch), or as veScale's "
+        '{"parameter": ..., "forward": ...} plan (--format vescale). Where the format cannot say the '
+        "plan's layout it writes the nearest one it can, and lists per module what differs; with "
+        "--model, the torch export's layout is scored beside the plan's (step time, peak memory).",
     )
     parser.add_argument("plan", metavar="PLAN.json", help="plan file (from `autoplan suggest`)")
     parser.add_argument("--format", required=True, choices=FORMATS, help="torch or vescale")

@@ -1,4 +1,4 @@
-"""Export a plan to PyTorch's own API: ParallelStyles on the tp axis, ``fully_shard`` on dp.
+"""Export a plan to PyTorch's own API: ParallelStyles on the tp axis, ``replicate`` / ``fully_shard`` on dp.
 
 ``parallelize_module`` expresses tensor parallelism per module, Megatron-style: a
 ``ColwiseParallel`` module's output stays split on its last dim (a plain local tensor)
@@ -15,7 +15,7 @@ communication), and lists each such part, in the generated file and for the CLI:
 | a Colwise output S(k) that a Rowwise sibling takes    | output_layouts / input_layouts Shard(-1)|
 |   as input S(k) (the Megatron pair: MLP, attention)   |   (local shards in between)             |
 | any other activation layout (batch split on tp, ...)  | Replicate (listed)                      |
-| a parameter stored sharded but used whole (FSDP-like) | replicated (listed)                     |
+| a parameter stored sharded but used whole (FSDP-like) | replicated (listed); tied: its storage  |
 | any other sharded parameter                           | replicated (listed)                     |
 
 On the data axis (``export_data_parallel.py``) parameters the plan replicates are wrapped
@@ -29,7 +29,7 @@ What the export writes is a layout too: ``export_layout.py`` turns it back into 
 and scores it beside the plan, per module what differs.
 
 The modules the plan recomputes (``Plan.recompute``) are checkpointed as torchtitan does it:
-after tensor parallelism and before ``fully_shard``, each is replaced in its parent by
+after tensor parallelism and before ``replicate`` / ``fully_shard``, each is replaced in its parent by
 ``checkpoint_wrapper(module)`` (non-reentrant; "selective" with a ``context_fn`` that keeps
 matmul and attention outputs, the policy ``apply/recompute.py`` runs). The wrapper adds
 ``_checkpoint_wrapped_module.`` to the FQNs ``named_parameters()`` gives; its state_dict hooks
