@@ -161,8 +161,7 @@ def _boundaries_moved(plan: Plan, layout: Plan) -> dict[str, tuple[str, ...]]:
         theirs = layout.modules[fqn]
         for side, a, b in (("input", ours.inputs, theirs.inputs), ("output", ours.outputs, theirs.outputs)):
             for key in sorted(a):
-                diff = [f"{x} -> {y}" for x, y in zip(a[key], b[key]) if x != y]
-                if diff and any(x != y for i, (x, y) in enumerate(zip(a[key], b[key]))):
+                if a[key] != b[key]:
                     moved.setdefault(fqn, []).append(f"{side} {key or '<output>'} {format_pair(a[key], b[key])}")
     return {m: tuple(v) for m, v in moved.items()}
 
