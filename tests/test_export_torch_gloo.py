@@ -98,3 +98,70 @@ def test_exported_parallelize_module_plan_matches_the_engine(tmp_path, capsys):
     assert len(errors) == 2 + len(plan.parameters)
     worst = max(errors.items(), key=lambda kv: kv[1])
     assert worst[1] <= TOLERANCE, worst
+
+
+DP_WORLD = 4  # a 2x2 (dp, tp) mesh
+
+
+def data_parallel_worker(rank: int, port: int, plan_json: str, exported: str, result_path: str):
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+
+    torch.set_num_threads(1)
+    with process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=DP_WORLD):
+        plan = autoplan.Plan.from_dict(json.loads(plan_json))
+        generated = import_model_file(Path(exported))
+        llama = import_model_file(EXAMPLES / "llama.py")
+        mesh = init_device_mesh("cpu", plan.mesh_shape, mesh_dim_names=plan.axis_names)
+        batch = seeded_batch(llama, 1)
+
+        engine = autoplan.apply_plan(build_seeded(llama, "build_model", 0), plan, mesh)
+        out = engine(**autoplan.shard_batch(batch, plan, mesh))
+        engine_loss = autoplan.training_loss(out)
+        engine_loss.backward()
+
+        exported_model = generated.parallelize(build_seeded(llama, "build_model", 0), mesh)
+        dp_rank, dp_size = mesh["dp"].get_local_rank(), mesh["dp"].size()
+        rows = next(iter(batch.values())).shape[0] // dp_size
+        mine = {k: v[dp_rank * rows:(dp_rank + 1) * rows] for k, v in batch.items()}  # replicate / fully_shard: own samples
+        loss = exported_model(**mine).loss
+        loss.backward()
+        mean_loss = loss.detach().clone()
+        dist.all_reduce(mean_loss, group=mesh["dp"].get_group())  # every sample counts alike: the mean of the means
+        mean_loss /= dp_size
+
+        errors = {"loss": abs(mean_loss.item() - engine_loss.item()) / abs(engine_loss.item())}
+        exported_params = dict(exported_model.named_parameters())
+        for fqn, param in engine.named_parameters():
+            errors[fqn] = relative(exported_params[fqn].grad, param.grad.full_tensor())
+        if rank == 0:
+            with open(result_path, "w") as f:
+                json.dump({"errors": errors}, f)
+
+
+@pytest.mark.gloo
+def test_exported_replicate_and_fully_shard_match_the_engine(tmp_path):
+    """On a 2x2 (dp, tp) mesh of 4 gloo processes: Megatron on tp, the layers replicated on dp
+    (``replicate``) and the embedding and head stored split on dp (``fully_shard`` on the
+    plan's dim): the same loss and gradients as the engine running the plan."""
+    from autoplan.evaluate.baselines import build_baseline
+
+    loaded = load_model_file(str(EXAMPLES / "llama.py"))
+    plan = build_baseline("megatron", loaded.model, loaded.example_inputs, (2, 2), ("dp", "tp"), "cpu-gloo").plan
+    # the embedding and the head stored split by hidden size on dp (FSDP-style: gathered for use)
+    split = {"model.embed_tokens.weight": "S(1)", "lm_head.weight": "S(1)"}
+    parameters = {f: (split.get(f, s[0]), s[1]) for f, s in plan.parameters.items()}
+    plan = replace(plan, parameters=parameters,
+                   parameter_uses={**plan.parameter_uses, **{f: ("R", plan.parameters[f][1]) for f in split}})
+    export = export_torch(plan)
+    assert export.data_parallel.shard_dims == {f: 1 for f in split} and export.data_parallel.replicate
+    exported = tmp_path / "llama_2x2_torch.py"
+    exported.write_text(export.source)
+
+    result = tmp_path / "errors.json"
+    start_ranks(data_parallel_worker, (free_port(), plan.to_json(), str(exported), str(result)), nprocs=DP_WORLD)
+    outcome = json.loads(result.read_text())
+    errors = outcome["errors"]
+    assert len(errors) == 1 + len(plan.parameters)
+    worst = max(errors.items(), key=lambda kv: kv[1])
+    assert worst[1] <= TOLERANCE, worst

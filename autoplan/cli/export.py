@@ -1,4 +1,5 @@
-"""``autoplan export``: a plan as PyTorch ParallelStyles + fully_shard, or as a veScale plan."""
+"""``autoplan export``: a plan as PyTorch ParallelStyles + replicate / fully_shard (scored beside
+the plan when the model is given), or as a veScale plan."""
 
 from __future__ import annotations
 
@@ -17,17 +18,20 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         "export",
         help="export a plan to PyTorch ParallelStyles or a veScale plan",
         description="Write PLAN.json as a Python module with a parallelize_module plan on the tp axis "
-        "and fully_shard on the dp axis (--format torch), or as veScale's "
-        '{"parameter": ..., "forward": ...} plan (--format vescale). Parts of the plan the format '
-        "cannot express are listed.",
+        "and replicate / fully_shard on the dp axis (--format torch), or as veScale's "
+        '{"parameter": ..., "forward": ...} plan (--format vescale). Where the format cannot say the '
+        "plan's layout it writes the nearest one it can, and lists per module what differs; with "
+        "--model, the torch export's layout is scored beside the plan's (step time, peak memory).",
     )
     parser.add_argument("plan", metavar="PLAN.json", help="plan file (from `autoplan suggest`)")
     parser.add_argument("--format", required=True, choices=FORMATS, help="torch or vescale")
     parser.add_argument("--out", help="file to write (default: next to PLAN.json, PLAN_torch.py / PLAN.vescale.json)")
     parser.add_argument(
         "--model", metavar="MODEL.py[:BUILDER]",
-        help="read module classes from the model (for plans written before plans recorded them)",
+        help="the model the plan is for: scores the exported layout beside the plan (step time, peak memory); "
+        "also reads module classes for plans written before plans recorded them",
     )
+    parser.add_argument("--profile", help="cluster profile to score with: a built-in NAME or a JSON FILE (default: the plan's)")
     return parser
 
 
@@ -40,20 +44,35 @@ def run(args: argparse.Namespace) -> int:
     from autoplan.plan.module_plan import Plan  # torch, imported when the command runs
 
     plan = Plan.load(args.plan)
+    loaded = None
     if args.model:
         from autoplan.model_file import load_model_file
 
-        model = load_model_file(args.model).model
+        loaded = load_model_file(args.model)
         owners = {fqn.rpartition(".")[0] for fqn in plan.parameters}
-        types = {fqn: type(m).__name__ for fqn, m in model.named_modules() if fqn in owners}
+        types = {fqn: type(m).__name__ for fqn, m in loaded.model.named_modules() if fqn in owners}
         plan = dataclasses.replace(plan, module_types=types)
+    scored = None
     if args.format == "torch":
+        from autoplan.interop.export_render import render_torch
         from autoplan.interop.export_torch import export_torch
 
         result = export_torch(plan, source.name)
+        if loaded is not None:
+            from autoplan.interop.export_layout import score_export
+
+            scored, _ = score_export(loaded.model, loaded.example_inputs, plan, result, args.profile, loaded.loss_fn)
+            differences = {m: tuple(v) for m, v in result.differences.items()}
+            for module, lines in scored.boundaries_moved.items():  # boundary layouts the trace shows moved (data parallel splits by sample)
+                differences[module] = differences.get(module, ()) + tuple(f"boundary {x}" for x in lines)
+            result = dataclasses.replace(result, differences=dict(sorted(differences.items())))
+            header = (scored.summary(), f"(scored with `autoplan score`'s cost model, profile {scored.plan.profile})")
+            result = dataclasses.replace(result, source=render_torch(plan, result, source.name, header))
         text = result.source
+        dp = result.data_parallel
         summary = f"{len(result.styles)} ParallelStyles on {result.tp_axis}" + (
-            f", fully_shard on {result.dp_axis} ({len(result.fsdp_modules)} groups)" if result.dp_axis else ""
+            f", replicate on {result.dp_axis} ({len(dp.replicate)} modules), "
+            f"fully_shard on {result.dp_axis} ({len(result.fsdp_modules)} groups)" if dp else ""
         )
     else:
         from autoplan.interop.export_vescale import export_vescale
@@ -63,7 +82,18 @@ def run(args: argparse.Namespace) -> int:
         summary = f"{len(result.plan['parameter'])} parameters, {len(result.plan['forward'])} forward layouts"
     write_outputs({out: text}, {"--out": out})
     print(f"exported {args.plan} as {args.format}: {summary}")
-    for note in result.not_expressed:
+    if args.format == "torch":
+        from autoplan.interop.export_table import print_export_table
+
+        print_export_table(plan, result)
+    from autoplan.interop.module_groups import group_notes
+
+    names = set(plan.parameters) | set(plan.modules) | set(plan.module_types)
+    for note in group_notes(result.not_expressed, names):
         print(f"not expressed: {note}")
+    if scored is not None:
+        print(scored.summary())
+    elif args.format == "torch":
+        print("not scored: pass --model MODEL.py[:BUILDER] to score the exported layout beside the plan")
     print(f"written to {out}")
     return 0

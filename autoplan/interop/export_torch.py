@@ -1,4 +1,4 @@
-"""Export a plan to PyTorch's own API: ParallelStyles on the tp axis, ``fully_shard`` on dp.
+"""Export a plan to PyTorch's own API: ParallelStyles on the tp axis, ``replicate`` / ``fully_shard`` on dp.
 
 ``parallelize_module`` expresses tensor parallelism per module, Megatron-style: a
 ``ColwiseParallel`` module's output stays split on its last dim (a plain local tensor)
@@ -15,18 +15,21 @@ communication), and lists each such part, in the generated file and for the CLI:
 | a Colwise output S(k) that a Rowwise sibling takes    | output_layouts / input_layouts Shard(-1)|
 |   as input S(k) (the Megatron pair: MLP, attention)   |   (local shards in between)             |
 | any other activation layout (batch split on tp, ...)  | Replicate (listed)                      |
-| a parameter stored sharded but used whole (FSDP-like) | replicated (listed)                     |
+| a parameter stored sharded but used whole (FSDP-like) | replicated (listed); tied: its storage  |
 | any other sharded parameter                           | replicated (listed)                     |
 
-On the data axis every parameter is sharded by ``fully_shard`` (FSDP2: dim 0, padded),
-one group per module the plan shards on dp and one for the root; where the plan keeps a
-parameter replicated on dp, or shards another dim, that is listed. Over a tp split of dim 0,
-``fully_shard`` splits each tp piece (DTensor's ``_StridedShard``, ``_S(0, k)`` in a plan);
-a plan that splits dim 0 on dp first (``S(0)`` on both axes, dp before tp) is listed too. Axes other than tp and
-dp are not expressed.
+On the data axis (``export_data_parallel.py``) parameters the plan replicates are wrapped
+with ``replicate`` and parameters it stores split with ``fully_shard`` on the plan's dim;
+where the plan computes with a dp split, that is listed. Axes other than tp and dp are not
+expressed. A tied parameter (``Plan.tied_parameters``) takes the style its storage calls
+for in every module that holds it, and is tied again after ``parallelize_module``
+(which gives each module its own copy).
+
+What the export writes is a layout too: ``export_layout.py`` turns it back into a plan
+and scores it beside the plan, per module what differs.
 
 The modules the plan recomputes (``Plan.recompute``) are checkpointed as torchtitan does it:
-after tensor parallelism and before ``fully_shard``, each is replaced in its parent by
+after tensor parallelism and before ``replicate`` / ``fully_shard``, each is replaced in its parent by
 ``checkpoint_wrapper(module)`` (non-reentrant; "selective" with a ``context_fn`` that keeps
 matmul and attention outputs, the policy ``apply/recompute.py`` runs). The wrapper adds
 ``_checkpoint_wrapped_module.`` to the FQNs ``named_parameters()`` gives; its state_dict hooks
@@ -35,11 +38,13 @@ take it out of state_dict keys again.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
-from autoplan.placements import Spec, is_strided, shard_dim
+from autoplan.interop.export_data_parallel import DataParallelExport, export_data_parallel
+from autoplan.interop.export_render import render_torch
+from autoplan.placements import Spec, shard_dim
 from autoplan.plan.module_plan import Plan
-from autoplan.plan.recompute import KEPT_BY_SELECTIVE
+
 
 LINEAR_TYPES = frozenset({"Linear", "NonDynamicallyQuantizableLinear"})
 EMBEDDING_TYPES = frozenset({"Embedding"})
@@ -58,6 +63,15 @@ class TorchExport:
     """One line per part of the plan the export does not reproduce."""
     tp_axis: str | None
     dp_axis: str | None
+    data_parallel: DataParallelExport | None = None
+    tp_stored: dict[str, str] = field(default_factory=dict)
+    """Parameter FQN -> its placement on tp once the styles hold it ("R" where no style)."""
+    replicated_boundaries: tuple[tuple[str, str, str], ...] = ()
+    """(module, "input" | "output", key path) the plan splits on tp and the export keeps whole."""
+    differences: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    """Module FQN ("" the root) -> what the export does there unlike the plan."""
+    details: tuple[str, ...] = ()
+    """One line per activation layout on tp the export changes (for the generated file)."""
 
 
 def export_torch(plan: Plan, source_name: str = "plan.json") -> TorchExport:
@@ -65,17 +79,59 @@ def export_torch(plan: Plan, source_name: str = "plan.json") -> TorchExport:
     tp, dp = _axes(plan)
     notes: list[str] = []
     details: list[str] = []  # one line per activation layout the export changes
+    differences: dict[str, list[str]] = {}
     styles: dict[str, str] = {}
-    if tp is not None:
-        styles = _tensor_parallel(plan, plan.axis_names.index(tp), notes, details)
-    fsdp: tuple[str, ...] = ()
+    changed: list[tuple[str, str, str]] = []
+    tp_index = plan.axis_names.index(tp) if tp is not None else None
+    if tp_index is not None:
+        styles = _tensor_parallel(plan, tp_index, notes, details, changed, differences)
+    tp_stored = _stored_on_tp(plan, styles)
+    data_parallel = None
     if dp is not None:
-        fsdp = _data_parallel(plan, plan.axis_names.index(dp), notes, plan.axis_names.index(tp) if tp is not None else None)
+        data_parallel = export_data_parallel(plan, plan.axis_names.index(dp), tp_index, tp_stored)
+        for module, lines in data_parallel.differences.items():
+            differences.setdefault(module, []).extend(lines)
+        _note_batch_on_dp(plan, plan.axis_names.index(dp), notes, differences)
     for i, axis in enumerate(plan.axis_names):
         if axis not in (tp, dp) and _any_split(plan, i):
             notes.append(f"axis {axis}: the plan splits tensors on it; only a tp and a dp axis are exported (it is left idle)")
-    source = _render(plan, source_name, tp, dp, styles, fsdp, notes, details)
-    return TorchExport(source, styles, fsdp, tuple(notes), tp, dp)
+            differences.setdefault("", []).append(f"axis {axis} left idle")
+    fsdp = data_parallel.fully_shard if data_parallel else ()
+    if data_parallel and differences:
+        dp_modules = sorted(data_parallel.differences)
+        if dp_modules:
+            notes.append(f"on {dp}: {len(dp_modules)} modules differ from the plan (replicate / fully_shard); "
+                         f"the generated file lists them")
+    frozen = {m: tuple(lines) for m, lines in sorted(differences.items())}
+    export = TorchExport("", styles, fsdp, tuple(notes), tp, dp, data_parallel, tp_stored, tuple(changed), frozen, tuple(details))
+    return replace(export, source=render_torch(plan, export, source_name))
+
+
+def _stored_on_tp(plan: Plan, styles: dict[str, str]) -> dict[str, str]:
+    """Each parameter's placement on tp once ``parallelize_module`` has run the styles."""
+    stored = {}
+    for fqn in plan.parameters:
+        owner, _, name = fqn.rpartition(".")
+        style = styles.get(owner, "")
+        kind = "colwise" if style.startswith("Colwise") else "rowwise" if style.startswith("Rowwise") else None
+        dim = None
+        if kind and plan.module_types.get(owner) in EMBEDDING_TYPES:
+            dim = {"colwise": 1, "rowwise": 0}[kind] if name == "weight" else None
+        elif kind:
+            dim = {("colwise", "weight"): 0, ("colwise", "bias"): 0, ("rowwise", "weight"): 1}.get((kind, name))
+        stored[fqn] = "R" if dim is None else f"S({dim})"
+    for alias, target in plan.tied_parameters.items():
+        stored[alias] = stored.get(target, stored.get(alias, "R"))
+    return stored
+
+
+def _note_batch_on_dp(plan: Plan, axis: int, notes: list[str], differences: dict[str, list[str]]) -> None:
+    name = plan.axis_names[axis]
+    batch = [f"{key} {b.placements[axis]}" for key, b in sorted(plan.inputs.items()) if b.placements[axis] not in ("S(0)",)]
+    if batch:
+        notes.append(f"the plan does not split these batch inputs on dim 0 over {name} ({'; '.join(batch)}); "
+                     f"replicate / fully_shard feed each {name} rank its own batch")
+        differences.setdefault("", []).append(f"batch {'; '.join(batch)} on {name}; exported split by sample (S(0))")
 
 
 def _axes(plan: Plan) -> tuple[str | None, str | None]:
@@ -108,16 +164,25 @@ def _owners(plan: Plan) -> dict[str, dict[str, str]]:
     return owners
 
 
-def _tensor_parallel(plan: Plan, axis: int, notes: list[str], details: list[str]) -> dict[str, str]:
+def _tensor_parallel(plan: Plan, axis: int, notes: list[str], details: list[str], changed: list, differences: dict) -> dict[str, str]:
     name = plan.axis_names[axis]
     kinds: dict[str, str] = {}  # module -> "colwise" | "rowwise"
+    tied = set(plan.tied_parameters) | set(plan.tied_parameters.values())
     for owner, params in sorted(_owners(plan).items()):
         used = {}
         for pname, fqn in params.items():
             stored = plan.parameters[fqn]
             use = plan.parameter_uses.get(fqn, stored)
+            if fqn in tied and stored[axis] != "R":
+                # one tensor in several modules: each style must hold it as it is stored
+                used[pname] = _split(stored, axis)
+                if stored[axis] != use[axis]:
+                    differences.setdefault(owner, []).append(
+                        f"{pname}: the plan gathers it to {use[axis]} on {name} for use; the style computes on its {stored[axis]} shards")
+                continue
             if stored[axis] != use[axis]:
                 notes.append(f"{fqn}: stored {stored[axis]} on {name} and gathered to {use[axis]} for use (FSDP-style); exported as {use[axis]}")
+                differences.setdefault(owner, []).append(f"{pname}: stored {stored[axis]} on {name} in the plan (gathered for use); exported {use[axis]}")
             used[pname] = _split(use, axis)
         if all(d is None for d in used.values()):
             continue
@@ -125,6 +190,7 @@ def _tensor_parallel(plan: Plan, axis: int, notes: list[str], details: list[str]
         if kind is None:
             layout = ", ".join(f"{p} {'R' if d is None else f'S({d})'}" for p, d in sorted(used.items()))
             notes.append(f"{owner or '<root>'} ({plan.module_types.get(owner, 'unknown type')}): {layout} on {name} has no ParallelStyle; exported replicated")
+            differences.setdefault(owner, []).append(f"{layout} on {name}: no ParallelStyle; exported replicated")
             continue
         kinds[owner] = kind
 
@@ -137,7 +203,7 @@ def _tensor_parallel(plan: Plan, axis: int, notes: list[str], details: list[str]
         else:
             into = SHARD_LAST if owner in paired else REPLICATE
             styles[owner] = f"RowwiseParallel(input_layouts={into}, output_layouts={REPLICATE})"
-    _note_activations(plan, axis, paired, kinds, notes, details)
+    _note_activations(plan, axis, paired, kinds, notes, details, changed, differences)
     return styles
 
 
@@ -183,7 +249,8 @@ def _megatron_pairs(plan: Plan, kinds: dict[str, str], axis: int) -> set[str]:
     return paired
 
 
-def _note_activations(plan: Plan, axis: int, paired: set[str], kinds: dict[str, str], notes: list[str], details: list[str]) -> None:
+def _note_activations(plan: Plan, axis: int, paired: set[str], kinds: dict[str, str], notes: list[str], details: list[str],
+                      changed_keys: list, differences: dict) -> None:
     """List module boundaries whose layout on ``axis`` the export replaces by Replicate."""
     name = plan.axis_names[axis]
     # parent module -> the dim its Colwise/Rowwise pair hands over split
@@ -200,6 +267,8 @@ def _note_activations(plan: Plan, axis: int, paired: set[str], kinds: dict[str, 
                 if fqn in paired and ((side == "output" and kinds[fqn] == "colwise") or (side == "input" and kinds[fqn] == "rowwise" and key == "[0][0]")):
                     continue
                 changed.append(f"{fqn or '<root>'} {side} {key or '<output>'} {spec[axis]}")
+                changed_keys.append((fqn, side, key))
+                differences.setdefault(fqn, []).append(f"{side} {key or '<output>'} {spec[axis]} on {name}; exported Replicate")
     if changed:
         modules = sorted({line.split(" ")[0] for line in changed})
         notes.append(
@@ -211,147 +280,4 @@ def _note_activations(plan: Plan, axis: int, paired: set[str], kinds: dict[str, 
     batch = [f"{key} {b.placements[axis]}" for key, b in sorted(plan.inputs.items()) if b.placements[axis] != "R"]
     if batch:
         notes.append(f"the plan splits the batch on {name} ({'; '.join(batch)}); the export feeds every {name} rank the whole batch")
-
-
-def _data_parallel(plan: Plan, axis: int, notes: list[str], tp: int | None) -> tuple[str, ...]:
-    name = plan.axis_names[axis]
-    groups = []
-    replicated = []
-    for owner, params in sorted(_owners(plan).items()):
-        dims = {fqn: _split(plan.parameters[fqn], axis) for fqn in params.values()}
-        if any(d is not None for d in dims.values()) and owner:
-            groups.append(owner)
-        for fqn, d in sorted(dims.items()):
-            if d is None:
-                replicated.append(fqn)
-            elif d != 0:
-                notes.append(f"{fqn}: the plan splits dim {d} on {name}; fully_shard splits dim 0")
-            elif tp is not None and axis < tp and _split(plan.parameters[fqn], tp) == 0 and not is_strided(plan.parameters[fqn][axis]):
-                # fully_shard over a tp split of dim 0 splits each tp piece (``_S(0, k)``)
-                notes.append(f"{fqn}: the plan splits dim 0 on {name} before {plan.axis_names[tp]} splits it; "
-                             f"fully_shard splits it within each {plan.axis_names[tp]} piece")
-    if replicated:
-        notes.append(f"{len(replicated)} parameters the plan replicates on {name} are sharded by fully_shard all the same: {', '.join(replicated)}")
-    batch = [f"{key} {b.placements[axis]}" for key, b in sorted(plan.inputs.items()) if b.placements[axis] not in ("S(0)",)]
-    if batch:
-        notes.append(f"the plan does not split these batch inputs on dim 0 over {name} ({'; '.join(batch)}); FSDP feeds each {name} rank its own batch")
-    return tuple(groups) + ("",)
-
-
-def _recompute_source(recompute: dict[str, str]) -> list[str]:
-    saved = ", ".join(f"torch.ops.aten.{op.__name__.split('.')[0]}.default" for op in sorted(KEPT_BY_SELECTIVE, key=str))
-    return [
-        "RECOMPUTE = {",
-        *(f"    {fqn!r}: {mode!r}," for fqn, mode in sorted(recompute.items())),
-        "}",
-        '"""Modules checkpointed (activation checkpointing): "full" keeps nothing, "selective" keeps matmul and attention',
-        'outputs. Each runs again in the backward: it must not change state its rerun reads."""',
-        "",
-        f"SAVED_BY_SELECTIVE = {{{saved}}}",
-        "",
-        "",
-        "def _keep_matmuls_and_attention(ctx, func, *args, **kwargs):",
-        "    return CheckpointPolicy.MUST_SAVE if func in SAVED_BY_SELECTIVE else CheckpointPolicy.PREFER_RECOMPUTE",
-        "",
-        "",
-        "def _selective_contexts():",
-        "    return create_selective_checkpoint_contexts(_keep_matmuls_and_attention)",
-        "",
-        "",
-        "def apply_recompute(model):",
-        '    """Wrap each module RECOMPUTE names in checkpoint_wrapper (non-reentrant), in place in its parent."""',
-        "    for fqn, mode in RECOMPUTE.items():",
-        '        parent, _, name = fqn.rpartition(".")',
-        "        parent = _submodule(model, parent)",
-        '        options = {"context_fn": _selective_contexts} if mode == "selective" else {}',
-        "        parent.register_module(name, checkpoint_wrapper(getattr(parent, name), **options))",
-        "    config = getattr(model, 'config', None)",
-        "    if RECOMPUTE and getattr(config, 'use_cache', False):",
-        "        # a rerun would write HF's key/value cache again; HF's own gradient checkpointing turns it off too",
-        "        config.use_cache = False",
-        "",
-        "",
-    ]
-
-
-def _render(plan: Plan, source_name: str, tp, dp, styles, fsdp, notes: list[str], details: list[str]) -> str:
-    mesh = "x".join(map(str, plan.mesh_shape))
-    lines = [
-        f'"""Generated by `autoplan export --format torch` from {source_name} (mesh {mesh}, axes {", ".join(plan.axis_names)}).',
-        "",
-        "    model = parallelize(model, device_mesh)   # device_mesh: init_device_mesh(..., mesh_dim_names=AXIS_NAMES)",
-        "",
-        f"Tensor parallel on {tp!r} with parallelize_module; data parallel on {dp!r} with fully_shard."
-        if dp else f"Tensor parallel on {tp!r} with parallelize_module.",
-        '"""',
-        "",
-    ]
-    if notes:
-        lines.append("# Not expressed as in the plan (numerics unchanged; memory and communication differ):")
-        for note in notes:
-            lines.append("#   - " + note)
-        if details:
-            lines.append(f"# Activation layouts on {tp} the export changes (module, input/output, key path, plan layout):")
-            lines += [f"#   {line}" for line in details]
-        lines.append("")
-    lines += [
-        "from torch.distributed.tensor import Replicate, Shard",
-        "from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module",
-    ]
-    if dp:
-        lines.append("from torch.distributed.fsdp import fully_shard")
-    if plan.recompute:
-        lines += [
-            "import torch",
-            "from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper",
-            "from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts",
-        ]
-    lines += [
-        "",
-        f"AXIS_NAMES = {tuple(plan.axis_names)!r}",
-        f"MESH_SHAPE = {tuple(plan.mesh_shape)!r}",
-        f"TP_AXIS = {tp!r}",
-        f"DP_AXIS = {dp!r}",
-        "",
-        "TP_PLAN = {",
-        *(f"    {fqn!r}: {style}," for fqn, style in sorted(styles.items())),
-        "}",
-        "",
-        f"FSDP_MODULES = {tuple(fsdp)!r}",
-        '"""Modules wrapped with fully_shard on DP_AXIS, inner first; "" is the root."""',
-        "",
-        f"NOT_EXPRESSED = {tuple(notes)!r}",
-        "",
-        "",
-        *(_recompute_source(plan.recompute) if plan.recompute else []),
-        "def parallelize(model, device_mesh):",
-        '    """Apply the plan to ``model`` in place on ``device_mesh``; returns ``model``."""',
-        "    if TP_AXIS is not None and TP_PLAN:",
-        "        tp_mesh = device_mesh[TP_AXIS] if device_mesh.ndim > 1 else device_mesh",
-        "        parallelize_module(model, tp_mesh, TP_PLAN)",
-    ]
-    if plan.recompute:
-        lines.append("    apply_recompute(model)")
-    if dp:
-        lines += [
-            "    if DP_AXIS is not None:",
-            "        dp_mesh = device_mesh[DP_AXIS] if device_mesh.ndim > 1 else device_mesh",
-            "        for fqn in FSDP_MODULES:",
-            "            fully_shard(_submodule(model, fqn), mesh=dp_mesh)"
-            if plan.recompute else "            fully_shard(model.get_submodule(fqn) if fqn else model, mesh=dp_mesh)",
-        ]
-    lines.append("    return model")
-    if plan.recompute:
-        lines += _RECOMPUTE_HELPERS
-    return "\n".join(lines) + "\n"
-
-
-_RECOMPUTE_HELPERS = [
-    "",
-    "",
-    "def _submodule(model, fqn):",
-    '    """The module at ``fqn``; a checkpoint_wrapper in the way hands attribute lookups to its module."""',
-    "    for name in filter(None, fqn.split(\".\")):",
-    "        model = getattr(model, name)",
-    "    return model",
-]
+        differences.setdefault("", []).append(f"batch {'; '.join(batch)} on {name}; exported whole")
