@@ -117,7 +117,8 @@ def explain_plan(
     choice = plan_choice(problem, plan, time_limit_s)
     charges = costliest_charges(problem, choice)
     say("solving without the memory budget")
-    free, _, _ = solve_problem(dataclasses.replace(problem, budget_bytes=float("inf")), None, time_limit_s)
+    unbounded = dataclasses.replace(problem, budget_bytes=float("inf"))
+    free, _, _ = solve_problem(unbounded, Pins(unbounded), time_limit_s)
     return Explanation(own, tuple(results), charges, _binds(own, free.predicted, problem.budget_bytes),
                        problem.budget_bytes, free.predicted.step_time_s, block_compute(problem, choice, plan))
 

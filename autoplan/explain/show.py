@@ -35,8 +35,8 @@ from autoplan.cost.memory import STATE_COPIES_END as STATE_COPIES  # plans made 
 from autoplan.explain.mesh_gain import gain_lines
 from autoplan.explain.patterns import ModuleRow, fold, module_rows, parameter_numel
 from autoplan.placements import format_spec, is_shard, shard_factor
+from autoplan.units import GIB, ms, nbytes  # noqa: F401 (ms, nbytes: re-exported for the other explain modules)
 
-GIB = 2**30
 _DTYPES = {2: "bfloat16", 4: "float32", 8: "float64"}
 """Element size -> the dtype assumed, for plan files that record no dtypes."""
 _ELEMENT_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "float64": 8}
@@ -386,19 +386,6 @@ def _batch_word(placement: str) -> str:
 
     dim = shard_dim(placement)
     return {None: "replicated", 0: "batch split", 1: "sequence split"}.get(dim, f"dim {dim} split")
-
-
-def ms(seconds: float | None) -> str:
-    return "-" if seconds is None else f"{seconds * 1e3:.3f}"
-
-
-def nbytes(count: float | None) -> str:
-    if count is None:
-        return "-"
-    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if abs(count) >= size:
-            return f"{count / size:.2f} {unit}"
-    return f"{int(count)} B"
 
 
 def time_section(s: Summary):

@@ -252,7 +252,7 @@ def layer_stack(choices, regions, simplified: Simplified, reduced: CostedGraph, 
 
 def solve_problem(
     problem: Problem,
-    pins=None,
+    pins,
     time_limit_s: float | None = None,
     warnings=(),
     *,
@@ -261,8 +261,8 @@ def solve_problem(
     progress=None,
     recompute: bool | str = False,
 ) -> tuple[Plan, Solution, bool]:
-    """The cheapest plan under ``pins`` (a ``pinning.Pins``): (plan of the whole model,
-    solution, fits the memory budget).
+    """The cheapest plan under ``pins`` (a ``pinning.Pins``; ``Pins(problem)`` pins only
+    what every plan pins): (plan of the whole model, solution, fits the memory budget).
 
     With ``over_budget``, a layout that cannot fit the budget is still solved, without the
     budget, and comes back with ``fits`` False: a score must exist for plans that do not
@@ -271,10 +271,6 @@ def solve_problem(
     a mode's name holds it to that mode (scoring a plan that checkpoints).
     """
     seconds = {} if seconds is None else seconds
-    if pins is None:
-        from autoplan.pipeline.pinning import Pins  # pinning builds on this module
-
-        pins = Pins(problem)  # no pins but the ones every plan has (in-place selves)
     allowed = pins.allowed
     unit = unit_for(problem.layers.unit if problem.layers is not None else None, recompute)
     fits = True
