@@ -44,6 +44,7 @@ def run(args: argparse.Namespace) -> int:
     with progress_on_stderr() as progress:
         explanation = explain_plan(
             loaded.model, loaded.example_inputs, plan, None, profile, args.memory_gb, args.time_limit, loaded.loss_fn, progress,
+            command="report",
         )
         if progress:
             progress("drawing the figures")

@@ -104,11 +104,14 @@ def score(
     return score_problem(problem, plan, time_limit_s, accepted)
 
 
-def check_plan_for_model(model: nn.Module, example_inputs, plan: Plan, loss_fn=None) -> tuple[ModelTrace, set[str]]:
+def check_plan_for_model(
+    model: nn.Module, example_inputs, plan: Plan, loss_fn=None, command: str = "score"
+) -> tuple[ModelTrace, set[str]]:
     """Trace ``model`` (with ``loss_fn``'s loss) and check that ``plan`` was made for it
     (parameters, batch shapes, modules, model fingerprint, a tied plan's included); returns
     the trace to score the plan on (see the module docstring) and the fingerprints
-    accepted. A mismatch is a PlanError naming it."""
+    accepted. A mismatch is a PlanError naming it, whose fix names ``command`` (what the
+    user is running: "score", "verify", "explain", "report")."""
     whole = ModelTrace(trace_model(model, example_inputs, loss_fn), None)
     planned = whole
     if plan.fingerprint != whole.fingerprint and find_repeated_blocks(model) is not None:
@@ -116,7 +119,7 @@ def check_plan_for_model(model: nn.Module, example_inputs, plan: Plan, loss_fn=N
         if tied.blocks is not None and plan.fingerprint == tied.fingerprint:
             planned = tied
     accepted = {whole.fingerprint, planned.fingerprint}
-    _check_model(whole, plan, accepted)
+    _check_model(whole, plan, accepted, command)
     if not laid_out_alike(planned.blocks, plan.parameters, plan.modules):
         planned = whole  # a layer laid out unlike the others: tying cannot express it
     return planned, accepted
@@ -195,14 +198,14 @@ def _check_mesh(plan: Plan, mesh) -> None:
         )
 
 
-def _check_model(trace: ModelTrace, plan: Plan, accepted: set[str]) -> None:
+def _check_model(trace: ModelTrace, plan: Plan, accepted: set[str], command: str = "score") -> None:
     traced = trace.traced
     names = trace.parameter_names()
     unknown = sorted(set(plan.parameters) - names)
     missing = sorted(names - set(plan.parameters))
     if unknown or missing:
         what = f"plan parameters not in the model: {unknown[:3]}" if unknown else f"model parameters missing from the plan: {missing[:3]}"
-        raise PlanError(f"the plan does not match the model ({what})", hint="score the model the plan was made for, or re-plan it with `autoplan suggest`")
+        raise PlanError(f"the plan does not match the model ({what})", hint=f"{command} the model the plan was made for, or re-plan it with `autoplan suggest`")
     keys = set(traced.inputs.values())
     if set(plan.inputs) != keys:
         raise PlanError(
@@ -214,13 +217,13 @@ def _check_model(trace: ModelTrace, plan: Plan, accepted: set[str]) -> None:
         if tuple(plan.inputs[key].shape) != shape:
             raise PlanError(
                 f"batch input {key} has shape {list(shape)}, the plan was made for {list(plan.inputs[key].shape)}",
-                hint="score with the batch shape the plan was made for, or re-plan with `autoplan suggest`",
+                hint=f"{command} with the batch shape the plan was made for, or re-plan with `autoplan suggest`",
             )
     if plan.fingerprint not in accepted:
         raise PlanError(
             f"the plan's model fingerprint {plan.fingerprint} is not this model's ({trace.fingerprint}): "
             "it was made for another model, another version of it, or another autoplan",
-            hint="score the model file and builder the plan was made for, or re-plan it with `autoplan suggest`",
+            hint=f"{command} the model file and builder the plan was made for, or re-plan it with `autoplan suggest`",
         )
     stray = sorted(set(plan.modules) - trace.module_names())
     if stray:

@@ -94,14 +94,16 @@ def explain_plan(
     time_limit_s: float | None = None,
     loss_fn=None,
     progress: Callable[[str], None] | None = None,
+    command: str = "explain",
 ) -> Explanation:
     """Explain ``plan`` for ``model`` (see the module docstring); ``module`` limits the
-    alternatives to that module's block. ``progress(text)`` hears what is being solved."""
+    alternatives to that module's block. ``progress(text)`` hears what is being solved.
+    ``command``: what the user runs ("explain", "report"), named in a mismatch's fix."""
     say = progress or (lambda text: None)
     units = units_of(plan, module)  # a module the plan lacks fails here, before any solve
     cluster = _profile(plan, profile)
     say("tracing the model")
-    trace, accepted = check_plan_for_model(model, example_inputs, plan, loss_fn)
+    trace, accepted = check_plan_for_model(model, example_inputs, plan, loss_fn, command)
     say("building and costing the choices")
     problem = prepare_problem(
         model, example_inputs, plan.mesh_shape, plan.axis_names, cluster, memory_gb, trace=trace, loss_fn=loss_fn
