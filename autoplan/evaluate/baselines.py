@@ -56,6 +56,7 @@ from autoplan.pipeline.pinning import Pins
 from autoplan.pipeline.problem import Problem, prepare_problem, solve_problem
 from autoplan.placements import Spec, replicated, shard, strided
 from autoplan.plan.module_plan import Plan
+from autoplan.tree_paths import readable_path
 
 BASELINES = ("data_parallel", "fsdp", "megatron", "megatron_fsdp", "torchtitan")
 _TENSOR_PARALLEL = ("megatron", "megatron_fsdp", "torchtitan")
@@ -179,7 +180,7 @@ def baseline_layout(name: str, problem: Problem) -> tuple[dict[str, Spec], tuple
             size = shapes[node][0] if shapes[node] else 0
             if not size or size % mesh[dp]:
                 raise NotApplicableError(
-                    f"{name}: batch input {key} of shape {list(shapes[node])} does not split evenly over the "
+                    f"{name}: batch input {readable_path(key)} of shape {list(shapes[node])} does not split evenly over the "
                     f"{names[dp]} axis of size {mesh[dp]}",
                     hint=f"use a batch size divisible by {mesh[dp]}",
                 )

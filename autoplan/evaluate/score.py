@@ -33,6 +33,7 @@ from autoplan.errors import PlanError, ProfileError
 from autoplan.pipeline.pinning import Pins
 from autoplan.pipeline.problem import GIB, ModelTrace, Problem, prepare_problem, solve_problem, trace_for_planning
 from autoplan.plan.module_plan import Plan
+from autoplan.tree_paths import readable_path
 from autoplan.trace.repeats import find_repeated_blocks, laid_out_alike
 from autoplan.trace.tracer import trace_model
 
@@ -170,7 +171,7 @@ def pins_for_plan(problem: Problem, plan: Plan) -> tuple[Pins, int, int]:
         pins.place(fqn, spec, f"parameter {fqn}")
         values += 1
     for key, batch in sorted(plan.inputs.items()):
-        pins.place(key, batch.placements, f"batch input {key}")
+        pins.place(key, batch.placements, f"batch input {readable_path(key)}")
         values += 1
     boundaries, _ = pins.module_boundaries(plan.modules)
     return pins, values, boundaries
@@ -209,14 +210,14 @@ def _check_model(trace: ModelTrace, plan: Plan, accepted: set[str], command: str
     keys = set(traced.inputs.values())
     if set(plan.inputs) != keys:
         raise PlanError(
-            f"the plan's batch inputs {sorted(plan.inputs)} are not the model's {sorted(keys)}",
+            f"the plan's batch inputs {_readable(plan.inputs)} are not the model's {_readable(keys)}",
             hint="pass the example inputs the plan was made with",
         )
     for node, key in traced.inputs.items():
         shape = _shape(traced, node)
         if tuple(plan.inputs[key].shape) != shape:
             raise PlanError(
-                f"batch input {key} has shape {list(shape)}, the plan was made for {list(plan.inputs[key].shape)}",
+                f"batch input {readable_path(key)} has shape {list(shape)}, the plan was made for {list(plan.inputs[key].shape)}",
                 hint=f"{command} with the batch shape the plan was made for, or re-plan with `autoplan suggest`",
             )
     if plan.fingerprint not in accepted:
@@ -228,6 +229,10 @@ def _check_model(trace: ModelTrace, plan: Plan, accepted: set[str], command: str
     stray = sorted(set(plan.modules) - trace.module_names())
     if stray:
         raise PlanError(f"plan modules not in the model: {stray[:3]}", hint="re-plan this model with `autoplan suggest`")
+
+
+def _readable(keys) -> str:
+    return "[" + ", ".join(readable_path(key) for key in sorted(keys)) + "]"
 
 
 def _shape(traced, node: str) -> tuple[int, ...]:

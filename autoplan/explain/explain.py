@@ -25,6 +25,7 @@ from autoplan.evaluate.score import Score, _profile, check_plan_for_model, pins_
 from autoplan.explain.alternatives import PLAN_OWN, alternatives_for, units_of
 from autoplan.pipeline.pinning import Pins
 from autoplan.pipeline.problem import Problem, prepare_problem, solve_problem
+from autoplan.tree_paths import readable_path
 
 TOP = 10
 
@@ -263,7 +264,7 @@ def _tensor(traced, graph, node: str, roots: dict, index: int = 0) -> str:
     if root in traced.parameters:
         return traced.parameters[root][0] + via
     if root in traced.inputs:
-        return f"batch {traced.inputs[root]}{via}"
+        return f"batch {readable_path(traced.inputs[root])}{via}"
     from autoplan.cost.estimate import output_values
 
     values = output_values(graph.decision(node))  # a split makes several: the one read

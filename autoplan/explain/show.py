@@ -35,6 +35,7 @@ from autoplan.cost.memory import STATE_COPIES_END as STATE_COPIES  # plans made 
 from autoplan.explain.mesh_gain import gain_lines
 from autoplan.explain.patterns import ModuleRow, fold, module_rows, parameter_numel
 from autoplan.placements import format_spec, is_shard, shard_factor
+from autoplan.tree_paths import readable_path
 from autoplan.units import GIB, ms, nbytes  # noqa: F401 (ms, nbytes: re-exported for the other explain modules)
 
 _DTYPES = {2: "bfloat16", 4: "float32", 8: "float64"}
@@ -331,7 +332,7 @@ def show_sections(summary: Summary, source: str = "") -> list:
     sections.append(Section(
         "batch",
         ("input", "shape", "placements", *names),
-        tuple((k, shape, spec, *(_batch_word(p) for p in spec.strip("[]").split(", "))) for k, shape, spec in s.batch),
+        tuple((readable_path(k), shape, spec, *(_batch_word(p) for p in spec.strip("[]").split(", "))) for k, shape, spec in s.batch),
     ))
     if s.recompute:
         sections.append(Section(

@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from autoplan.placements import Spec, is_strided, shard_dim
 from autoplan.plan.module_plan import Plan
 from autoplan.plan.recompute import KEPT_BY_SELECTIVE
+from autoplan.tree_paths import readable_path
 
 LINEAR_TYPES = frozenset({"Linear", "NonDynamicallyQuantizableLinear"})
 EMBEDDING_TYPES = frozenset({"Embedding"})
@@ -208,7 +209,7 @@ def _note_activations(plan: Plan, axis: int, paired: set[str], kinds: dict[str, 
             f"the generated file lists them"
         )
         details.extend(f"{line} -> Replicate()" for line in changed)
-    batch = [f"{key} {b.placements[axis]}" for key, b in sorted(plan.inputs.items()) if b.placements[axis] != "R"]
+    batch = [f"{readable_path(key)} {b.placements[axis]}" for key, b in sorted(plan.inputs.items()) if b.placements[axis] != "R"]
     if batch:
         notes.append(f"the plan splits the batch on {name} ({'; '.join(batch)}); the export feeds every {name} rank the whole batch")
 
@@ -232,7 +233,7 @@ def _data_parallel(plan: Plan, axis: int, notes: list[str], tp: int | None) -> t
                              f"fully_shard splits it within each {plan.axis_names[tp]} piece")
     if replicated:
         notes.append(f"{len(replicated)} parameters the plan replicates on {name} are sharded by fully_shard all the same: {', '.join(replicated)}")
-    batch = [f"{key} {b.placements[axis]}" for key, b in sorted(plan.inputs.items()) if b.placements[axis] not in ("S(0)",)]
+    batch = [f"{readable_path(key)} {b.placements[axis]}" for key, b in sorted(plan.inputs.items()) if b.placements[axis] not in ("S(0)",)]
     if batch:
         notes.append(f"the plan does not split these batch inputs on dim 0 over {name} ({'; '.join(batch)}); FSDP feeds each {name} rank its own batch")
     return tuple(groups) + ("",)

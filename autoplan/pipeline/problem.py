@@ -38,6 +38,7 @@ from autoplan.solve.simplify import Simplified, layer_regions, merge_followers
 from autoplan.solve.tie import block_regions, match_blocks, scale_costs, simplify_alike, tie_costs, weights
 from autoplan.trace.repeats import KEPT_LAYERS, RepeatedBlocks, find_repeated_blocks, tied_fingerprint, truncated
 from autoplan.trace.tracer import TracedGraph, trace_model
+from autoplan.tree_paths import readable_path
 
 GIB = 2**30
 
@@ -142,7 +143,8 @@ class Problem:
         return self.costed.profile
 
     def node_of(self, name: str) -> str | None:
-        """Placeholder node of a parameter FQN (any tied alias) or a batch key path. A
+        """Placeholder node of a parameter FQN (any tied alias) or a batch key path (as the
+        plan keys it, or as ``tree_paths.readable_path`` prints it). A
         parameter of a layer that was not traced is the last traced layer's: they are tied."""
         blocks = self.blocks
         layer = blocks.layer_of(name) if blocks else None
@@ -152,7 +154,7 @@ class Problem:
             if name in fqns:
                 return node
         for node, key in self.traced.inputs.items():
-            if key == name:
+            if name in (key, readable_path(key)):  # "[1]['input_ids']" or "input_ids"
                 return node
         return None
 

@@ -16,6 +16,7 @@ from autoplan.pipeline.problem import GIB, ModelTrace, prepare_problem, solve_pr
 from autoplan.placements import Spec, format_spec
 from autoplan.plan.module_plan import Plan
 from autoplan.trace.repeats import KEPT_LAYERS, find_repeated_blocks, laid_out_alike
+from autoplan.tree_paths import readable_path
 
 
 @dataclass(frozen=True)
@@ -86,7 +87,7 @@ class SuggestReport:
             lines.append(f"  {fqn:<{width}}  {format_spec(spec)}")
         lines.append("batch:")
         for key, batch in plan.inputs.items():
-            lines.append(f"  {key}  shape {list(batch.shape)}  {format_spec(batch.placements)}")
+            lines.append(f"  {readable_path(key)}  shape {list(batch.shape)}  {format_spec(batch.placements)}")
         lines.append(
             f"predicted step time {p.step_time_s * 1e3:.3f} ms "
             f"(compute {p.compute_s * 1e3:.3f} ms, communication {p.comm_s * 1e3:.3f} ms)"
