@@ -30,8 +30,10 @@ from torch import nn
 
 from autoplan.cost.profile import ClusterProfile, load_profile
 from autoplan.errors import PlanError, ProfileError
+from autoplan.explain.show import peak_memory_lines
+from autoplan.pipeline.budget import MemoryBudget, budget_words, plans_budget
 from autoplan.pipeline.pinning import Pins
-from autoplan.pipeline.problem import GIB, ModelTrace, Problem, prepare_problem, solve_problem, trace_for_planning
+from autoplan.pipeline.problem import ModelTrace, Problem, prepare_problem, solve_problem, trace_for_planning
 from autoplan.plan.module_plan import Plan
 from autoplan.tree_paths import readable_path
 from autoplan.trace.repeats import find_repeated_blocks, laid_out_alike
@@ -53,6 +55,7 @@ class Score:
     fits: bool
     """Whether the peak fits the per-device memory budget."""
     budget_bytes: float
+    """The budget judged against: the one given, else the plan's own, else the profile's device memory."""
     profile: str
     pinned_values: int
     """Parameters and batch inputs pinned."""
@@ -62,6 +65,8 @@ class Score:
     """Module boundary layouts that could not be pinned (see the module docstring)."""
     plan: Plan
     """The scored plan as re-solved: same layout, its prediction under ``profile``."""
+    budget: MemoryBudget | None = None
+    """``budget_bytes`` as given (its unit) and where it comes from."""
 
     def summary(self) -> str:
         mesh = "x".join(map(str, self.plan.mesh_shape))
@@ -69,10 +74,8 @@ class Score:
             f"mesh {mesh} ({', '.join(self.plan.axis_names)}), profile {self.profile}",
             f"predicted step time {self.step_time_s * 1e3:.3f} ms "
             f"(compute {self.compute_s * 1e3:.3f} ms, communication {self.comm_s * 1e3:.3f} ms)",
-            f"peak memory per device {self.peak_memory_bytes / GIB:.3f} GiB "
-            f"(model state {self.model_state_bytes / GIB:.3f} GiB, activations {self.activation_bytes / GIB:.3f} GiB); "
-            + ("fits" if self.fits else "does NOT fit")
-            + f" the {self.budget_bytes / GIB:.3g} GiB budget",
+            *peak_memory_lines(self.plan),
+            ("fits" if self.fits else "does NOT fit") + f" the per-device budget of {budget_words(self.budget_bytes, self.budget)}",
             f"pinned {self.pinned_values} parameters and batch inputs, {self.pinned_boundaries} module boundary layouts"
             + (f" ({len(self.skipped_boundaries)} could not be pinned)" if self.skipped_boundaries else ""),
         ]
@@ -89,18 +92,23 @@ def score(
     time_limit_s: float | None = None,
     mesh: tuple[int, ...] | None = None,
     loss_fn=None,
+    *,
+    memory_gib: float | None = None,
 ) -> Score:
     """Score ``plan`` for ``model`` on ``example_inputs`` (meta tensors are fine).
 
     ``profile`` (a name, a path or a ClusterProfile) defaults to the profile the plan was
     made with. ``mesh``, when given, must be the plan's mesh shape. ``loss_fn`` is the
-    training loss the plan was made for (as ``suggest``'s).
+    training loss the plan was made for (as ``suggest``'s). The budget the peak is judged
+    against: ``memory_gb`` (10**9 bytes) or ``memory_gib`` (2**30 bytes), else the one the
+    plan was made under (its file records it), else the profile's device memory.
     """
     _check_mesh(plan, mesh)
     cluster = _profile(plan, profile)
     trace, accepted = check_plan_for_model(model, example_inputs, plan, loss_fn)  # fails fast, before the costly stages
     problem = prepare_problem(
-        model, example_inputs, plan.mesh_shape, plan.axis_names, cluster, memory_gb, trace=trace, loss_fn=loss_fn
+        model, example_inputs, plan.mesh_shape, plan.axis_names, cluster, memory_gb, memory_gib=memory_gib,
+        budget=plans_budget(plan), trace=trace, loss_fn=loss_fn,
     )
     return score_problem(problem, plan, time_limit_s, accepted)
 
@@ -154,6 +162,7 @@ def score_problem(problem: Problem, plan: Plan, time_limit_s: float | None = Non
         activation_bytes=p.activation_bytes,
         fits=fits,
         budget_bytes=problem.budget_bytes,
+        budget=problem.budget,
         profile=problem.profile.name,
         pinned_values=values,
         pinned_boundaries=boundaries,

@@ -27,7 +27,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from autoplan.evaluate.baselines import WEIGHT_DIMS, _role
+from autoplan.evaluate.projections import WEIGHT_DIMS
+from autoplan.evaluate.projections import projection_role as _role
 from autoplan.placements import is_shard, replicated, shard, shard_dim
 
 PLAN_OWN = "the plan's own"

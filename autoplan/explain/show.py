@@ -34,6 +34,7 @@ from dataclasses import asdict, dataclass, field
 from autoplan.cost.memory import STATE_COPIES_END as STATE_COPIES  # plans made before the split counted 4 copies
 from autoplan.explain.mesh_gain import gain_lines
 from autoplan.explain.patterns import ModuleRow, fold, module_rows, parameter_numel
+from autoplan.pipeline.budget import budget_words
 from autoplan.placements import format_spec, is_shard, shard_factor
 from autoplan.tree_paths import readable_path
 from autoplan.units import GIB, ms, nbytes  # noqa: F401 (ms, nbytes: re-exported for the other explain modules)
@@ -254,6 +255,32 @@ def memory_split(plan, cluster=None) -> Memory:
                   "(mixed dtypes, frozen or tied parameters)")
 
 
+def peak_memory_lines(plan) -> list[str]:
+    """The peak per device in words, as ``score`` and ``suggest --verbose`` print it: split
+    at the peak (the parts sum to it, as ``show``'s memory table), then the model state
+    over the whole step, which is more than the peak holds of it (the gradients do not
+    all exist at the peak), labelled so. Plans written before plans split their peak: the
+    two totals, labelled likewise."""
+    m = memory_split(plan)
+    p = plan.predicted
+    if m.temporaries is None:
+        return [
+            f"peak memory per device {nbytes(m.peak)}: activations {nbytes(m.activations)} at the peak; "
+            f"model state {nbytes(m.model_state)} over the step (parameters, gradients, AdamW state), "
+            "not all of it held at the peak (this plan file predates the split at the peak)"
+        ]
+    parts = (("parameters", m.parameters), ("gradients", m.gradients), ("optimizer state", m.optimizer),
+             ("activations kept for backward", m.activations), ("temporaries and buffers", m.temporaries))
+    held = (m.parameters or 0) + (m.gradients or 0) + (m.optimizer or 0)
+    lines = [f"peak memory per device {nbytes(m.peak)}, split at the peak: "
+             + ", ".join(f"{name} {nbytes(count)}" for name, count in parts)]
+    if p.model_state_bytes != held:
+        lines.append(f"model state over the whole step {nbytes(p.model_state_bytes)} (parameters, gradients, AdamW "
+                     f"state), of which {nbytes(held)} is held at the peak: gradients are made during the backward, "
+                     f"and {nbytes(m.gradients)} of them exist at the peak")
+    return lines
+
+
 def budget_bytes(plan) -> float | None:
     """The per-device budget, where the plan records one: ``suggest`` writes no budget into
     the plan file; ``score`` and the baselines name it in a warning when a layout does not fit."""
@@ -457,7 +484,7 @@ def memory_section(s: Summary):
     if m.parameters is None:
         rows.insert(0, ("model state", nbytes(m.model_state), share(m.model_state)))
     fits = "" if not m.budget else (" fits" if m.peak <= m.budget else " does NOT fit")
-    budget = f"budget {nbytes(m.budget)} ({m.budget_source}):{fits}" if m.budget else f"budget: {m.budget_source}"
+    budget = f"budget {budget_words(m.budget)}, {m.budget_source}:{fits}" if m.budget else f"budget: {m.budget_source}"
     notes = [budget]
     if m.note:
         notes.append(m.note)
