@@ -12,7 +12,9 @@ holds only tuples, lists and dicts, so these walks handle those directly, with t
 
 from __future__ import annotations
 
+import ast
 import dataclasses
+import re
 from typing import Callable
 
 import torch
@@ -85,3 +87,49 @@ def _collect_tensors(items, found: list) -> None:
 
 _ATOMS = frozenset({int, float, bool, str, complex, type(None), torch.dtype, torch.device, torch.layout, torch.memory_format})
 """Types that are pytree leaves, checked first: ``tree_is_leaf`` costs a few microseconds."""
+
+
+_KEY = re.compile(r"""\[(-?\d+)\]|\[('(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*")\]|\.([A-Za-z_]\w*)""")
+
+
+def readable_path(key: str) -> str:
+    """A batch key path as people write it: ``[1]['input_ids']`` (a keyword argument) is
+    ``input_ids``, ``[0][0]`` (the first positional one) is ``args[0]``, and what lies
+    inside reads as attributes where its keys are names (``[1]['batch']['input_ids']``
+    is ``batch.input_ids``) and as indices where they are not (``args[0][1]``). Plans
+    keep ``keystr``'s form (what ``apply_plan`` looks up); this is for printing. A path
+    that is not into ``(args, kwargs)`` comes back unchanged."""
+    keys = _parse_keys(key)
+    if keys is None or len(keys) < 2 or keys[0] not in (0, 1):
+        return key
+    if keys[0] == 0:
+        if not isinstance(keys[1], int):
+            return key
+        head, rest = f"args[{keys[1]}]", keys[2:]
+    else:
+        if not isinstance(keys[1], str):
+            return key
+        head, rest = keys[1] if keys[1].isidentifier() else f"kwargs[{keys[1]!r}]", keys[2:]
+    for part in rest:
+        if isinstance(part, int):
+            head += f"[{part}]"
+        elif part.isidentifier():
+            head += f".{part}"
+        else:
+            head += f"[{part!r}]"
+    return head
+
+
+def _parse_keys(key: str) -> list[int | str] | None:
+    """``keystr``'s path as its keys (ints for indices, strings for names), or None where
+    it is not one."""
+    keys: list[int | str] = []
+    at = 0
+    while at < len(key):
+        match = _KEY.match(key, at)
+        if match is None:
+            return None
+        index, quoted, attribute = match.groups()
+        keys.append(int(index) if index is not None else ast.literal_eval(quoted) if quoted is not None else attribute)
+        at = match.end()
+    return keys

@@ -37,7 +37,7 @@ def main(argv=None) -> int:
     parser.add_argument("--mesh", default="2x4")
     parser.add_argument("--axis-names", default=None, help="default dp,tp (2-D) or the last ones of cp,dp,tp")
     parser.add_argument("--profile", default="h100-sxm")
-    parser.add_argument("--memory-gb", type=float, default=None)
+    parser.add_argument("--memory-gb", type=float, default=None, help="per-device budget in GB (10^9 bytes)")
     parser.add_argument("--out", type=Path, default=None, help="write each plan as OUT/NAME.json")
     args = parser.parse_args(argv)
 

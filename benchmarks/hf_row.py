@@ -197,10 +197,10 @@ def _suggest(model_file: Path, dtype: torch.dtype, budget_bytes: float | None, i
     with torch.device("meta"):
         model, batch, loss_fn = load_row_model(model_file, dtype)
     started = time.perf_counter()
-    memory_gb = budget_bytes / GIB if budget_bytes else None
-    plan, report = suggest_with_report(model, batch, MESH, AXIS_NAMES, memory_gb=memory_gb, loss_fn=loss_fn)
+    memory_gib = budget_bytes / GIB if budget_bytes else None
+    plan, report = suggest_with_report(model, batch, MESH, AXIS_NAMES, memory_gib=memory_gib, loss_fn=loss_fn)
     info["plan_seconds"] = round(time.perf_counter() - started, 3)
-    info["budget_gib"] = memory_gb
+    info["budget_gib"] = memory_gib
     info["peak_gib"] = plan.predicted.peak_memory_bytes / GIB
     info["solver"] = plan.solver.status
     info["fallback_ops"] = len(plan.fallback_ops)

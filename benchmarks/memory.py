@@ -124,12 +124,12 @@ def plan_row(model: Model, mesh, lean: bool):
     names = default_axis_names(mesh)
     started = time.perf_counter()
 
-    def suggest(memory_gb):
+    def suggest(memory_gib):
         net, inputs, loss_fn = build(model)
         with torch.device("meta"):
             batch = batch_of(inputs)
         return autoplan.suggest(
-            net, batch, mesh=mesh, axis_names=names, memory_gb=memory_gb, cache=False, broadcast=False, loss_fn=loss_fn
+            net, batch, mesh=mesh, axis_names=names, memory_gib=memory_gib, cache=False, broadcast=False, loss_fn=loss_fn
         )
 
     if not lean:

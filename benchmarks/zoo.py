@@ -59,11 +59,11 @@ def plan_row(spec: str, mesh, force_sharding: bool):
     budget = (peak - 0.5 * plan.predicted.model_state_bytes) / 2**30
     try:
         loaded = load_model_file(spec)
-        plan, report = suggest_with_report(loaded.model, loaded.example_inputs, mesh, names, memory_gb=budget, loss_fn=loaded.loss_fn)
+        plan, report = suggest_with_report(loaded.model, loaded.example_inputs, mesh, names, memory_gib=budget, loss_fn=loaded.loss_fn)
     except InfeasibleError as err:
         budget = (err.smallest_bytes + peak) / 2 / 2**30
         loaded = load_model_file(spec)
-        plan, report = suggest_with_report(loaded.model, loaded.example_inputs, mesh, names, memory_gb=budget, loss_fn=loaded.loss_fn)
+        plan, report = suggest_with_report(loaded.model, loaded.example_inputs, mesh, names, memory_gib=budget, loss_fn=loaded.loss_fn)
     return plan, report, budget
 
 

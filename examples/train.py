@@ -1,6 +1,6 @@
 """Plan, apply and train: a small Llama for a few steps on every rank of a torchrun job.
 
-    torchrun --nproc-per-node 8 examples/train.py [--steps 5] [--mesh 2x4] [--memory-gb N]
+    torchrun --nproc-per-node 8 examples/train.py [--steps 5] [--mesh 2x4] [--memory-gib N | --memory-gb N]
     python examples/train.py --single-device      # the same training on one device
 
 Every rank calls ``autoplan.suggest`` (rank 0 plans, or reuses the plan cached in
@@ -11,8 +11,9 @@ global-batch loss, the same number the single-device run prints. Every step trai
 same batch (the model file's random tokens), so the loss falls as the model memorises it. gloo on CPU; NCCL,
 one GPU per rank, when CUDA is available.
 
-``--memory-gb`` is the per-device budget the plan must fit; a small one (0.0009 for the
-tiny Llama) forces the weights to be sharded on both mesh axes.
+``--memory-gib`` (2**30 bytes) or ``--memory-gb`` (10**9 bytes) is the per-device budget
+the plan must fit; a small one (``--memory-gib 0.0009`` for the tiny Llama) forces the
+weights to be sharded on both mesh axes.
 """
 
 from __future__ import annotations
@@ -45,7 +46,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--mesh", help="mesh shape, e.g. 2x4 (default: 2xN/2 for an even world size N, else N)")
     parser.add_argument("--axis-names", help="comma-separated mesh axis names (default: dp,tp for 2-D)")
     parser.add_argument("--profile", help="cluster profile (default: cpu-gloo on CPU, h100-sxm on GPUs)")
-    parser.add_argument("--memory-gb", type=float, help="per-device memory budget for the plan, in GiB")
+    budget = parser.add_mutually_exclusive_group()
+    budget.add_argument("--memory-gib", type=float, help="per-device memory budget for the plan, in GiB (2^30 bytes)")
+    budget.add_argument("--memory-gb", type=float, help="per-device memory budget for the plan, in GB (10^9 bytes)")
     parser.add_argument("--lr", type=float, default=1e-3, help="AdamW learning rate")
     parser.add_argument("--seed", type=int, default=0, help="weights come from SEED, the batch from SEED+1")
     parser.add_argument("--single-device", action="store_true", help="train without a plan, in this process alone")
@@ -83,7 +86,8 @@ def train_parallel(module, args) -> list[float]:
     loss_fn = loss_function(module, Path(args.model))
     plan = autoplan.suggest(
         meta_model, meta_batch, mesh=mesh_shape, axis_names=axis_names,
-        profile=args.profile or (None if cuda else "cpu-gloo"), memory_gb=args.memory_gb, loss_fn=loss_fn,
+        profile=args.profile or (None if cuda else "cpu-gloo"), memory_gb=args.memory_gb,
+        memory_gib=args.memory_gib, loss_fn=loss_fn,
     )
     mesh = init_device_mesh(device.type, mesh_shape, mesh_dim_names=axis_names)
     model = build_seeded(module, "build_model", args.seed).to(device)

@@ -95,7 +95,7 @@ def test_debug_reraises(workdir):
         main(["suggest", write_model(workdir, GOOD_MODEL), "--mesh", "2x", "--debug"])
 
 
-@pytest.mark.parametrize("flag", ["--memory-gb", "--time-limit"])
+@pytest.mark.parametrize("flag", ["--memory-gb", "--memory-gib", "--time-limit"])
 @pytest.mark.parametrize("value", ["0", "-1", "abc", "nan", "inf"])
 def test_non_positive_numbers_are_usage_errors(workdir, capsys, flag, value):
     status = main(["suggest", write_model(workdir, GOOD_MODEL), "--mesh", "2x4", flag, value])

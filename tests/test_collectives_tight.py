@@ -33,7 +33,7 @@ def _tight_plan(name: str):
         autoplan.suggest(loaded.model, loaded.example_inputs, mesh=MESH, axis_names=AXIS_NAMES, memory_gb=1e-9, cache=False)
     state = 4 * sum(p.numel() * p.element_size() for p in loaded.model.parameters())
     budget = (refused.value.smallest_bytes + SLACK * state) / 2**30
-    return autoplan.suggest(loaded.model, loaded.example_inputs, mesh=MESH, axis_names=AXIS_NAMES, memory_gb=budget, cache=False)
+    return autoplan.suggest(loaded.model, loaded.example_inputs, mesh=MESH, axis_names=AXIS_NAMES, memory_gib=budget, cache=False)
 
 
 @pytest.mark.parametrize("name", MODELS)

@@ -47,14 +47,14 @@ def fake_world():
     dist.destroy_process_group()
 
 
-def _sharding_plan(name: str, memory_gb: float | None):
-    """``forced_plan`` (half the model state sharded away), or the plan under ``memory_gb``
+def _sharding_plan(name: str, memory_gib: float | None):
+    """``forced_plan`` (half the model state sharded away), or the plan under ``memory_gib``
     (weights split on both axes, batch split too)."""
-    if memory_gb is None:
+    if memory_gib is None:
         return forced_plan(example_path(name), mesh=MESH, axis_names=AXES)
     loaded = load_model_file(example_path(name))
     return autoplan.suggest(
-        loaded.model, loaded.example_inputs, mesh=MESH, axis_names=AXES, memory_gb=memory_gb, loss_fn=loaded.loss_fn
+        loaded.model, loaded.example_inputs, mesh=MESH, axis_names=AXES, memory_gib=memory_gib, loss_fn=loaded.loss_fn
     )
 
 
@@ -118,7 +118,7 @@ def test_verify_compile_cli(tmp_path, capsys):
 
 
 @pytest.mark.parametrize(
-    "name,memory_gb,how",
+    "name,memory_gib,how",
     [
         ("llama", None, "block"),
         ("llama", None, "whole"),
@@ -129,8 +129,8 @@ def test_verify_compile_cli(tmp_path, capsys):
     ],
     ids=lambda v: "forced" if v is None else str(v),
 )
-def test_compiled_training_matches_eager(fake_world, name, memory_gb, how):
-    plan = _sharding_plan(name, memory_gb)
+def test_compiled_training_matches_eager(fake_world, name, memory_gib, how):
+    plan = _sharding_plan(name, memory_gib)
     assert any(spec != ("R",) * len(MESH) for spec in plan.parameters.values()), "the plan shards no weight"
     eager, eager_check = _train(name, plan, fake_world, "eager")
     assert eager_check.passed, eager_check.summary()

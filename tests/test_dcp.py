@@ -28,7 +28,7 @@ from autoplan.verify.numerics import build_seeded, seeded_batch
 from conftest import EXAMPLES
 
 LLAMA = EXAMPLES / "llama.py"
-BUDGET_GB = 0.0015  # forces weights to be sharded on both axes of 2x4
+BUDGET_GIB = 0.0015  # forces weights to be sharded on both axes of 2x4
 LR = 1e-3
 SAVED_AFTER = 2  # steps under plan A; the next one runs under plan B
 # Relative error of the third step against the single-device run. The parallel run sums in
@@ -48,7 +48,7 @@ LOSS_TOLERANCE = 1e-6
 
 def plans():
     loaded = load_model_file(str(LLAMA))
-    plan_a = autoplan.suggest(loaded.model, loaded.example_inputs, mesh=(2, 4), memory_gb=BUDGET_GB, profile="cpu-gloo")
+    plan_a = autoplan.suggest(loaded.model, loaded.example_inputs, mesh=(2, 4), memory_gib=BUDGET_GIB, profile="cpu-gloo")
     plan_b = build_baseline("megatron", loaded.model, loaded.example_inputs, mesh=(2, 4), profile="cpu-gloo").plan
     return plan_a, plan_b
 

@@ -23,14 +23,14 @@ from autoplan.verify.numerics import build_seeded, seeded_batch
 from conftest import EXAMPLES
 
 LLAMA = EXAMPLES / "llama.py"
-BUDGET_GB = 0.0009  # forces weights to be sharded on both axes of 2x4
+BUDGET_GIB = 0.0009  # forces weights to be sharded on both axes of 2x4
 TOLERANCE = 1e-5
 LOSS_TOLERANCE = 1e-4  # after an AdamW step, which divides by sqrt(v) and so magnifies rounding in tiny gradients
 
 
 def sharded_plan():
     loaded = load_model_file(str(LLAMA))
-    return autoplan.suggest(loaded.model, loaded.example_inputs, mesh=(2, 4), memory_gb=BUDGET_GB, profile="cpu-gloo")
+    return autoplan.suggest(loaded.model, loaded.example_inputs, mesh=(2, 4), memory_gib=BUDGET_GIB, profile="cpu-gloo")
 
 
 @pytest.fixture

@@ -15,16 +15,16 @@ from autoplan.model_file import load_model_file
 from conftest import EXAMPLES
 
 LLAMA = str(EXAMPLES / "llama.py")
-BUDGET_GB = 0.001  # small enough that the tiny Llama's plan must shard its weights
+BUDGET_GIB = 0.001  # small enough that the tiny Llama's plan must shard its weights
 
 
 @pytest.fixture(scope="module")
 def explained(tmp_path_factory):
     loaded = load_model_file(LLAMA)
-    plan = autoplan.suggest(loaded.model, loaded.example_inputs, mesh=(2, 4), memory_gb=BUDGET_GB, broadcast=False)
+    plan = autoplan.suggest(loaded.model, loaded.example_inputs, mesh=(2, 4), memory_gib=BUDGET_GIB, broadcast=False)
     path = tmp_path_factory.mktemp("explain") / "plan.json"
     plan.save(path)
-    result = explain_plan(loaded.model, loaded.example_inputs, plan, module="model.layers.0.mlp", memory_gb=BUDGET_GB)
+    result = explain_plan(loaded.model, loaded.example_inputs, plan, module="model.layers.0.mlp", memory_gib=BUDGET_GIB)
     return loaded, plan, path, result
 
 
@@ -36,14 +36,14 @@ def test_an_alternatives_explained_time_is_its_score(explained, tmp_path, capsys
     names = {a.name for a in others}
     assert {"replicated (data parallel)", "Megatron on tp"} <= names
     for alt in others[:2]:
-        scored = autoplan.score(loaded.model, loaded.example_inputs, alt.plan, memory_gb=BUDGET_GB)
+        scored = autoplan.score(loaded.model, loaded.example_inputs, alt.plan, memory_gib=BUDGET_GIB)
         assert scored.step_time_s == alt.step_time_s, alt.name
         assert scored.peak_memory_bytes == alt.peak_memory_bytes and scored.fits == alt.fits
     # and through the command line, from the plan file, to the printed microsecond
     mega = next(a for a in others if a.name == "Megatron on tp")
     path = tmp_path / "megatron.json"
     mega.plan.save(path)
-    assert main(["score", LLAMA, str(path), "--memory-gb", str(BUDGET_GB)]) == 0
+    assert main(["score", LLAMA, str(path), "--memory-gib", str(BUDGET_GIB)]) == 0
     printed = re.search(r"predicted step time ([0-9.]+) ms", capsys.readouterr().out).group(1)
     assert printed == f"{mega.step_time_s * 1e3:.3f}"
     # the pinned block really is laid out as the alternative says
@@ -73,7 +73,7 @@ def test_largest_charges_and_what_binds(explained, capsys):
     assert all(c.module and c.tensor for c in result.charges)
     # a 1 MB budget forces sharding that costs time: memory binds
     assert result.binds.startswith("memory binds") and result.free_step_time_s < plan.predicted.step_time_s
-    assert main(["explain", LLAMA, str(path), "--module", "model.norm", "--memory-gb", str(BUDGET_GB), "--json"]) == 0
+    assert main(["explain", LLAMA, str(path), "--module", "model.norm", "--memory-gib", str(BUDGET_GIB), "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert {a["unit"] for a in data["alternatives"]} == {"model.norm"}
     assert data["plan"]["step_time_s"] == plan.predicted.step_time_s

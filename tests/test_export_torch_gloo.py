@@ -29,7 +29,7 @@ from conftest import EXAMPLES
 
 WORLD = 4
 TOLERANCE = 1e-5
-BUDGET_GB = 0.0025
+BUDGET_GIB = 0.0025
 WHOLE_BATCH = {"[1]['input_ids']": ("R",), "[1]['labels']": ("R",)}
 RECOMPUTE = {"model.layers.0": "full", "model.layers.1": "selective"}
 WRAPPED = "_checkpoint_wrapped_module."  # what checkpoint_wrapper adds to parameter FQNs
@@ -76,7 +76,7 @@ def worker(rank: int, port: int, plan_json: str, exported: str, result_path: str
 def test_exported_parallelize_module_plan_matches_the_engine(tmp_path, capsys):
     loaded = load_model_file(str(EXAMPLES / "llama.py"))
     plan, _ = suggest_with_report(
-        loaded.model, loaded.example_inputs, (WORLD,), ("tp",), "cpu-gloo", BUDGET_GB, None, WHOLE_BATCH
+        loaded.model, loaded.example_inputs, (WORLD,), ("tp",), "cpu-gloo", None, None, WHOLE_BATCH, memory_gib=BUDGET_GIB
     )
     plan = replace(plan, recompute=RECOMPUTE)
     plan_path = plan.save(tmp_path / "llama-tp4.json")

@@ -114,6 +114,6 @@ def test_a_norm_of_a_tensor_written_in_place_runs_its_predicted_backward():
     with pytest.raises(InfeasibleError) as refused:  # a budget no plan meets says what the leanest needs
         autoplan.suggest(model, batch, memory_gb=1e-9, cache=False)
     state = 4 * sum(p.numel() * p.element_size() for p in model.parameters())
-    plan = autoplan.suggest(model, batch, memory_gb=(refused.value.smallest_bytes + state / 64) / 2**30, cache=False)
+    plan = autoplan.suggest(model, batch, memory_gib=(refused.value.smallest_bytes + state / 64) / 2**30, cache=False)
     result = verify_on_fake_world(model, batch, plan)
     assert result.passed, "\n" + result.summary()

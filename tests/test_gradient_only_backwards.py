@@ -53,8 +53,8 @@ def test_a_gradient_split_by_heads_goes_back_split_through_the_pad_and_the_cumul
     pinned = {"[0][0]": ("R", "S(0)"), "D": ("S(0)", "R"), "A_log": ("R", "R"),
               "in_proj.weight": ("R", "R"), "in_proj.bias": ("R", "R")}
 
-    def plan(memory_gb):
-        return suggest_with_report(model, batch, MESH, AXIS_NAMES, memory_gb=memory_gb, pinned=pinned)[0]
+    def plan(memory_gib):
+        return suggest_with_report(model, batch, MESH, AXIS_NAMES, memory_gib=memory_gib, pinned=pinned)[0]
 
     try:
         plan(1e-12)

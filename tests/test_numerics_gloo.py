@@ -19,7 +19,7 @@ from conftest import example_module
 
 WORLD = 8
 TOLERANCE = 1e-5
-BUDGET_GB = 0.0015  # 1.5 MiB: the replicated model state alone needs about 2 MiB
+BUDGET_GIB = 0.0015  # 1.5 MiB: the replicated model state alone needs about 2 MiB
 
 
 def worker(rank: int, plan_json: str, port: int, result_path: str):
@@ -59,7 +59,7 @@ def test_loss_and_gradients_match_single_device(tmp_path):
     with torch.device("meta"):
         model = example.build_model()
         batch = example.example_inputs()
-    plan = autoplan.suggest(model, batch, mesh=(2, 4), axis_names=("dp", "tp"), memory_gb=BUDGET_GB)
+    plan = autoplan.suggest(model, batch, mesh=(2, 4), axis_names=("dp", "tp"), memory_gib=BUDGET_GIB)
     sharded_axes = {axis for spec in plan.parameters.values() for axis, p in enumerate(spec) if p.startswith("S(")}
     assert sharded_axes == {0, 1}, plan.parameters
     result = tmp_path / "errors.json"

@@ -43,11 +43,11 @@ TIED_WEIGHT = "embed.proj.weight"
 WEIGHTS = [f"backbone.layers.{i}.mixer.conv1d.weight" for i in range(2)]
 
 
-def _planned(model_file, pinned: dict, memory_gb: float | None = None):
+def _planned(model_file, pinned: dict, memory_gib: float | None = None):
     """The plan on 2x4 with ``pinned`` parameters laid out as given."""
     loaded = load_model_file(str(model_file))
     plan, _ = suggest_with_report(
-        loaded.model, loaded.example_inputs, mesh=(2, 4), axis_names=("dp", "tp"), memory_gb=memory_gb, pinned=pinned,
+        loaded.model, loaded.example_inputs, mesh=(2, 4), axis_names=("dp", "tp"), memory_gib=memory_gib, pinned=pinned,
     )
     return plan
 
@@ -111,7 +111,7 @@ def test_a_row_read_beside_the_lookup_is_taken_from_the_gathered_weight(padded_p
 def tied_plan():
     """The projection stored split over both axes and gathered whole for use, with a budget
     that splits the batch on tp: both reads' gradients are partial there."""
-    return _planned(TIED_FILE, {TIED_WEIGHT: ("S(1)", "S(1)")}, memory_gb=0.01)
+    return _planned(TIED_FILE, {TIED_WEIGHT: ("S(1)", "S(1)")}, memory_gib=0.01)
 
 
 def test_a_weight_read_inside_and_around_its_module_is_gathered_once(tied_plan):

@@ -46,7 +46,7 @@ from conftest import example_module
 from zoo import example_path
 
 RECOMPUTE = {"model.layers.0": "full", "model.layers.1": "selective"}
-MESH, AXES, BUDGET_GB = (2, 2), ("dp", "tp"), 0.0016  # the tiny Llama's weights split on both axes
+MESH, AXES, BUDGET_GIB = (2, 2), ("dp", "tp"), 0.0016  # the tiny Llama's weights split on both axes
 TOLERANCE = 1e-5
 
 
@@ -139,7 +139,7 @@ def llama_plans():
     """The 2x2 plan and the same with ``RECOMPUTE``, its collectives predicted for it."""
     loaded = load_model_file(example_path("llama"))
     plan = autoplan.suggest(
-        loaded.model, loaded.example_inputs, mesh=MESH, axis_names=AXES, memory_gb=BUDGET_GB, loss_fn=loaded.loss_fn
+        loaded.model, loaded.example_inputs, mesh=MESH, axis_names=AXES, memory_gib=BUDGET_GIB, loss_fn=loaded.loss_fn
     )
     assert any(s[0] != "R" and s[1] != "R" for s in plan.parameters.values()), "no weight split on both axes"
     assert any(fqn.startswith("model.layers.") for fqn in plan.parameter_uses), "no gathered layer weight"
@@ -153,7 +153,7 @@ def llama_2x4_plan():
     """The plan ``examples/train.py`` trains with: layer 0 computes with its weights as
     stored, layer 1 gathers some for use."""
     loaded = load_model_file(example_path("llama"))
-    return autoplan.suggest(loaded.model, loaded.example_inputs, mesh=(2, 4), axis_names=AXES, memory_gb=0.0015, loss_fn=loaded.loss_fn)
+    return autoplan.suggest(loaded.model, loaded.example_inputs, mesh=(2, 4), axis_names=AXES, memory_gib=0.0015, loss_fn=loaded.loss_fn)
 
 
 def _fake_step(plan, compile_mode=None, backend="aot_eager"):

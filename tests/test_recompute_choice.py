@@ -27,9 +27,9 @@ MODEL = ROOT / "tests" / "models" / "deep_llama.py"
 MESH = (2, 4)
 
 
-def _suggest(memory_gb: float, recompute: bool = True):
+def _suggest(memory_gib: float, recompute: bool = True):
     loaded = load_model_file(str(MODEL))
-    return autoplan.suggest(loaded.model, loaded.example_inputs, mesh=MESH, memory_gb=memory_gb, cache=False,
+    return autoplan.suggest(loaded.model, loaded.example_inputs, mesh=MESH, memory_gib=memory_gib, cache=False,
                             broadcast=False, recompute=recompute)
 
 
@@ -44,26 +44,26 @@ def between():
     """(the budget between the two least peaks, in GiB; the plan under it)."""
     with_checkpoints, without = _least(True), _least(False)
     assert with_checkpoints < 0.8 * without
-    budget_gb = (with_checkpoints + without) / 2 / 2**30
-    return budget_gb, _suggest(budget_gb)
+    budget_gib = (with_checkpoints + without) / 2 / 2**30
+    return budget_gib, _suggest(budget_gib)
 
 
 @pytest.mark.slow  # plans a 4-layer model five times
 def test_the_solver_checkpoints_the_first_layers_the_budget_needs(between, tmp_path, capsys):
-    budget_gb, plan = between
+    budget_gib, plan = between
     count = len(plan.recompute)
     assert 1 <= count <= 3 and set(plan.recompute) == {f"model.layers.{i}" for i in range(count)}
     assert len(set(plan.recompute.values())) == 1 and set(plan.recompute.values()) <= {"full", "selective"}
-    assert plan.predicted.peak_memory_bytes <= budget_gb * 2**30
+    assert plan.predicted.peak_memory_bytes <= budget_gib * 2**30
     # one layer fewer does not fit: the same layout scored with the last checkpointed layer left out
     loaded = load_model_file(str(MODEL))
     fewer = dict(list(plan.recompute.items())[:-1])
-    scored = autoplan.score(loaded.model, loaded.example_inputs, replace(plan, recompute=fewer), memory_gb=budget_gb)
+    scored = autoplan.score(loaded.model, loaded.example_inputs, replace(plan, recompute=fewer), memory_gib=budget_gib)
     assert not scored.fits and scored.step_time_s < plan.predicted.step_time_s
     with pytest.raises(InfeasibleError):
-        _suggest(budget_gb, recompute=False)
+        _suggest(budget_gib, recompute=False)
     out = tmp_path / "plan.json"
-    code = main(["suggest", str(MODEL), "--mesh", "2x4", "--memory-gb", repr(budget_gb), "--no-recompute", "--no-cache",
+    code = main(["suggest", str(MODEL), "--mesh", "2x4", "--memory-gib", repr(budget_gib), "--no-recompute", "--no-cache",
                  "--out", str(out)])
     assert code != 0 and not out.exists()
     assert "no plan fits" in capsys.readouterr().err
@@ -87,9 +87,9 @@ def test_a_plan_that_checkpoints_trains_as_one_device(between):
 
 @pytest.mark.slow
 def test_score_gives_a_checkpointing_plan_its_prediction_back_and_baselines_take_a_mode(between):
-    budget_gb, plan = between
+    budget_gib, plan = between
     loaded = load_model_file(str(MODEL))
-    scored = autoplan.score(loaded.model, loaded.example_inputs, plan, memory_gb=budget_gb)
+    scored = autoplan.score(loaded.model, loaded.example_inputs, plan, memory_gib=budget_gib)
     assert scored.step_time_s == pytest.approx(plan.predicted.step_time_s, rel=1e-6)
     assert scored.peak_memory_bytes == plan.predicted.peak_memory_bytes
     loaded = load_model_file(str(MODEL))

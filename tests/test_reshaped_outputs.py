@@ -29,9 +29,9 @@ FLAT_MLP_FILE = ROOT / "tests" / "models" / "flat_mlp.py"
 MESH, AXIS_NAMES = (2, 4), ("dp", "tp")
 
 
-def _suggest(memory_gb):
+def _suggest(memory_gib):
     loaded = load_model_file(f"{MODEL_FILE}:falcon")
-    return autoplan.suggest(loaded.model, loaded.example_inputs, mesh=MESH, axis_names=AXIS_NAMES, memory_gb=memory_gb,
+    return autoplan.suggest(loaded.model, loaded.example_inputs, mesh=MESH, axis_names=AXIS_NAMES, memory_gib=memory_gib,
                             cache=False)
 
 

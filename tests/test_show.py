@@ -137,7 +137,7 @@ def test_show_of_a_missing_plan_is_one_line_error(tmp_path, capsys):
 
 def test_suggest_ends_with_the_folded_summary_and_verbose_keeps_every_parameter(tmp_path, capsys):
     out = tmp_path / "plan.json"
-    argv = ["suggest", str(EXAMPLES / "llama.py"), "--mesh", "2x4", "--memory-gb", "0.001", "--out", str(out)]
+    argv = ["suggest", str(EXAMPLES / "llama.py"), "--mesh", "2x4", "--memory-gib", "0.001", "--out", str(out)]
     assert main(argv) == 0
     brief = capsys.readouterr().out
     assert "model.layers.0-1.self_attn.q_proj" in brief
@@ -206,7 +206,7 @@ def test_show_and_diff_name_the_recomputed_blocks_folded(llama7b, tmp_path, caps
 
 def test_show_judges_the_peak_against_the_budget_the_plan_was_solved_under():
     loaded = load_model_file(str(EXAMPLES / "mlp.py"))
-    plan = autoplan.suggest(loaded.model, loaded.example_inputs, mesh=(2, 4), memory_gb=123.0, cache=False, broadcast=False)
+    plan = autoplan.suggest(loaded.model, loaded.example_inputs, mesh=(2, 4), memory_gib=123.0, cache=False, broadcast=False)
     assert plan.solver.memory_budget_bytes == 123.0 * 2**30
     assert autoplan.Plan.from_dict(json.loads(plan.to_json())).solver == plan.solver
     memory = summarize(plan).memory

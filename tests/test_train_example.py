@@ -17,7 +17,7 @@ from conftest import EXAMPLES, ROOT
 
 WORLD, STEPS = 8, 5
 TOLERANCE = 1e-4
-BUDGET_GB = "0.0009"  # the replicated tiny Llama's model state needs about 2 MiB
+BUDGET_GIB = "0.0009"  # the replicated tiny Llama's model state needs about 2 MiB
 
 
 @pytest.mark.gloo
@@ -30,7 +30,7 @@ def test_eight_rank_training_matches_single_device(tmp_path):
     env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
     command = [
         sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={WORLD}",
-        str(EXAMPLES / "train.py"), "--steps", str(STEPS), "--mesh", "2x4", "--memory-gb", BUDGET_GB,
+        str(EXAMPLES / "train.py"), "--steps", str(STEPS), "--mesh", "2x4", "--memory-gib", BUDGET_GIB,
         "--losses", str(losses),
     ]
     done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)

@@ -42,3 +42,55 @@ def test_tensor_leaves():
     found = tensor_leaves(tree)
     assert len(found) == len(expected) == 4 and all(a is b for a, b in zip(found, expected))
     assert tensor_leaves(((), [], {}, None, 3)) == []
+
+
+def test_batch_paths_read_as_people_write_them():
+    from autoplan.tree_paths import readable_path
+
+    paths = [keystr(path) for path, _ in tree_flatten_with_path(nested())[0]]
+    assert [readable_path(p) for p in paths] == [
+        "args[0]", "args[1]", "args[2][0]", "args[2][1]", "hidden_states", "mask", "pos[0]", "pos[1].k",
+    ]
+    batch = ((), {"batch": {"input_ids": 1, "pixel values": 2}})
+    assert [readable_path(keystr(p)) for p, _ in tree_flatten_with_path(batch)[0]] == [
+        "batch.input_ids", "batch['pixel values']",
+    ]
+    assert readable_path("[1]['odd key']") == "kwargs['odd key']"
+    assert readable_path("[0][1].pixel_values") == "args[1].pixel_values"  # a dataclass field
+    for unchanged in ("", "[2]", "[0]", "not a path", "[0]['x']", "[1][0]"):
+        assert readable_path(unchanged) == unchanged
+
+
+def test_users_see_readable_batch_names(tmp_path, capsys):
+    """``suggest``'s listing, ``show``'s batch table and ``score``'s mismatch name the
+    batch inputs by name, and a pin may name them so; the plan keeps the key paths."""
+    import pytest
+
+    import autoplan
+    from autoplan.cli import main
+    from autoplan.errors import PlanError
+    from autoplan.model_file import load_model_file
+    from conftest import EXAMPLES
+
+    llama, mlp = str(EXAMPLES / "llama.py"), str(EXAMPLES / "mlp.py")
+    out = tmp_path / "mlp.json"
+    assert main(["suggest", mlp, "--mesh", "2", "--verbose", "--no-cache", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "  args[0]  shape [64, 1024]" in printed and "[0][0]" not in printed
+    plan = autoplan.Plan.load(out)
+    assert list(plan.inputs) == ["[0][0]"]  # what apply_plan looks up
+    assert main(["show", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "args[0]" in printed and "[0][0]" not in printed
+    import dataclasses
+
+    small = load_model_file(mlp)
+    renamed = dataclasses.replace(plan, inputs={"[1]['x']": plan.inputs["[0][0]"]})
+    with pytest.raises(PlanError, match=r"the plan's batch inputs \[x\] are not the model's \[args\[0\]\]"):
+        autoplan.score(small.model, small.example_inputs, renamed)
+    loaded = load_model_file(llama)
+    from autoplan.pipeline.suggest import suggest_with_report
+
+    pinned, _ = suggest_with_report(loaded.model, loaded.example_inputs, (2, 4), ("dp", "tp"), "cpu-gloo",
+                                    pinned={"input_ids": ("S(0)", "S(1)")})
+    assert pinned.inputs["[1]['input_ids']"].placements == ("S(0)", "S(1)")

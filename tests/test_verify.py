@@ -34,10 +34,10 @@ from autoplan.placements import candidate_specs, is_partial, local_shape, to_pla
 from autoplan.verify.numerics import build_seeded, seeded_batch
 from autoplan.verify.observe import CollectiveCounter
 from conftest import EXAMPLES
-from test_train_example import BUDGET_GB
+from test_train_example import BUDGET_GIB
 from zoo import MESHES, PUBLIC_ZOO, example_path, forced_plan, verify_on_fake_world
 
-TRAIN_BUDGET_GB = float(BUDGET_GB)  # examples/train.py's budget in its test
+TRAIN_BUDGET_GIB = float(BUDGET_GIB)  # examples/train.py's budget in its test
 
 CASES = [
     pytest.param(
@@ -104,7 +104,7 @@ def test_the_train_example_plan_runs_exactly_its_prediction():
     with torch.device("meta"):  # as examples/train.py plans
         model, batch = example.build_model(), example.example_inputs()
     plan = autoplan.suggest(
-        model, batch, mesh=(2, 4), axis_names=("dp", "tp"), profile="cpu-gloo", memory_gb=TRAIN_BUDGET_GB, cache=False
+        model, batch, mesh=(2, 4), axis_names=("dp", "tp"), profile="cpu-gloo", memory_gib=TRAIN_BUDGET_GIB, cache=False
     )
     assert plan.inputs["[1]['labels']"].placements[1] == "S(0)"  # the loss is split over the batch on tp
     result = _verify("llama", plan)

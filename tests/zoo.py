@@ -19,25 +19,25 @@ def example_path(name: str) -> str:
     return str(EXAMPLES / f"{name}.py")
 
 
-def sharding_budget_gb(plan) -> float:
+def sharding_budget_gib(plan) -> float:
     """A budget that the unconstrained plan exceeds: half its model state must be sharded away."""
     predicted = plan.predicted
     return (predicted.peak_memory_bytes - 0.5 * predicted.model_state_bytes) / 2**30
 
 
 def forced_plan(path: str, mesh=(2, 4), axis_names=("dp", "tp"), profile=None):
-    """The plan under ``sharding_budget_gb``; where no plan gets that low, under a budget
+    """The plan under ``sharding_budget_gib``; where no plan gets that low, under a budget
     halfway between the least any plan needs and the unconstrained peak. Where that plan
     meets its budget by splitting activations alone (a CNN's activations dwarf its
     weights), under the least any plan needs plus 40 % of the model state: a plan that
     keeps every weight whole holds all of it (the least holds at most an eighth on 8
     devices). For the model file's ``compute_loss`` where it defines one."""
 
-    def suggest(memory_gb=None):
+    def suggest(memory_gib=None):
         loaded = load_model_file(path)
         return autoplan.suggest(
             loaded.model, loaded.example_inputs, mesh=mesh, axis_names=axis_names, profile=profile,
-            memory_gb=memory_gb, loss_fn=loaded.loss_fn,
+            memory_gib=memory_gib, loss_fn=loaded.loss_fn,
         )
 
     def least_bytes() -> float:
@@ -45,11 +45,11 @@ def forced_plan(path: str, mesh=(2, 4), axis_names=("dp", "tp"), profile=None):
             suggest(1e-12)
         except InfeasibleError as err:
             return err.smallest_bytes
-        raise AssertionError("a plan fitting 1e-12 GB per device")
+        raise AssertionError("a plan fitting 1e-12 GiB per device")
 
     free = suggest()
     try:
-        plan = suggest(sharding_budget_gb(free))
+        plan = suggest(sharding_budget_gib(free))
     except InfeasibleError as err:
         plan = suggest((err.smallest_bytes + free.predicted.peak_memory_bytes) / 2 / 2**30)
     if any(p != "R" for spec in plan.parameters.values() for p in spec):

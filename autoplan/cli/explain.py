@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 
-from autoplan.cli.suggest import _positive_float
+from autoplan.cli.suggest import _positive_float, add_memory_flags
 from autoplan.model_file import load_model_file
 
 
@@ -23,7 +23,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("plan", metavar="PLAN.json", help="plan file")
     parser.add_argument("--module", metavar="FQN", help="only this module's block (a layer's number stands for every layer)")
     parser.add_argument("--profile", help="cluster profile: a built-in NAME or a JSON FILE (default: the plan's)")
-    parser.add_argument("--memory-gb", type=_positive_float, help="memory budget per device in GB (default: the profile's)")
+    add_memory_flags(parser, "the budget the plan was made under, else the profile's device memory")
     parser.add_argument("--time-limit", type=_positive_float, help="solver time limit per solve, seconds")
     parser.add_argument("--json", action="store_true", help="print the explanation as JSON")
     return parser
@@ -41,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
     with progress_on_stderr() as progress:
         result = explain_plan(
             loaded.model, loaded.example_inputs, plan, args.module, args.profile, args.memory_gb,
-            args.time_limit, loaded.loss_fn, progress,
+            args.time_limit, loaded.loss_fn, progress, memory_gib=args.memory_gib,
         )
     if args.json:
         print(json.dumps(result.to_dict(), indent=2, sort_keys=True))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from autoplan._files import check_outputs, write_outputs
-from autoplan.cli.suggest import _positive_float
+from autoplan.cli.suggest import _positive_float, add_memory_flags
 from autoplan.model_file import load_model_file
 
 
@@ -22,7 +22,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--out", required=True, help="HTML file to write (atomically)")
     parser.add_argument("--fidelity", metavar="FILE", help="benchmarks/fidelity.py's fidelity.json, for the scatter")
     parser.add_argument("--profile", help="cluster profile: a built-in NAME or a JSON FILE (default: the plan's)")
-    parser.add_argument("--memory-gb", type=_positive_float, help="memory budget per device in GB (default: the profile's)")
+    add_memory_flags(parser, "the budget the plan was made under, else the profile's device memory")
     parser.add_argument("--time-limit", type=_positive_float, help="solver time limit per solve, seconds")
     return parser
 
@@ -44,6 +44,7 @@ def run(args: argparse.Namespace) -> int:
     with progress_on_stderr() as progress:
         explanation = explain_plan(
             loaded.model, loaded.example_inputs, plan, None, profile, args.memory_gb, args.time_limit, loaded.loss_fn, progress,
+            command="report", memory_gib=args.memory_gib,
         )
         if progress:
             progress("drawing the figures")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from autoplan.cli.suggest import _positive_float
+from autoplan.cli.suggest import _positive_float, add_memory_flags
 from autoplan.model_file import load_model_file, parse_mesh
 
 
@@ -22,7 +22,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("plan", metavar="PLAN.json", help="plan file (from `autoplan suggest` or hand-written)")
     parser.add_argument("--profile", help="cluster profile: a built-in NAME or a JSON FILE (default: the plan's)")
     parser.add_argument("--mesh", help="expected mesh shape, e.g. 2x4 (default: the plan's)")
-    parser.add_argument("--memory-gb", type=_positive_float, help="memory budget per device in GB")
+    add_memory_flags(parser, "the budget the plan was made under, else the profile's device memory")
     parser.add_argument("--time-limit", type=_positive_float, help="solver time limit in seconds")
     return parser
 
@@ -37,7 +37,8 @@ def run(args: argparse.Namespace) -> int:
     from autoplan.evaluate.score import score
 
     result = score(
-        loaded.model, loaded.example_inputs, plan, args.profile, args.memory_gb, args.time_limit, mesh, loaded.loss_fn
+        loaded.model, loaded.example_inputs, plan, args.profile, args.memory_gb, args.time_limit, mesh, loaded.loss_fn,
+        memory_gib=args.memory_gib,
     )
     print(f"plan {args.plan} for {loaded.name}")
     print(result.summary())

@@ -24,7 +24,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--mesh", required=True, help="mesh shape, sizes joined by x, e.g. 2x4")
     parser.add_argument("--axis-names", help="comma-separated mesh axis names, e.g. dp,tp")
     parser.add_argument("--profile", help="cluster profile: a built-in NAME or a JSON FILE")
-    parser.add_argument("--memory-gb", type=_positive_float, help="memory budget per device in GB")
+    add_memory_flags(parser, "the profile's device memory")
     parser.add_argument("--time-limit", type=_positive_float, help="solver time limit in seconds")
     parser.add_argument("--out", help="plan file to write (default: plans_out/MODEL-MESH.json)")
     parser.add_argument(
@@ -65,6 +65,7 @@ def run(args: argparse.Namespace) -> int:
             args.profile,
             args.memory_gb,
             args.time_limit,
+            **({"memory_gib": args.memory_gib} if args.memory_gib is not None else {}),
             **({"tie": False} if args.no_tie else {}),
             **({"recompute": False} if args.no_recompute else {}),
             loss_fn=loaded.loss_fn,
@@ -100,6 +101,15 @@ def _peak_rss_bytes() -> int:
 
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return int(peak if sys.platform == "darwin" else peak * 1024)
+
+
+def add_memory_flags(parser: argparse.ArgumentParser, default: str) -> None:
+    """``--memory-gb N`` (N x 10**9 bytes) or ``--memory-gib N`` (N x 2**30 bytes), not both."""
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("--memory-gb", type=_positive_float, metavar="N",
+                       help=f"memory budget per device in GB, N x 10^9 bytes (default: {default})")
+    group.add_argument("--memory-gib", type=_positive_float, metavar="N",
+                       help="memory budget per device in GiB, N x 2^30 bytes (what devices report)")
 
 
 def _positive_float(text: str) -> float:

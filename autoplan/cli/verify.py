@@ -56,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
     from autoplan.evaluate.score import check_plan_for_model
     from autoplan.verify.step_check import verify_plan
 
-    check_plan_for_model(loaded.model, loaded.example_inputs, plan, loaded.loss_fn)
+    check_plan_for_model(loaded.model, loaded.example_inputs, plan, loaded.loss_fn, command="verify")
     if plan.recompute:
         from autoplan.evaluate.recompute import with_recompute_prediction
 

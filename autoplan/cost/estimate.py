@@ -35,7 +35,6 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 import torch
-from torch.utils._pytree import tree_flatten
 from torch.utils.flop_counter import flop_registry, sdpa_flop_count
 
 from autoplan.choices.decision import Decision
@@ -56,6 +55,7 @@ from autoplan.cost.memory import (
 )
 from autoplan.cost.op_classes import op_class
 from autoplan.cost.profile import ClusterProfile
+from autoplan.cost.values import VIEW_OPS, is_view, output_values, tensor_bytes  # noqa: F401 (re-exported)
 from autoplan.dtensor.fused_attention import FUSED_FORWARD
 from autoplan.dtensor.loss_parallel import own_collectives
 from autoplan.dtensor.view_rules import RESHAPING_VIEWS, splits_back
@@ -63,12 +63,6 @@ from autoplan.placements import REPLICATE, Spec, is_shard, shard_dim, shard_fact
 from autoplan.recompute_policy import selective_keeps
 
 aten = torch.ops.aten
-VIEW_OPS = {
-    aten.view.default, aten._unsafe_view.default, aten.reshape.default, aten.t.default,
-    aten.transpose.int, aten.permute.default, aten.expand.default, aten.unsqueeze.default,
-    aten.squeeze.dim, aten.squeeze.dims, aten.squeeze.default, aten.slice.Tensor,
-    aten.select.int, aten.alias.default, aten.detach.default, aten.view.dtype,
-}
 MATMUL_OPS = {
     aten.mm.default, aten.addmm.default, aten.bmm.default, aten.baddbmm.default,
     aten.convolution.default, aten.linear.default,
@@ -142,10 +136,6 @@ class CostedGraph:
     profile: ClusterProfile
     nodes: dict[str, NodeCost]
     edges: dict[tuple[str, str, int], EdgeCost]
-
-
-def tensor_bytes(value) -> float:
-    return float(value.numel() * value.element_size()) if isinstance(value, torch.Tensor) else 0.0
 
 
 def estimate_costs(choices: ChoiceGraph, profile: ClusterProfile, reads=None) -> CostedGraph:
@@ -278,19 +268,9 @@ def _unsplittable_back(view: Decision, value, rows, cols, seconds, mesh_shape):
     )
 
 
-def output_values(decision: Decision) -> list:
-    """A decision's traced output values (fake tensors), flattened."""
-    return tree_flatten(decision.fx_node.meta.get("val"))[0]
-
-
 def splits_work(strategy, axis: int) -> bool:
     """Whether the strategy divides its work over mesh ``axis`` (some operand is not replicated there)."""
     return any(s[axis] != "R" for s in strategy.inputs) or any(s and s[axis] != "R" for s in strategy.outputs)
-
-
-def is_view(decision: Decision) -> bool:
-    """Whether a decision is a view op (moves no data; its layout follows its input's)."""
-    return decision.fx_node.target in VIEW_OPS
 
 
 def gradient_roots(choices: ChoiceGraph) -> dict[str, str]:

@@ -33,6 +33,7 @@ from __future__ import annotations
 import torch
 
 from autoplan.choices.graph import OP, PARAMETER
+from autoplan.cost.values import is_view, output_values, tensor_bytes
 from autoplan.placements import Spec, shard_dim, shard_factor
 
 _WHOLE_SUM = torch.ops.aten.sum.default
@@ -106,8 +107,6 @@ def transient_node(choices) -> str | None:
     """The op around whose backward the most is held at once beside the saved values
     (``transient_parts``), counted whole: for a language model the cross-entropy's
     log-softmax, whose backward runs first, while every saved value is still alive."""
-    from autoplan.cost.estimate import tensor_bytes
-
     best, most = None, 0.0
     for decision in choices.graph.decisions():
         if decision.kind != OP or not decision.requires_grad or _is_view(decision):
@@ -128,8 +127,6 @@ def transient_parts(choices, decision) -> tuple[list, list]:
       are only summed), still alive where the forward ends: the model's output holds them
       until the loss is taken.
     """
-    from autoplan.cost.estimate import output_values
-
     graph = choices.graph
     name = decision.name
     gradients = [(v, "out", i) for i, v in enumerate(output_values(decision)) if not broadcast_gradient(graph, name, i)]
@@ -170,8 +167,6 @@ def moving_bytes(src: Spec, dst: Spec, value, mesh_shape) -> float:
     outermost in memory, the gathered buffer too (collectives gather along the outermost
     dim; DTensor then copies the pieces into place). A weight read transposed (a linear's
     ``t``) is gathered as it is stored, so its strides, not its dims' order, decide."""
-    from autoplan.cost.estimate import tensor_bytes
-
     if not kept_copy(src, dst):
         return 0.0
     copy = tensor_bytes(value) / shard_factor(dst, mesh_shape)
@@ -225,6 +220,4 @@ def kept_copy(src: Spec, dst: Spec) -> bool:
 
 
 def _is_view(decision) -> bool:
-    from autoplan.cost.estimate import is_view
-
     return is_view(decision)

@@ -43,6 +43,7 @@ import torch.distributed._functional_collectives as funcol
 from torch.distributed.tensor import DTensor, Replicate, Shard, _dispatch
 from torch.distributed.tensor._dtensor_spec import DTensorSpec
 
+from autoplan.dtensor.strategy import Strategy
 from autoplan.placements import REPLICATE, Spec, is_partial, local_shape, shard, shard_dim
 
 aten = torch.ops.aten
@@ -72,8 +73,6 @@ def class_dim(op, args) -> int | None:
 def split_strategies(op, args, strategies: list) -> list:
     """For each strategy of DTensor's with the class dim whole on an axis, its twin with the
     class dim split there: the input split, the outputs (a log-softmax's: split alike) as they were."""
-    from autoplan.dtensor.strategies import Strategy
-
     dim = class_dim(op, args)
     if dim is None:
         return []

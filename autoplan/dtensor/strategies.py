@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import functools
 import itertools
-from dataclasses import dataclass
 
 import torch
 from torch.distributed.device_mesh import DeviceMesh
@@ -29,24 +28,10 @@ from torch.distributed.tensor._op_schema import OpSchema, OpSpec, OpStrategy, Tu
 from torch.utils._pytree import tree_flatten, tree_map
 
 from autoplan.dtensor import loss_parallel
-from autoplan.placements import Spec, candidate_specs, fits_evenly, is_partial, spec_from_placements, to_placements, to_string
+from autoplan.dtensor.strategy import Strategy
+from autoplan.placements import candidate_specs, fits_evenly, is_partial, spec_from_placements, to_placements, to_string
 
 _PROPAGATOR = DTensor._op_dispatcher.sharding_propagator
-
-
-@dataclass(frozen=True, slots=True)
-class Strategy:
-    """One way to run an op on the mesh."""
-
-    outputs: tuple[Spec | None, ...]
-    """Placement of each tensor output (None where the op returns no tensor there)."""
-    inputs: tuple[Spec, ...]
-    """Required placement of each tensor input, in flattened argument order."""
-
-    def output(self, index: int) -> Spec | None:
-        """Placement of output ``index`` (as ``getitem`` reads it); a strategy that lists
-        fewer outputs than the op has gives its first for the rest."""
-        return self.outputs[index] if index < len(self.outputs) else self.outputs[0]
 
 
 def tensor_meta(value: torch.Tensor) -> TensorMeta:

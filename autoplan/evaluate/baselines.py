@@ -50,34 +50,19 @@ from dataclasses import dataclass
 from torch import nn
 
 from autoplan.errors import NotApplicableError
+from autoplan.evaluate.projections import COLUMN_PARALLEL, ROW_PARALLEL, WEIGHT_DIMS, projection_role as _role  # noqa: F401
 from autoplan.evaluate.score import pins_for_plan
 from autoplan.evaluate.sequence_parallel import HEADS, pin_sequence_parallel
 from autoplan.pipeline.pinning import Pins
 from autoplan.pipeline.problem import Problem, prepare_problem, solve_problem
 from autoplan.placements import Spec, replicated, shard, strided
 from autoplan.plan.module_plan import Plan
+from autoplan.tree_paths import readable_path
 
 BASELINES = ("data_parallel", "fsdp", "megatron", "megatron_fsdp", "torchtitan")
 _TENSOR_PARALLEL = ("megatron", "megatron_fsdp", "torchtitan")
 _FULLY_SHARDED = ("fsdp", "megatron_fsdp", "torchtitan")
 
-# Module name suffixes (torchtitan's per-family TP plans, as data). A module matches when
-# its FQN is the suffix or ends with "." + suffix.
-COLUMN_PARALLEL = (
-    "q_proj", "k_proj", "v_proj", "gate_proj", "up_proj",  # Llama, Mistral, Mixtral attention
-    "wq", "wk", "wv", "wqkv", "w1", "w3",  # torchtitan (wqkv: fused, grouped per kv head) / torch's test Transformer
-    "c_attn", "c_fc",  # GPT-2 (Conv1D)
-    "query", "key", "value", "intermediate.dense",  # BERT
-)
-ROW_PARALLEL = (
-    "o_proj", "down_proj",
-    "wo", "w2",
-    "c_proj",
-    "output.dense",  # BERT: attention.output.dense and the layer's output.dense
-)
-# Weight dims per module type: (dim sharded when column-parallel, when row-parallel);
-# GPT-2's Conv1D stores its weight input x output.
-WEIGHT_DIMS = {"Linear": (0, 1), "Conv1D": (1, 0)}
 
 
 @dataclass(frozen=True)
@@ -103,12 +88,17 @@ def build_baseline(
     memory_gb: float | None = None,
     loss_fn=None,
     recompute: str | None = None,
+    *,
+    memory_gib: float | None = None,
 ) -> Baseline:
     """The baseline ``name`` (one of BASELINES) for ``model`` on ``mesh``, for the training
     loss ``loss_fn(output, batch)`` (default: the model's own); ``recompute`` ("full" or
-    "selective") checkpoints its repeated layers, as torchtitan's recipes do ("full")."""
+    "selective") checkpoints its repeated layers, as torchtitan's recipes do ("full").
+    Its fit is judged against ``memory_gb`` (10**9 bytes) or ``memory_gib`` (2**30 bytes),
+    else the profile's device memory."""
     _check_name(name)
-    problem = prepare_problem(model, example_inputs, tuple(mesh), tuple(axis_names), profile, memory_gb, loss_fn=loss_fn)
+    problem = prepare_problem(model, example_inputs, tuple(mesh), tuple(axis_names), profile, memory_gb,
+                              memory_gib=memory_gib, loss_fn=loss_fn)
     return baseline_for_problem(name, problem, recompute=recompute)
 
 
@@ -179,7 +169,7 @@ def baseline_layout(name: str, problem: Problem) -> tuple[dict[str, Spec], tuple
             size = shapes[node][0] if shapes[node] else 0
             if not size or size % mesh[dp]:
                 raise NotApplicableError(
-                    f"{name}: batch input {key} of shape {list(shapes[node])} does not split evenly over the "
+                    f"{name}: batch input {readable_path(key)} of shape {list(shapes[node])} does not split evenly over the "
                     f"{names[dp]} axis of size {mesh[dp]}",
                     hint=f"use a batch size divisible by {mesh[dp]}",
                 )
@@ -300,17 +290,6 @@ def _vocabulary_dims(problem: Problem, tp_size: int, notes: list[str]) -> dict[s
 
 def _row_parallel_modules(problem: Problem) -> set[str]:
     return {module for module, kind in problem.traced.module_types.items() if kind in WEIGHT_DIMS and _role(module) == "row"}
-
-
-def _role(module: str) -> str | None:
-    def matches(suffix: str) -> bool:
-        return module == suffix or module.endswith("." + suffix)
-
-    if any(matches(s) for s in ROW_PARALLEL):  # before column: "output.dense" vs "dense"
-        return "row"
-    if any(matches(s) for s in COLUMN_PARALLEL):
-        return "column"
-    return None
 
 
 def _placeholder_shapes(problem: Problem) -> dict[str, tuple[int, ...]]:

@@ -27,10 +27,10 @@ from autoplan.plan.collectives import module_table, step_collectives
 from autoplan.plan.module_plan import Plan, total_table
 
 
-def with_recompute_prediction(model: nn.Module, example_inputs, plan: Plan, loss_fn=None) -> Plan:
+def with_recompute_prediction(model: nn.Module, example_inputs, plan: Plan, loss_fn=None, command: str = "verify") -> Plan:
     """``plan`` with ``predicted.module_collectives`` and ``predicted.collectives`` counting
     the repeats of its ``recompute`` set on ``model`` (every layer traced: no tying)."""
-    check_plan_for_model(model, example_inputs, plan, loss_fn)
+    check_plan_for_model(model, example_inputs, plan, loss_fn, command)
     problem = prepare_problem(
         model, example_inputs, plan.mesh_shape, plan.axis_names, _profile(plan, None), tie=False, loss_fn=loss_fn
     )

@@ -30,9 +30,12 @@ from torch import nn
 
 from autoplan.cost.profile import ClusterProfile, load_profile
 from autoplan.errors import PlanError, ProfileError
+from autoplan.explain.show import peak_memory_lines
+from autoplan.pipeline.budget import MemoryBudget, budget_words, plans_budget
 from autoplan.pipeline.pinning import Pins
-from autoplan.pipeline.problem import GIB, ModelTrace, Problem, prepare_problem, solve_problem, trace_for_planning
+from autoplan.pipeline.problem import ModelTrace, Problem, prepare_problem, solve_problem, trace_for_planning
 from autoplan.plan.module_plan import Plan
+from autoplan.tree_paths import readable_path
 from autoplan.trace.repeats import find_repeated_blocks, laid_out_alike
 from autoplan.trace.tracer import trace_model
 
@@ -52,6 +55,7 @@ class Score:
     fits: bool
     """Whether the peak fits the per-device memory budget."""
     budget_bytes: float
+    """The budget judged against: the one given, else the plan's own, else the profile's device memory."""
     profile: str
     pinned_values: int
     """Parameters and batch inputs pinned."""
@@ -61,6 +65,8 @@ class Score:
     """Module boundary layouts that could not be pinned (see the module docstring)."""
     plan: Plan
     """The scored plan as re-solved: same layout, its prediction under ``profile``."""
+    budget: MemoryBudget | None = None
+    """``budget_bytes`` as given (its unit) and where it comes from."""
 
     def summary(self) -> str:
         mesh = "x".join(map(str, self.plan.mesh_shape))
@@ -68,10 +74,8 @@ class Score:
             f"mesh {mesh} ({', '.join(self.plan.axis_names)}), profile {self.profile}",
             f"predicted step time {self.step_time_s * 1e3:.3f} ms "
             f"(compute {self.compute_s * 1e3:.3f} ms, communication {self.comm_s * 1e3:.3f} ms)",
-            f"peak memory per device {self.peak_memory_bytes / GIB:.3f} GiB "
-            f"(model state {self.model_state_bytes / GIB:.3f} GiB, activations {self.activation_bytes / GIB:.3f} GiB); "
-            + ("fits" if self.fits else "does NOT fit")
-            + f" the {self.budget_bytes / GIB:.3g} GiB budget",
+            *peak_memory_lines(self.plan),
+            ("fits" if self.fits else "does NOT fit") + f" the per-device budget of {budget_words(self.budget_bytes, self.budget)}",
             f"pinned {self.pinned_values} parameters and batch inputs, {self.pinned_boundaries} module boundary layouts"
             + (f" ({len(self.skipped_boundaries)} could not be pinned)" if self.skipped_boundaries else ""),
         ]
@@ -88,27 +92,35 @@ def score(
     time_limit_s: float | None = None,
     mesh: tuple[int, ...] | None = None,
     loss_fn=None,
+    *,
+    memory_gib: float | None = None,
 ) -> Score:
     """Score ``plan`` for ``model`` on ``example_inputs`` (meta tensors are fine).
 
     ``profile`` (a name, a path or a ClusterProfile) defaults to the profile the plan was
     made with. ``mesh``, when given, must be the plan's mesh shape. ``loss_fn`` is the
-    training loss the plan was made for (as ``suggest``'s).
+    training loss the plan was made for (as ``suggest``'s). The budget the peak is judged
+    against: ``memory_gb`` (10**9 bytes) or ``memory_gib`` (2**30 bytes), else the one the
+    plan was made under (its file records it), else the profile's device memory.
     """
     _check_mesh(plan, mesh)
     cluster = _profile(plan, profile)
     trace, accepted = check_plan_for_model(model, example_inputs, plan, loss_fn)  # fails fast, before the costly stages
     problem = prepare_problem(
-        model, example_inputs, plan.mesh_shape, plan.axis_names, cluster, memory_gb, trace=trace, loss_fn=loss_fn
+        model, example_inputs, plan.mesh_shape, plan.axis_names, cluster, memory_gb, memory_gib=memory_gib,
+        budget=plans_budget(plan), trace=trace, loss_fn=loss_fn,
     )
     return score_problem(problem, plan, time_limit_s, accepted)
 
 
-def check_plan_for_model(model: nn.Module, example_inputs, plan: Plan, loss_fn=None) -> tuple[ModelTrace, set[str]]:
+def check_plan_for_model(
+    model: nn.Module, example_inputs, plan: Plan, loss_fn=None, command: str = "score"
+) -> tuple[ModelTrace, set[str]]:
     """Trace ``model`` (with ``loss_fn``'s loss) and check that ``plan`` was made for it
     (parameters, batch shapes, modules, model fingerprint, a tied plan's included); returns
     the trace to score the plan on (see the module docstring) and the fingerprints
-    accepted. A mismatch is a PlanError naming it."""
+    accepted. A mismatch is a PlanError naming it, whose fix names ``command`` (what the
+    user is running: "score", "verify", "explain", "report")."""
     whole = ModelTrace(trace_model(model, example_inputs, loss_fn), None)
     planned = whole
     if plan.fingerprint != whole.fingerprint and find_repeated_blocks(model) is not None:
@@ -116,7 +128,7 @@ def check_plan_for_model(model: nn.Module, example_inputs, plan: Plan, loss_fn=N
         if tied.blocks is not None and plan.fingerprint == tied.fingerprint:
             planned = tied
     accepted = {whole.fingerprint, planned.fingerprint}
-    _check_model(whole, plan, accepted)
+    _check_model(whole, plan, accepted, command)
     if not laid_out_alike(planned.blocks, plan.parameters, plan.modules):
         planned = whole  # a layer laid out unlike the others: tying cannot express it
     return planned, accepted
@@ -150,6 +162,7 @@ def score_problem(problem: Problem, plan: Plan, time_limit_s: float | None = Non
         activation_bytes=p.activation_bytes,
         fits=fits,
         budget_bytes=problem.budget_bytes,
+        budget=problem.budget,
         profile=problem.profile.name,
         pinned_values=values,
         pinned_boundaries=boundaries,
@@ -167,7 +180,7 @@ def pins_for_plan(problem: Problem, plan: Plan) -> tuple[Pins, int, int]:
         pins.place(fqn, spec, f"parameter {fqn}")
         values += 1
     for key, batch in sorted(plan.inputs.items()):
-        pins.place(key, batch.placements, f"batch input {key}")
+        pins.place(key, batch.placements, f"batch input {readable_path(key)}")
         values += 1
     boundaries, _ = pins.module_boundaries(plan.modules)
     return pins, values, boundaries
@@ -195,36 +208,40 @@ def _check_mesh(plan: Plan, mesh) -> None:
         )
 
 
-def _check_model(trace: ModelTrace, plan: Plan, accepted: set[str]) -> None:
+def _check_model(trace: ModelTrace, plan: Plan, accepted: set[str], command: str = "score") -> None:
     traced = trace.traced
     names = trace.parameter_names()
     unknown = sorted(set(plan.parameters) - names)
     missing = sorted(names - set(plan.parameters))
     if unknown or missing:
         what = f"plan parameters not in the model: {unknown[:3]}" if unknown else f"model parameters missing from the plan: {missing[:3]}"
-        raise PlanError(f"the plan does not match the model ({what})", hint="score the model the plan was made for, or re-plan it with `autoplan suggest`")
+        raise PlanError(f"the plan does not match the model ({what})", hint=f"{command} the model the plan was made for, or re-plan it with `autoplan suggest`")
     keys = set(traced.inputs.values())
     if set(plan.inputs) != keys:
         raise PlanError(
-            f"the plan's batch inputs {sorted(plan.inputs)} are not the model's {sorted(keys)}",
+            f"the plan's batch inputs {_readable(plan.inputs)} are not the model's {_readable(keys)}",
             hint="pass the example inputs the plan was made with",
         )
     for node, key in traced.inputs.items():
         shape = _shape(traced, node)
         if tuple(plan.inputs[key].shape) != shape:
             raise PlanError(
-                f"batch input {key} has shape {list(shape)}, the plan was made for {list(plan.inputs[key].shape)}",
-                hint="score with the batch shape the plan was made for, or re-plan with `autoplan suggest`",
+                f"batch input {readable_path(key)} has shape {list(shape)}, the plan was made for {list(plan.inputs[key].shape)}",
+                hint=f"{command} with the batch shape the plan was made for, or re-plan with `autoplan suggest`",
             )
     if plan.fingerprint not in accepted:
         raise PlanError(
             f"the plan's model fingerprint {plan.fingerprint} is not this model's ({trace.fingerprint}): "
             "it was made for another model, another version of it, or another autoplan",
-            hint="score the model file and builder the plan was made for, or re-plan it with `autoplan suggest`",
+            hint=f"{command} the model file and builder the plan was made for, or re-plan it with `autoplan suggest`",
         )
     stray = sorted(set(plan.modules) - trace.module_names())
     if stray:
         raise PlanError(f"plan modules not in the model: {stray[:3]}", hint="re-plan this model with `autoplan suggest`")
+
+
+def _readable(keys) -> str:
+    return "[" + ", ".join(readable_path(key) for key in sorted(keys)) + "]"
 
 
 def _shape(traced, node: str) -> tuple[int, ...]:

@@ -27,7 +27,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from autoplan.evaluate.baselines import WEIGHT_DIMS, _role
+from autoplan.evaluate.projections import WEIGHT_DIMS
+from autoplan.evaluate.projections import projection_role as _role
 from autoplan.placements import is_shard, replicated, shard, shard_dim
 
 PLAN_OWN = "the plan's own"
@@ -60,7 +61,7 @@ def units_of(plan, module: str | None = None) -> list[Unit]:
             from autoplan.errors import PlanError
 
             raise PlanError(f"no parameters under module {module!r} in the plan", hint="pass a module FQN from `autoplan show`")
-        return [Unit(_folded(module, plan), names)]
+        return _tied_units([Unit(_folded(module, plan), names)], plan)
     stacks: dict[str, list[str]] = {}
     singles: dict[str, list[str]] = {}
     for fqn in plan.parameters:
@@ -77,7 +78,44 @@ def units_of(plan, module: str | None = None) -> list[Unit]:
     units += [Unit(owner or "<root>", tuple(names)) for owner, names in singles.items()]
     from autoplan.explain.patterns import natural_key
 
-    return sorted(units, key=lambda u: natural_key(u.name))
+    return sorted(_tied_units(units, plan), key=lambda u: natural_key(u.name))
+
+
+def _tied_units(units: list[Unit], plan) -> list[Unit]:
+    """Units whose parameters are one tensor (``plan.tied_parameters``: an output head tied
+    to the embedding) as one unit naming every member: pinning either lays out the same
+    weight, so apart they gave identical rows. The merged unit lays out the tensor under
+    the name it is stored by. A unit that shares only some of its parameters is kept and
+    named "(tied with ...)"."""
+    tied = getattr(plan, "tied_parameters", {}) or {}
+    if not tied:
+        return units
+
+    def tensors(unit: Unit) -> frozenset[str]:
+        return frozenset(tied.get(f, f) for f in unit.parameters)
+
+    groups: dict[frozenset[str], list[Unit]] = {}
+    for unit in units:
+        groups.setdefault(tensors(unit), []).append(unit)
+    merged = []
+    for members in groups.values():
+        if len(members) == 1:
+            merged.append(members[0])
+            continue
+        owner = next((u for u in members if not any(f in tied for f in u.parameters)), members[0])
+        others = [u.name for u in members if u is not owner]
+        parameters = tuple(dict.fromkeys(tied.get(f, f) for f in owner.parameters))
+        merged.append(Unit(f"{owner.name} (tied with {', '.join(others)})", parameters))
+    out = []
+    for unit in merged:
+        if "(tied with " not in unit.name:
+            own = set(unit.parameters)
+            aliases = {f for f in (*tied, *tied.values()) if f not in own and tied.get(f, f) in tensors(unit)}
+            if aliases:
+                owners = sorted({_folded(f.rpartition(".")[0], plan) or "<root>" for f in aliases})
+                unit = Unit(f"{unit.name} (tied with {', '.join(owners)})", unit.parameters)
+        out.append(unit)
+    return out
 
 
 def _under(fqn: str, module: str) -> bool:

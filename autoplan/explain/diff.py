@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from autoplan.explain.patterns import fold, natural_key, unfolded_rows
 from autoplan.explain.show import Summary, _short, ms, nbytes, summarize
+from autoplan.tree_paths import readable_path
 
 
 @dataclass(frozen=True)
@@ -144,7 +145,7 @@ def diff_sections(d: PlanDiff, name_a: str = "A", name_b: str = "B") -> list:
     else:
         sections.append(Section(f"every module laid out alike ({d.same})"))
     if d.batch:
-        sections.append(Section("batch laid out differently", ("input", "A", "B"), d.batch))
+        sections.append(Section("batch laid out differently", ("input", "A", "B"), tuple((readable_path(k), a, b) for k, a, b in d.batch)))
     if d.recompute:
         sections.append(Section("recomputed differently (activation checkpointing)", ("module", "A", "B"), d.recompute))
     sections.append(Section("predicted totals", ("", "A", "B", "B against A"), tuple(totals(d.a, d.b)), right=(1, 2, 3)))

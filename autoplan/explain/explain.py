@@ -23,8 +23,10 @@ from typing import Callable
 from autoplan.errors import AutoplanError
 from autoplan.evaluate.score import Score, _profile, check_plan_for_model, pins_for_plan, score_problem
 from autoplan.explain.alternatives import PLAN_OWN, alternatives_for, units_of
+from autoplan.pipeline.budget import plans_budget
 from autoplan.pipeline.pinning import Pins
 from autoplan.pipeline.problem import Problem, prepare_problem, solve_problem
+from autoplan.tree_paths import readable_path
 
 TOP = 10
 
@@ -67,6 +69,8 @@ class Explanation:
     """The best plan's step time with no memory budget."""
     block_compute_s: dict = dataclasses.field(default_factory=dict)
     """Block (``block_of``) -> the cost stage's compute seconds of the plan's solution there."""
+    budget_words: str = ""
+    """The budget in words: as given (its unit), in bytes, where it comes from (``pipeline/budget.py``)."""
 
     def to_dict(self) -> dict:
         own = self.own
@@ -94,17 +98,24 @@ def explain_plan(
     time_limit_s: float | None = None,
     loss_fn=None,
     progress: Callable[[str], None] | None = None,
+    command: str = "explain",
+    *,
+    memory_gib: float | None = None,
 ) -> Explanation:
     """Explain ``plan`` for ``model`` (see the module docstring); ``module`` limits the
-    alternatives to that module's block. ``progress(text)`` hears what is being solved."""
+    alternatives to that module's block. ``progress(text)`` hears what is being solved.
+    ``command``: what the user runs ("explain", "report"), named in a mismatch's fix.
+    The budget: ``memory_gb`` (10**9 bytes) or ``memory_gib`` (2**30 bytes), else the one
+    the plan was made under, else the profile's device memory (as ``score``)."""
     say = progress or (lambda text: None)
     units = units_of(plan, module)  # a module the plan lacks fails here, before any solve
     cluster = _profile(plan, profile)
     say("tracing the model")
-    trace, accepted = check_plan_for_model(model, example_inputs, plan, loss_fn)
+    trace, accepted = check_plan_for_model(model, example_inputs, plan, loss_fn, command)
     say("building and costing the choices")
     problem = prepare_problem(
-        model, example_inputs, plan.mesh_shape, plan.axis_names, cluster, memory_gb, trace=trace, loss_fn=loss_fn
+        model, example_inputs, plan.mesh_shape, plan.axis_names, cluster, memory_gb, memory_gib=memory_gib,
+        budget=plans_budget(plan), trace=trace, loss_fn=loss_fn,
     )
     say("scoring the plan")
     own = score_problem(problem, plan, time_limit_s, accepted)
@@ -117,9 +128,11 @@ def explain_plan(
     choice = plan_choice(problem, plan, time_limit_s)
     charges = costliest_charges(problem, choice)
     say("solving without the memory budget")
-    free, _, _ = solve_problem(dataclasses.replace(problem, budget_bytes=float("inf")), None, time_limit_s)
-    return Explanation(own, tuple(results), charges, _binds(own, free.predicted, problem.budget_bytes),
-                       problem.budget_bytes, free.predicted.step_time_s, block_compute(problem, choice, plan))
+    unbounded = dataclasses.replace(problem, budget_bytes=float("inf"))
+    free, _, _ = solve_problem(unbounded, Pins(unbounded), time_limit_s)
+    words = problem.budget_words()
+    return Explanation(own, tuple(results), charges, _binds(own, free.predicted, problem.budget_bytes, words),
+                       problem.budget_bytes, free.predicted.step_time_s, block_compute(problem, choice, plan), words)
 
 
 def plan_choice(problem: Problem, plan, time_limit_s=None) -> dict[str, int]:
@@ -170,21 +183,21 @@ def _solve_alternative(problem: Problem, unit: str, alt, own: Score, time_limit_
     )
 
 
-def _binds(own: Score, free, budget: float) -> str:
+def _binds(own: Score, free, budget: float, words: str) -> str:
     from autoplan.explain.show import ms, nbytes
 
     if not own.fits:
-        return f"the plan does not fit the {nbytes(budget)} budget: memory binds and is broken"
+        return f"the plan does not fit the per-device budget of {words}: memory binds and is broken"
     gain = own.step_time_s - free.step_time_s
     if gain > 1e-4 * max(own.step_time_s, 1e-12):
         return (
-            f"memory binds: without the {nbytes(budget)} per-device budget the best plan takes "
+            f"memory binds: without the per-device budget of {words} the best plan takes "
             f"{ms(free.step_time_s)} ms ({ms(gain)} ms faster) and needs {nbytes(free.peak_memory_bytes)}; "
             f"this plan peaks at {nbytes(own.peak_memory_bytes)}"
         )
     return (
         f"time binds: the fastest layout found fits the budget; peak {nbytes(own.peak_memory_bytes)} of "
-        f"{nbytes(budget)} ({nbytes(budget - own.peak_memory_bytes)} to spare)"
+        f"{words} ({nbytes(budget - own.peak_memory_bytes)} to spare)"
     )
 
 
@@ -260,7 +273,7 @@ def _tensor(traced, graph, node: str, roots: dict, index: int = 0) -> str:
     if root in traced.parameters:
         return traced.parameters[root][0] + via
     if root in traced.inputs:
-        return f"batch {traced.inputs[root]}{via}"
+        return f"batch {readable_path(traced.inputs[root])}{via}"
     from autoplan.cost.estimate import output_values
 
     values = output_values(graph.decision(node))  # a split makes several: the one read
@@ -279,7 +292,7 @@ def explain_sections(e: Explanation) -> list:
     own = e.own
     sections = [Section(
         f"the plan: {ms(own.step_time_s)} ms per step (compute {ms(own.compute_s)}, communication "
-        f"{ms(own.comm_s)}), peak {nbytes(own.peak_memory_bytes)} per device, budget {nbytes(e.budget_bytes)}",
+        f"{ms(own.comm_s)}), peak {nbytes(own.peak_memory_bytes)} per device, budget {e.budget_words or nbytes(e.budget_bytes)}",
     )]
     rows = []
     for a in e.alternatives:

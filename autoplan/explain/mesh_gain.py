@@ -14,6 +14,7 @@ the split, is most of it, and communication takes back part of what it saves).
 from __future__ import annotations
 
 from autoplan.placements import REPLICATE
+from autoplan.units import ms, nbytes
 
 GAINS_LITTLE = 1.25
 """Below this predicted speed-up over one device, the plan gains little from the mesh."""
@@ -44,8 +45,6 @@ def gain_lines(s) -> tuple[str, ...]:
         return (nothing_gained(s),)
     if s.one_device_s is None or s.step_time_s <= 0:
         return ()
-    from autoplan.explain.show import ms
-
     speedup = s.one_device_s / s.step_time_s
     line = (f"predicted speed-up over one device {speedup:.2f}x on {_devices(s)} devices "
             f"(one device runs the whole step in {ms(s.one_device_s)} ms)")
@@ -56,8 +55,6 @@ def gain_lines(s) -> tuple[str, ...]:
 
 def nothing_gained(s) -> str:
     """Why a plan that replicates everything is still the answer, in words."""
-    from autoplan.explain.show import nbytes
-
     m = s.memory
     # as large as the parameters (the split at the peak may hold none yet: ``cost/memory.py``)
     grads = f" a data-parallel step would all-reduce {nbytes(m.parameters)} of gradients each step;" if m.parameters else ""
@@ -71,8 +68,6 @@ def nothing_gained(s) -> str:
 
 
 def _little_gained(s) -> str:
-    from autoplan.explain.show import ms
-
     saved = s.one_device_s - s.compute_s
     if saved > 0:
         split = (f"splitting the work over the mesh saves {ms(saved)} ms of one device's {ms(s.one_device_s)} ms "
@@ -88,8 +83,6 @@ def _fixed_cost(s) -> str:
     """How little of the compute is the model's arithmetic (where MFU is known)."""
     if s.mfu is None:
         return ""
-    from autoplan.explain.show import ms
-
     # model FLOPs at one device's peak: the part of the compute that splitting could shrink
     ideal = s.mfu * s.step_time_s * _devices(s)
     return (f" of its {ms(s.compute_s)} ms of compute, the model's FLOPs at one device's peak take "

@@ -30,7 +30,7 @@ import math
 import re
 from dataclasses import dataclass, replace
 
-from autoplan.evaluate.baselines import WEIGHT_DIMS
+from autoplan.evaluate.projections import WEIGHT_DIMS
 from autoplan.placements import format_spec, is_partial, shard_dim
 
 DATA_PARALLEL = "data parallel"

@@ -34,9 +34,11 @@ from dataclasses import asdict, dataclass, field
 from autoplan.cost.memory import STATE_COPIES_END as STATE_COPIES  # plans made before the split counted 4 copies
 from autoplan.explain.mesh_gain import gain_lines
 from autoplan.explain.patterns import ModuleRow, fold, module_rows, parameter_numel
+from autoplan.pipeline.budget import budget_words
 from autoplan.placements import format_spec, is_shard, shard_factor
+from autoplan.tree_paths import readable_path
+from autoplan.units import GIB, ms, nbytes  # noqa: F401 (ms, nbytes: re-exported for the other explain modules)
 
-GIB = 2**30
 _DTYPES = {2: "bfloat16", 4: "float32", 8: "float64"}
 """Element size -> the dtype assumed, for plan files that record no dtypes."""
 _ELEMENT_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "float64": 8}
@@ -253,6 +255,32 @@ def memory_split(plan, cluster=None) -> Memory:
                   "(mixed dtypes, frozen or tied parameters)")
 
 
+def peak_memory_lines(plan) -> list[str]:
+    """The peak per device in words, as ``score`` and ``suggest --verbose`` print it: split
+    at the peak (the parts sum to it, as ``show``'s memory table), then the model state
+    over the whole step, which is more than the peak holds of it (the gradients do not
+    all exist at the peak), labelled so. Plans written before plans split their peak: the
+    two totals, labelled likewise."""
+    m = memory_split(plan)
+    p = plan.predicted
+    if m.temporaries is None:
+        return [
+            f"peak memory per device {nbytes(m.peak)}: activations {nbytes(m.activations)} at the peak; "
+            f"model state {nbytes(m.model_state)} over the step (parameters, gradients, AdamW state), "
+            "not all of it held at the peak (this plan file predates the split at the peak)"
+        ]
+    parts = (("parameters", m.parameters), ("gradients", m.gradients), ("optimizer state", m.optimizer),
+             ("activations kept for backward", m.activations), ("temporaries and buffers", m.temporaries))
+    held = (m.parameters or 0) + (m.gradients or 0) + (m.optimizer or 0)
+    lines = [f"peak memory per device {nbytes(m.peak)}, split at the peak: "
+             + ", ".join(f"{name} {nbytes(count)}" for name, count in parts)]
+    if p.model_state_bytes != held:
+        lines.append(f"model state over the whole step {nbytes(p.model_state_bytes)} (parameters, gradients, AdamW "
+                     f"state), of which {nbytes(held)} is held at the peak: gradients are made during the backward, "
+                     f"and {nbytes(m.gradients)} of them exist at the peak")
+    return lines
+
+
 def budget_bytes(plan) -> float | None:
     """The per-device budget, where the plan records one: ``suggest`` writes no budget into
     the plan file; ``score`` and the baselines name it in a warning when a layout does not fit."""
@@ -331,7 +359,7 @@ def show_sections(summary: Summary, source: str = "") -> list:
     sections.append(Section(
         "batch",
         ("input", "shape", "placements", *names),
-        tuple((k, shape, spec, *(_batch_word(p) for p in spec.strip("[]").split(", "))) for k, shape, spec in s.batch),
+        tuple((readable_path(k), shape, spec, *(_batch_word(p) for p in spec.strip("[]").split(", "))) for k, shape, spec in s.batch),
     ))
     if s.recompute:
         sections.append(Section(
@@ -386,19 +414,6 @@ def _batch_word(placement: str) -> str:
 
     dim = shard_dim(placement)
     return {None: "replicated", 0: "batch split", 1: "sequence split"}.get(dim, f"dim {dim} split")
-
-
-def ms(seconds: float | None) -> str:
-    return "-" if seconds is None else f"{seconds * 1e3:.3f}"
-
-
-def nbytes(count: float | None) -> str:
-    if count is None:
-        return "-"
-    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if abs(count) >= size:
-            return f"{count / size:.2f} {unit}"
-    return f"{int(count)} B"
 
 
 def time_section(s: Summary):
@@ -469,7 +484,7 @@ def memory_section(s: Summary):
     if m.parameters is None:
         rows.insert(0, ("model state", nbytes(m.model_state), share(m.model_state)))
     fits = "" if not m.budget else (" fits" if m.peak <= m.budget else " does NOT fit")
-    budget = f"budget {nbytes(m.budget)} ({m.budget_source}):{fits}" if m.budget else f"budget: {m.budget_source}"
+    budget = f"budget {budget_words(m.budget)}, {m.budget_source}:{fits}" if m.budget else f"budget: {m.budget_source}"
     notes = [budget]
     if m.note:
         notes.append(m.note)

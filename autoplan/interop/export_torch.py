@@ -44,6 +44,7 @@ from autoplan.interop.export_data_parallel import DataParallelExport, export_dat
 from autoplan.interop.export_render import render_torch
 from autoplan.placements import Spec, shard_dim
 from autoplan.plan.module_plan import Plan
+from autoplan.tree_paths import readable_path
 
 
 LINEAR_TYPES = frozenset({"Linear", "NonDynamicallyQuantizableLinear"})
@@ -127,7 +128,7 @@ def _stored_on_tp(plan: Plan, styles: dict[str, str]) -> dict[str, str]:
 
 def _note_batch_on_dp(plan: Plan, axis: int, notes: list[str], differences: dict[str, list[str]]) -> None:
     name = plan.axis_names[axis]
-    batch = [f"{key} {b.placements[axis]}" for key, b in sorted(plan.inputs.items()) if b.placements[axis] not in ("S(0)",)]
+    batch = [f"{readable_path(key)} {b.placements[axis]}" for key, b in sorted(plan.inputs.items()) if b.placements[axis] not in ("S(0)",)]
     if batch:
         notes.append(f"the plan does not split these batch inputs on dim 0 over {name} ({'; '.join(batch)}); "
                      f"replicate / fully_shard feed each {name} rank its own batch")
@@ -277,7 +278,7 @@ def _note_activations(plan: Plan, axis: int, paired: set[str], kinds: dict[str, 
             f"the generated file lists them"
         )
         details.extend(f"{line} -> Replicate()" for line in changed)
-    batch = [f"{key} {b.placements[axis]}" for key, b in sorted(plan.inputs.items()) if b.placements[axis] != "R"]
+    batch = [f"{readable_path(key)} {b.placements[axis]}" for key, b in sorted(plan.inputs.items()) if b.placements[axis] != "R"]
     if batch:
         notes.append(f"the plan splits the batch on {name} ({'; '.join(batch)}); the export feeds every {name} rank the whole batch")
         differences.setdefault("", []).append(f"batch {'; '.join(batch)} on {name}; exported whole")

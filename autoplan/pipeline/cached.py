@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from torch import nn
 
 from autoplan.pipeline.arguments import check_mesh, check_model, check_positive
+from autoplan.pipeline.budget import given_budget
 from autoplan.pipeline.plan_cache import PlanCache, make_cache_key
 from autoplan.pipeline.problem import resolve_options, trace_for_planning
 from autoplan.pipeline.rank_sync import is_distributed, run_on_rank_zero
@@ -55,6 +56,8 @@ def suggest_cached(
     loss_fn=None,
     progress=None,
     recompute: bool = True,
+    *,
+    memory_gib: float | None = None,
 ) -> tuple[Plan, SuggestReport]:
     """``suggest_with_report`` that reuses the cached plan when the question is unchanged.
 
@@ -62,13 +65,13 @@ def suggest_cached(
     the report's sizes are the planning run's and its stage times are this run's (trace
     and cache lookup); no choice, cost or solve stage runs.
     """
-    mesh, axis_names, cluster, budget = resolve_options(mesh, axis_names, profile, memory_gb)
+    mesh, axis_names, cluster, budget = resolve_options(mesh, axis_names, profile, memory_gb, memory_gib)
     start = time.perf_counter()
     if progress is not None:
         progress("tracing the model")
     trace = trace_for_planning(model, example_inputs, tie, loss_fn)
     trace_s = time.perf_counter() - start
-    key = make_cache_key(trace, mesh, axis_names, cluster, budget, time_limit_s, pinned, recompute)
+    key = make_cache_key(trace, mesh, axis_names, cluster, budget.bytes, time_limit_s, pinned, recompute)
     store = PlanCache(cache_dir)
     existed = _exists(store.path(key))
     start = time.perf_counter()
@@ -85,11 +88,12 @@ def suggest_cached(
             constraints=int(sizes.get("constraints", 0)),
             extra={"cache": HIT, "cache_path": str(cached.path), "planned_stage_seconds": sizes.get("stage_seconds", {}),
                    "one_device_s": _seconds(sizes.get("one_device_s"))},
+            budget=budget.describe(),
         )
         return cached.plan, report
     plan, report = suggest_with_report(
-        model, example_inputs, mesh, axis_names, cluster, memory_gb, time_limit_s, pinned, tie=tie, trace=trace,
-        loss_fn=loss_fn, progress=progress, recompute=recompute,
+        model, example_inputs, mesh, axis_names, cluster, None, time_limit_s, pinned, tie=tie, trace=trace,
+        loss_fn=loss_fn, progress=progress, recompute=recompute, budget=budget,
     )
     stages = {"trace": trace_s, **report.stage_seconds}
     if plan.fingerprint != trace.fingerprint:
@@ -138,6 +142,7 @@ def suggest(
     tie: bool = True,
     loss_fn=None,
     recompute: bool = True,
+    memory_gib: float | None = None,
 ) -> Plan:
     """Plan ``model`` (built on any device, meta included) for a device mesh; see README.
 
@@ -150,6 +155,8 @@ def suggest(
     ``compute_loss`` (default: ``output.loss``, ``output["loss"]`` or the one scalar the
     model returns; else the sum of its output, which the plan's warnings say).
     ``recompute``: the solver may checkpoint the repeated layers (``Plan.recompute``).
+    ``memory_gb`` / ``memory_gib``: the per-device budget in GB (10**9 bytes) or in GiB
+    (2**30 bytes), one or neither (default: the profile's device memory).
     """
     check_model(model, example_inputs)
     check_loss_fn(loss_fn)
@@ -157,7 +164,9 @@ def suggest(
     check_positive("time_limit_s", time_limit_s)
     if isinstance(axis_names, tuple) and len(axis_names) != len(mesh) and axis_names == ("dp", "tp"):
         axis_names = None  # the default names suit 2-D meshes only
-    options = dict(profile=profile, memory_gb=memory_gb, time_limit_s=time_limit_s, tie=tie, loss_fn=loss_fn, recompute=recompute)
+    given_budget(memory_gb, memory_gib)  # both, or a bad value: refused here, on every rank
+    options = dict(profile=profile, memory_gb=memory_gb, memory_gib=memory_gib, time_limit_s=time_limit_s, tie=tie,
+                   loss_fn=loss_fn, recompute=recompute)
     return suggest_on_every_rank(model, example_inputs, mesh, axis_names, options, cache, cache_dir, broadcast).plan
 
 

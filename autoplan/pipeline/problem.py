@@ -28,7 +28,8 @@ from autoplan.cost.memory import saved_values
 from autoplan.cost.profile import ClusterProfile, load_profile
 from autoplan.errors import InfeasibleError, TraceError
 from autoplan.model_file import default_axis_names
-from autoplan.pipeline.arguments import check_axis_names, check_mesh, check_positive, check_profile, warn_if_large
+from autoplan.pipeline.arguments import check_axis_names, check_mesh, check_profile, warn_if_large
+from autoplan.pipeline.budget import MemoryBudget, budget_words, given_budget, profiles_budget
 from autoplan.plan.builder import Checkpointed, build_plan, predict
 from autoplan.plan.expand import expand_plan
 from autoplan.plan.module_plan import Plan
@@ -38,8 +39,8 @@ from autoplan.solve.simplify import Simplified, layer_regions, merge_followers
 from autoplan.solve.tie import block_regions, match_blocks, scale_costs, simplify_alike, tie_costs, weights
 from autoplan.trace.repeats import KEPT_LAYERS, RepeatedBlocks, find_repeated_blocks, tied_fingerprint, truncated
 from autoplan.trace.tracer import TracedGraph, trace_model
-
-GIB = 2**30
+from autoplan.tree_paths import readable_path
+from autoplan.units import GIB  # noqa: F401 (re-exported: score and suggest print with it)
 
 
 @dataclass(frozen=True)
@@ -80,19 +81,20 @@ def trace_for_planning(model: nn.Module, example_inputs, tie: bool = True, loss_
     return ModelTrace(trace_model(model, example_inputs, loss_fn), None)
 
 
-def resolve_options(mesh, axis_names, profile, memory_gb):
-    """``(mesh, axis_names, ClusterProfile, budget bytes)`` from the user's options, checked
-    with the command line's rules (``arguments.py``)."""
+def resolve_options(mesh, axis_names, profile, memory_gb, memory_gib=None, budget: MemoryBudget | None = None):
+    """``(mesh, axis_names, ClusterProfile, MemoryBudget)`` from the user's options, checked
+    with the command line's rules (``arguments.py``). The budget: ``memory_gb`` (10**9 bytes)
+    or ``memory_gib`` (2**30 bytes), else ``budget`` (a plan's own), else the profile's
+    device memory (``budget.py``)."""
     mesh = check_mesh(mesh)
     warn_if_large(mesh)
     if axis_names is None:
         axis_names = default_axis_names(mesh)
     axis_names = check_axis_names(axis_names, mesh)
-    memory_gb = check_positive("memory_gb", memory_gb)
+    given = given_budget(memory_gb, memory_gib)
     check_profile(profile)
     cluster = profile if isinstance(profile, ClusterProfile) else load_profile(profile)
-    budget = memory_gb * GIB if memory_gb is not None else cluster.memory_bytes
-    return mesh, axis_names, cluster, budget
+    return mesh, axis_names, cluster, given or budget or profiles_budget(cluster)
 
 
 @dataclass(frozen=True)
@@ -118,6 +120,12 @@ class Problem:
     """How long preparing took, per stage (trace, choices, cost, simplify)."""
     layers: LayerStack | None = None
     """The repeated layers the solver may checkpoint (tied problems only)."""
+    budget: MemoryBudget | None = None
+    """``budget_bytes`` as it was given (its unit, where it comes from), for printing."""
+
+    def budget_words(self) -> str:
+        """The budget in the unit it was given, in bytes, and where it comes from."""
+        return budget_words(self.budget_bytes, self.budget)
 
     def layer_names(self) -> tuple[str, ...] | None:
         """Every layer of the repeated stack by FQN (what a plan's ``recompute`` names), or None."""
@@ -142,7 +150,8 @@ class Problem:
         return self.costed.profile
 
     def node_of(self, name: str) -> str | None:
-        """Placeholder node of a parameter FQN (any tied alias) or a batch key path. A
+        """Placeholder node of a parameter FQN (any tied alias) or a batch key path (as the
+        plan keys it, or as ``tree_paths.readable_path`` prints it). A
         parameter of a layer that was not traced is the last traced layer's: they are tied."""
         blocks = self.blocks
         layer = blocks.layer_of(name) if blocks else None
@@ -152,7 +161,7 @@ class Problem:
             if name in fqns:
                 return node
         for node, key in self.traced.inputs.items():
-            if key == name:
+            if name in (key, readable_path(key)):  # "[1]['input_ids']" or "input_ids"
                 return node
         return None
 
@@ -172,6 +181,8 @@ def prepare_problem(
     profile=None,
     memory_gb: float | None = None,
     *,
+    memory_gib: float | None = None,
+    budget: MemoryBudget | None = None,
     tie: bool = True,
     trace: ModelTrace | None = None,
     loss_fn=None,
@@ -183,9 +194,11 @@ def prepare_problem(
     cache and ``score`` do); ``tie`` then is read from it. When the two traced layers turn
     out to differ, the whole model is traced and planned untied. ``loss_fn(output, batch)``
     is the training loss (default: the model's own, ``trace/loss.py``). ``progress(text)``
-    hears each stage as it starts (the command line's live status line).
+    hears each stage as it starts (the command line's live status line). The budget:
+    ``memory_gb`` (10**9 bytes) or ``memory_gib`` (2**30 bytes), else ``budget``, else the
+    profile's device memory.
     """
-    mesh, axis_names, cluster, budget = resolve_options(mesh, axis_names, profile, memory_gb)
+    mesh, axis_names, cluster, budget = resolve_options(mesh, axis_names, profile, memory_gb, memory_gib, budget)
     seconds: dict[str, float] = {}
     if trace is None:
         with timed(seconds, "trace", progress):
@@ -213,7 +226,7 @@ def prepare_problem(
             simplified = merge_followers(costed, layer_regions(choices))
             twins, reduced = {}, simplified.costed
     layers = layer_stack(choices, regions, simplified, reduced, blocks) if blocks else None
-    return Problem(trace, choices, costed, simplified, twins, reduced, budget, seconds, layers)
+    return Problem(trace, choices, costed, simplified, twins, reduced, budget.bytes, seconds, layers, budget)
 
 
 @dataclass(frozen=True)
@@ -252,7 +265,7 @@ def layer_stack(choices, regions, simplified: Simplified, reduced: CostedGraph, 
 
 def solve_problem(
     problem: Problem,
-    pins=None,
+    pins,
     time_limit_s: float | None = None,
     warnings=(),
     *,
@@ -261,8 +274,8 @@ def solve_problem(
     progress=None,
     recompute: bool | str = False,
 ) -> tuple[Plan, Solution, bool]:
-    """The cheapest plan under ``pins`` (a ``pinning.Pins``): (plan of the whole model,
-    solution, fits the memory budget).
+    """The cheapest plan under ``pins`` (a ``pinning.Pins``; ``Pins(problem)`` pins only
+    what every plan pins): (plan of the whole model, solution, fits the memory budget).
 
     With ``over_budget``, a layout that cannot fit the budget is still solved, without the
     budget, and comes back with ``fits`` False: a score must exist for plans that do not
@@ -271,16 +284,13 @@ def solve_problem(
     a mode's name holds it to that mode (scoring a plan that checkpoints).
     """
     seconds = {} if seconds is None else seconds
-    if pins is None:
-        from autoplan.pipeline.pinning import Pins  # pinning builds on this module
-
-        pins = Pins(problem)  # no pins but the ones every plan has (in-place selves)
     allowed = pins.allowed
     unit = unit_for(problem.layers.unit if problem.layers is not None else None, recompute)
     fits = True
     with timed(seconds, "solve", progress):
         try:
-            solution = solve(problem.reduced, problem.budget_bytes, time_limit_s, allowed, unit)
+            solution = solve(problem.reduced, problem.budget_bytes, time_limit_s, allowed, unit,
+                             budget_words=problem.budget_words())
         except InfeasibleError:
             if not over_budget:
                 raise
@@ -289,7 +299,7 @@ def solve_problem(
             solution = solve(problem.reduced, float("inf"), time_limit_s, allowed, held)
     extra = list(warnings)
     if not fits:
-        extra.append(f"this layout does not fit the {problem.budget_bytes / GIB:.3g} GiB per-device budget")
+        extra.append(f"this layout does not fit the per-device budget of {problem.budget_words()}")
     with timed(seconds, "plan", progress):
         choice = problem.expand(solution.choice)
         checkpointed = _checkpointed(problem, solution)

@@ -11,11 +11,13 @@ from dataclasses import dataclass, field
 from torch import nn
 
 from autoplan.explain.mesh_gain import one_device_seconds
+from autoplan.explain.show import peak_memory_lines
 from autoplan.pipeline.pinning import Pins
-from autoplan.pipeline.problem import GIB, ModelTrace, prepare_problem, solve_problem
+from autoplan.pipeline.problem import ModelTrace, prepare_problem, solve_problem
 from autoplan.placements import Spec, format_spec
 from autoplan.plan.module_plan import Plan
 from autoplan.trace.repeats import KEPT_LAYERS, find_repeated_blocks, laid_out_alike
+from autoplan.tree_paths import readable_path
 
 
 @dataclass(frozen=True)
@@ -31,6 +33,8 @@ class SuggestReport:
     constraints: int
     model_name: str = ""
     extra: dict = field(default_factory=dict)
+    budget: str = ""
+    """The memory budget planned for, in words: as given (its unit), in bytes, where it comes from."""
 
     def stats(self) -> dict:
         """The run's numbers (stage seconds, graph and ILP sizes, solver outcome) as plain data."""
@@ -71,6 +75,8 @@ class SuggestReport:
             f"({self.decisions_after_merge} after merging followers), {self.variables} ILP variables",
             f"time: {stages}",
         ]
+        if self.budget:
+            lines.append(f"memory budget per device: {self.budget}")
         if "tied" in self.extra:
             lines.append(f"identical layers planned alike: {self.extra['tied']}; solver status and gap are those of the tied problem")
         return lines
@@ -86,15 +92,12 @@ class SuggestReport:
             lines.append(f"  {fqn:<{width}}  {format_spec(spec)}")
         lines.append("batch:")
         for key, batch in plan.inputs.items():
-            lines.append(f"  {key}  shape {list(batch.shape)}  {format_spec(batch.placements)}")
+            lines.append(f"  {readable_path(key)}  shape {list(batch.shape)}  {format_spec(batch.placements)}")
         lines.append(
             f"predicted step time {p.step_time_s * 1e3:.3f} ms "
             f"(compute {p.compute_s * 1e3:.3f} ms, communication {p.comm_s * 1e3:.3f} ms)"
         )
-        lines.append(
-            f"peak memory per device {p.peak_memory_bytes / GIB:.2f} GiB "
-            f"(model state {p.model_state_bytes / GIB:.2f} GiB, activations {p.activation_bytes / GIB:.2f} GiB)"
-        )
+        lines.extend(peak_memory_lines(plan))
         lines.extend(self.run_lines())
         for warning in plan.warnings:
             lines.append(f"warning: {warning}")
@@ -115,6 +118,9 @@ def suggest_with_report(
     loss_fn=None,
     progress=None,
     recompute: bool = True,
+    *,
+    memory_gib: float | None = None,
+    budget=None,
 ) -> tuple[Plan, SuggestReport]:
     """Plan ``model`` for ``mesh``; ``pinned`` fixes parameter FQNs / batch keys to given specs.
 
@@ -125,13 +131,16 @@ def suggest_with_report(
     cache does); it must have been made with the same ``tie`` and ``loss_fn``.
     ``loss_fn(output, batch)`` is the training loss (default: the model's own, ``trace/loss.py``).
     ``progress(text)`` hears each stage as it starts. ``recompute``: the solver may
-    checkpoint the repeated layers (``solve/recompute.py``).
+    checkpoint the repeated layers (``solve/recompute.py``). The budget: ``memory_gb``
+    (10**9 bytes) or ``memory_gib`` (2**30 bytes), else ``budget`` (a ``MemoryBudget``
+    already resolved), else the profile's device memory.
     """
     pinned = {name: tuple(spec) for name, spec in (pinned or {}).items()}
     if tie and pinned and not laid_out_alike(find_repeated_blocks(model), pinned):
         tie, trace = False, None
     problem = prepare_problem(
-        model, example_inputs, mesh, axis_names, profile, memory_gb, tie=tie, trace=trace, loss_fn=loss_fn, progress=progress
+        model, example_inputs, mesh, axis_names, profile, memory_gb, memory_gib=memory_gib, budget=budget, tie=tie,
+        trace=trace, loss_fn=loss_fn, progress=progress,
     )
     pins = Pins(problem)
     for name, spec in pinned.items():
@@ -147,6 +156,7 @@ def suggest_with_report(
         decisions_after_merge=len(problem.reduced.nodes),
         variables=solution.variables,
         constraints=solution.constraints,
+        budget=problem.budget_words(),
         extra={
             "one_device_s": one_device_seconds(problem.costed),
             "search_s": solution.search_s,

@@ -75,8 +75,9 @@ class SolverReport:
     bound: float
     gap: float
     memory_budget_bytes: float | None = None
-    """The per-device memory budget the plan was solved under (``--memory-gb``, or the
-    profile's device memory); None in plan files written before plans recorded it."""
+    """The per-device memory budget the plan was solved under, in bytes (``--memory-gb`` x
+    10**9, ``--memory-gib`` x 2**30, or the profile's device memory); None in plan files
+    written before plans recorded it. ``score`` and ``explain`` judge the plan against it."""
 
 
 @dataclass(frozen=True)

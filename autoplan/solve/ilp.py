@@ -109,10 +109,12 @@ def solve(
     time_limit_s: float | None = None,
     allowed: dict[str, set[int]] | None = None,
     recompute: RecomputeUnit | None = None,
+    budget_words: str | None = None,
 ) -> Solution:
     """Optimal strategies under the budget; ``allowed`` restricts some decisions (pinning);
     ``recompute``: the layers that may be checkpointed (``solve/recompute.py``: one model
-    per mode and count of layers, the fastest plan kept; the time limit holds for each)."""
+    per mode and count of layers, the fastest plan kept; the time limit holds for each).
+    ``budget_words``: the budget as the user gave it, for the error when nothing fits."""
     started = time.perf_counter()
     allowed = allowed or {}
     tried: list[Solution] = []
@@ -153,9 +155,9 @@ def solve(
             )
         need = least_memory_bytes(costed, allowed, time_limit_s, recompute)
         err = InfeasibleError(
-            f"no plan fits {memory_budget_bytes / 2**30:.3g} GiB per device "
-            f"(the smallest possible needs {need / 2**30:.3g} GiB)",
-            hint="raise --memory-gb, use a mesh with more devices, or a smaller batch",
+            f"no plan fits the per-device budget of {budget_words or f'{memory_budget_bytes / 2**30:.4g} GiB'} "
+            f"(the smallest possible needs {need / 2**30:.4g} GiB, {round(need):,} bytes)",
+            hint="raise --memory-gb (or --memory-gib), use a mesh with more devices, or a smaller batch",
         )
         err.smallest_bytes = need
         raise err

@@ -43,8 +43,12 @@ class Row:
         return self.predicted == self.observed
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class Verification:
+    """What ``verify_plan`` found. ``str()`` is the verdict in one line ("verified: 147
+    collectives as predicted"); ``summary()`` the table. The module rows list every
+    (module, axis, kind) predicted or observed: none for a step that runs no collective."""
+
     rows: tuple[Row, ...]
     """One per (module, axis, kind) predicted or observed."""
     loss: float = float("nan")
@@ -73,6 +77,32 @@ class Verification:
     @property
     def passed(self) -> bool:
         return not self.mismatches
+
+    def counts(self) -> tuple[int, int]:
+        """(collectives predicted, collectives that ran) in the step, over every axis and kind."""
+        totals = self.totals()
+        return sum(row.predicted[0] for row in totals), sum(row.observed[0] for row in totals)
+
+    def verdict(self) -> str:
+        """One line: whether the step ran the collectives predicted, and how many."""
+        predicted, observed = self.counts()
+        if not self.passed:
+            return (f"NOT verified: {len(self.mismatches)} of {len(self.totals())} kinds per axis differ "
+                    f"({predicted} collectives predicted, {observed} ran)")
+        if predicted == 0:
+            return "verified: no collectives predicted and none ran"
+        line = f"verified: {predicted} collective{'s' if predicted != 1 else ''} as predicted"
+        if self.moved:
+            line += f" ({len(self.moved)} module rows ran in another module than predicted)"
+        return line
+
+    def __str__(self) -> str:
+        return self.verdict()
+
+    def __repr__(self) -> str:
+        predicted, observed = self.counts()
+        return (f"Verification(passed={self.passed}, predicted={predicted} collectives, observed={observed}, "
+                f"mismatched_kinds={len(self.mismatches)}, module_rows={len(self.rows)}, loss={self.loss!r})")
 
     def summary(self, all_rows: bool = False) -> str:
         lines = [f"{'module':<44} {'axis':<8} {'kind':<15} {'predicted':>22} {'observed':>22}"]
