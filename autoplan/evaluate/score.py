@@ -88,19 +88,26 @@ def score(
     time_limit_s: float | None = None,
     mesh: tuple[int, ...] | None = None,
     loss_fn=None,
+    progress=None,
 ) -> Score:
     """Score ``plan`` for ``model`` on ``example_inputs`` (meta tensors are fine).
 
     ``profile`` (a name, a path or a ClusterProfile) defaults to the profile the plan was
     made with. ``mesh``, when given, must be the plan's mesh shape. ``loss_fn`` is the
-    training loss the plan was made for (as ``suggest``'s).
+    training loss the plan was made for (as ``suggest``'s). ``progress(text)`` hears each
+    stage as it starts.
     """
     _check_mesh(plan, mesh)
     cluster = _profile(plan, profile)
+    if progress is not None:
+        progress("tracing the model to check the plan against it")
     trace, accepted = check_plan_for_model(model, example_inputs, plan, loss_fn)  # fails fast, before the costly stages
     problem = prepare_problem(
-        model, example_inputs, plan.mesh_shape, plan.axis_names, cluster, memory_gb, trace=trace, loss_fn=loss_fn
+        model, example_inputs, plan.mesh_shape, plan.axis_names, cluster, memory_gb, trace=trace, loss_fn=loss_fn,
+        progress=progress,
     )
+    if progress is not None:
+        progress("solving the plan's cheapest execution")
     return score_problem(problem, plan, time_limit_s, accepted)
 
 

@@ -102,17 +102,17 @@ def explain_plan(
     cluster = _profile(plan, profile)
     say("tracing the model")
     trace, accepted = check_plan_for_model(model, example_inputs, plan, loss_fn)
-    say("building and costing the choices")
     problem = prepare_problem(
-        model, example_inputs, plan.mesh_shape, plan.axis_names, cluster, memory_gb, trace=trace, loss_fn=loss_fn
+        model, example_inputs, plan.mesh_shape, plan.axis_names, cluster, memory_gb, trace=trace, loss_fn=loss_fn,
+        progress=progress,
     )
     say("scoring the plan")
     own = score_problem(problem, plan, time_limit_s, accepted)
     results = []
-    for unit in units:
-        for alt in alternatives_for(unit, plan):
-            say(f"solving {unit.name}: {alt.name}")
-            results.append(_solve_alternative(problem, unit.name, alt, own, time_limit_s, problem.recompute_mode(plan)))
+    solves = [(unit, alt) for unit in units for alt in alternatives_for(unit, plan)]
+    for done, (unit, alt) in enumerate(solves):
+        say(f"solving {done + 1}/{len(solves)}: {unit.name} as {alt.name}")
+        results.append(_solve_alternative(problem, unit.name, alt, own, time_limit_s, problem.recompute_mode(plan)))
     say("pricing the plan's collectives")
     choice = plan_choice(problem, plan, time_limit_s)
     charges = costliest_charges(problem, choice)
