@@ -5,6 +5,8 @@ values counts on real tensors instead and says why. Long commands report their s
 on stderr (``AUTOPLAN_PROGRESS=plain`` in a log), leaving stdout as it was.
 """
 
+import math
+
 import pytest
 import torch
 import torch.distributed as dist
@@ -19,7 +21,8 @@ from autoplan.verify.fake_model import fake_twin
 from autoplan.verify.numerics import build_seeded, seeded_batch
 from autoplan.verify.step_check import verify_plan
 from conftest import EXAMPLES, ROOT
-from zoo import example_path, forced_plan
+from test_verify import CASES as ZOO_CASES
+from zoo import MESHES, example_path, forced_plan
 
 
 @pytest.fixture
@@ -54,7 +57,7 @@ def test_bert_counts_on_fake_tensors_exactly_what_real_ones_run(fake_world):
     before = {fqn: p.detach().clone() for fqn, p in model.named_parameters()}
     seen = _weights_seen_in_forward(model)
 
-    fake = verify_plan(model, batch, plan, fake_world)
+    fake = verify_plan(model, batch, plan, fake_world, tensors="fake")
     assert fake.tensors == "fake" and not fake.fallback
     assert seen == [True], "the counted step must run on fake weights"
     assert fake.passed, "\n" + fake.summary()
@@ -68,6 +71,23 @@ def test_bert_counts_on_fake_tensors_exactly_what_real_ones_run(fake_world):
     assert real.loss == real.loss and fake.loss != fake.loss  # a real loss; NaN on fake tensors
 
 
+@pytest.mark.parametrize("name,mesh", ZOO_CASES)
+def test_every_zoo_plan_counts_on_fake_tensors_what_real_ones_run(name, mesh):
+    """``test_verify.py``'s cases: no fallback, and row by row the counts of the real step."""
+    plan = forced_plan(example_path(name), mesh, MESHES[mesh])
+    example = import_model_file(EXAMPLES / f"{name}.py")
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=math.prod(mesh))
+    try:
+        device_mesh = init_device_mesh("cpu", mesh, mesh_dim_names=MESHES[mesh])
+        fake = verify_plan(build_seeded(example, "build_model", 0), seeded_batch(example, 1), plan, device_mesh, tensors="fake")
+        real = verify_plan(build_seeded(example, "build_model", 0), seeded_batch(example, 1), plan, device_mesh)
+    finally:
+        dist.destroy_process_group()
+    assert fake.tensors == "fake", fake.fallback
+    assert _observed(fake) == _observed(real)
+    assert fake.passed, "\n" + fake.summary()
+
+
 def test_a_model_built_on_meta_is_counted_without_real_weights(fake_world):
     """As the command line runs it: the model built on meta, its twin fake; no parameter of
     either ever holds real storage."""
@@ -76,7 +96,7 @@ def test_a_model_built_on_meta_is_counted_without_real_weights(fake_world):
     with torch.device("meta"):
         model = build_seeded(example, "build_model", 0)
     seen = _weights_seen_in_forward(model)
-    result = verify_plan(model, seeded_batch(example, 1), plan, fake_world)
+    result = verify_plan(model, seeded_batch(example, 1), plan, fake_world, tensors="fake")
     assert result.tensors == "fake" and seen == [True]
     assert result.passed, "\n" + result.summary()
     assert all(p.is_meta for p in model.parameters())
@@ -95,12 +115,13 @@ def test_a_step_that_reads_values_counts_on_real_tensors_and_says_why(fake_world
     example = import_model_file(path)
     torch.manual_seed(0)
     model = example.build_model()
-    result = verify_plan(model, example.example_inputs(), plan, fake_world)
+    result = verify_plan(model, example.example_inputs(), plan, fake_world, tensors="fake")
     assert result.tensors == "real" and "reads tensor values" in result.fallback, result.fallback
     assert result.passed, "\n" + result.summary()
     with torch.device("meta"):
         shapes_only = example.build_model()
-    rebuilt = verify_plan(shapes_only, example.example_inputs(), plan, fake_world, real_model=example.build_model)
+    rebuilt = verify_plan(shapes_only, example.example_inputs(), plan, fake_world, tensors="fake",
+                          real_model=example.build_model)
     assert rebuilt.tensors == "real" and _observed(rebuilt) == _observed(result)
 
 

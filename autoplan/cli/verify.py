@@ -121,7 +121,8 @@ def _count_collectives(args, plan, loaded, say):
             return plan, result, eager
         with torch.device("meta"):  # its twin on fake tensors is counted: no weights are made
             shapes_only = build_seeded(module, loaded.builder, 0)
-        result = verify_plan(shapes_only, batch, plan, device_mesh, loss_fn=loss_fn, real_model=real_model, progress=say)
+        result = verify_plan(shapes_only, batch, plan, device_mesh, loss_fn=loss_fn, tensors="fake", real_model=real_model,
+                             progress=say)
     return plan, result, None
 
 

@@ -6,8 +6,9 @@ collectives that ran with those the plan predicted (``predicted.module_collectiv
 The verdict is per mesh axis and kind, summed over the step; the per-module rows show
 where each one ran, and where that was another module than predicted. It runs on whatever process group is current: the
 CLI sets up a fake one of the plan's world size, so any mesh verifies in one process.
-The step runs on fake tensors at the real shapes (``verify/fake_model.py``): no compute and
-no weight memory; a step that reads tensor values runs on real tensors instead.
+With ``tensors="fake"`` (the command line's) the step runs on fake tensors at the real
+shapes (``verify/fake_model.py``): no compute and no weight memory; a step that reads
+tensor values runs on real tensors instead.
 
 Bytes are rank 0's. autoplan never shards a dimension unevenly, so every rank sends the
 same sizes. On a CPU mesh DTensor replaces all_to_all by an all_gather (gloo has none);
@@ -109,22 +110,24 @@ def _cell(value: tuple[int, int]) -> str:
 
 def verify_plan(
     model: nn.Module, batch, plan: Plan, device_mesh: DeviceMesh, loss_fn=None, compile_mode: str | None = None,
-    backend: str = "inductor", tensors: str = "fake", real_model: Callable[[], nn.Module] | None = None,
+    backend: str = "inductor", tensors: str = "real", real_model: Callable[[], nn.Module] | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> Verification:
     """Apply ``plan`` to ``model``, run one training step on the global ``batch`` and compare
     its collectives with the plan's prediction. ``loss_fn`` is the training loss the plan
     was made for (the model file's ``compute_loss``; default: the model's own).
 
-    ``tensors="fake"`` (the default) counts on ``fake_twin(model)`` (``verify/fake_model.py``):
-    the same step at the same shapes, no compute, no weight memory, ``model`` untouched, and
-    the loss unknown (NaN). Where the step needs real values (a data-dependent read) it runs
-    again on real tensors: on ``real_model()`` if given, else on ``model`` itself (not on the
-    meta device); ``Verification.fallback`` says why. ``tensors="real"`` applies the plan to
-    ``model`` in place and runs it for real, as does ``compile_mode`` ("block" or "whole",
-    ``verify/compiled.py``): the applied model runs under ``torch.compile`` with ``backend``,
-    one forward and backward compile it first, uncounted, and the counted step follows from
-    the same weights. ``progress(text)`` hears each stage as it starts."""
+    ``tensors="real"`` (the default) applies the plan to ``model`` in place and runs the step
+    for real. ``tensors="fake"`` (``autoplan verify``) counts on ``fake_twin(model)``
+    (``verify/fake_model.py``) instead: the same step at the same shapes, no compute, no
+    weight memory, ``model`` untouched (it may be on the meta device), the loss unknown
+    (NaN). Where that step needs real values (a data-dependent read) it runs again on real
+    tensors: on ``real_model()`` if given, else on ``model`` itself (unless on meta);
+    ``Verification.fallback`` says why. ``compile_mode`` ("block" or "whole",
+    ``verify/compiled.py``) always runs real tensors: the applied model runs under
+    ``torch.compile`` with ``backend``, one forward and backward compile it first, uncounted,
+    and the counted step follows from the same weights. ``progress(text)`` hears each stage
+    as it starts."""
     say = progress or (lambda text: None)
     if tensors not in ("fake", "real"):
         raise ValueError(f"tensors must be 'fake' or 'real', got {tensors!r}")
