@@ -53,14 +53,15 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    from autoplan.plan.module_plan import Plan  # torch, imported when the command runs
-
-    plan = Plan.load(args.plan)
-    loaded = load_model_file(args.model)
     from autoplan.explain.progress import progress_on_stderr
 
     with progress_on_stderr() as progress:
         say = progress or (lambda text: None)
+        say("loading torch, the plan and the model file")
+        from autoplan.plan.module_plan import Plan  # torch, imported when the command runs
+
+        plan = Plan.load(args.plan)
+        loaded = load_model_file(args.model)
         plan, result, eager = _count_collectives(args, plan, loaded, say)
     world = math.prod(plan.mesh_shape)
     how = f", compiled ({args.compile}, {args.backend})" if args.compile else ""

@@ -147,8 +147,8 @@ def verify_plan(
             return _verdict(plan, device_mesh, observed, loss, "fake")
         finally:
             del twin
-        model = real_model() if real_model is not None else model
         say(f"counting on real tensors: {fallback}")
+        model = real_model() if real_model is not None else model
     else:
         say("applying the plan")
     observed, loss = _counted_step(model, batch, plan, device_mesh, loss_fn, compile_mode, backend, say, fake=False)
