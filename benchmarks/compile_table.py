@@ -43,6 +43,7 @@ from autoplan._processes import start_ranks  # noqa: E402
 from autoplan.model_file import import_model_file, load_model_file  # noqa: E402
 from autoplan.verify.compiled import compile_model  # noqa: E402
 from autoplan.verify.numerics import build_seeded, seeded_batch  # noqa: E402
+from autoplan.explain.progress import rows_on_stderr  # noqa: E402
 from autoplan.verify.step_check import verify_plan  # noqa: E402
 from zoo import plan_row  # noqa: E402
 
@@ -172,18 +173,23 @@ def main(argv=None) -> int:
     print(HEADER, flush=True)
 
     rows, jobs = [], []
-    for name in names:
-        plan, _, _ = plan_row(str(model_path(name)), FAKE_MESH, force_sharding=True)
-        row = fake_rows(name, plan, args.backend)
-        rows.append((name, "2x4 fake", row))
-        print_rows(rows[-1:])
-        sys.stdout.flush()
-        if not args.no_gloo:
-            small, _, _ = plan_row(str(model_path(name)), GLOO_MESH, force_sharding=True)
-            jobs.append((str(model_path(name)), small.to_json(), row["mode"]))
-    if jobs:
-        for name, (_, _, mode), row in zip(names, jobs, gloo_rows(jobs, args.backend)):
-            rows.append((name, "2x2 gloo", {**row, "mode": mode}))
+    with rows_on_stderr(len(names) + (0 if args.no_gloo else 1), "models planned, compiled and checked") as progress:
+        for name in names:
+            progress.started(name)
+            plan, _, _ = plan_row(str(model_path(name)), FAKE_MESH, force_sharding=True)
+            row = fake_rows(name, plan, args.backend)
+            rows.append((name, "2x4 fake", row))
+            print_rows(rows[-1:])
+            sys.stdout.flush()
+            if not args.no_gloo:
+                small, _, _ = plan_row(str(model_path(name)), GLOO_MESH, force_sharding=True)
+                jobs.append((str(model_path(name)), small.to_json(), row["mode"]))
+            progress.finished(name)
+        if jobs:
+            progress.started("every model on 4 gloo processes")
+            for name, (_, _, mode), row in zip(names, jobs, gloo_rows(jobs, args.backend)):
+                rows.append((name, "2x2 gloo", {**row, "mode": mode}))
+            progress.finished("every model on 4 gloo processes")
     print()
     print(HEADER)
     print_rows(rows)

@@ -72,3 +72,31 @@ def test_benchmark_output_during_the_bar_is_printed_whole_above_it(capsys, monke
             rows.finished("bert-8")
         assert ("bert | 1.5\n" in terminal.getvalue()) == through_bar
         assert (stdout.getvalue() == "bert | 1.5\n") != through_bar
+
+
+def test_plain_progress_writes_one_line_per_stage_and_row_even_to_a_pipe(monkeypatch):
+    """``AUTOPLAN_PROGRESS=plain``: a log gets one line per stage and per row done, with the
+    time so far; ``off`` silences a terminal too."""
+    monkeypatch.setenv("AUTOPLAN_PROGRESS", "plain")
+    pipe = io.StringIO()
+    with progress_on_stderr(pipe) as say:
+        say("tracing the model")
+        say("solving 2/24: model.layers.0-15 as fsdp")
+    lines = pipe.getvalue().splitlines()
+    assert [re.sub(r"\[\d+:\d\d:\d\d\]", "[T]", line) for line in lines] == [
+        "autoplan: [T] tracing the model", "autoplan: [T] solving 2/24: model.layers.0-15 as fsdp",
+    ]
+    pipe = io.StringIO()
+    with rows_on_stderr(3, "models", stream=pipe) as rows:
+        rows.started("gpt2-8")
+        rows.finished("gpt2-8")
+        rows.finished("bert-8")
+    assert [line.split("] ", 1)[1] for line in pipe.getvalue().splitlines()] == [
+        "1/3 models: gpt2-8 done", "2/3 models: bert-8 done",
+    ]
+    monkeypatch.setenv("AUTOPLAN_PROGRESS", "off")
+    terminal = _Terminal()
+    with progress_on_stderr(terminal) as say, rows_on_stderr(2, stream=terminal) as rows:
+        assert say is None
+        rows.finished("gpt2-8")
+    assert terminal.getvalue() == ""

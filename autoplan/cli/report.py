@@ -33,14 +33,14 @@ def run(args: argparse.Namespace) -> int:
     plan = Plan.load(args.plan)
     loaded = load_model_file(args.model)
     check_outputs({"--out": args.out}, {"the model file": loaded.path, "the plan file": args.plan, "the --fidelity file": args.fidelity})
-    from autoplan.evaluate.score import _profile
+    from autoplan.evaluate.score import plan_profile
     from autoplan.explain.explain import explain_plan
     from autoplan.explain.progress import progress_on_stderr
     from autoplan.explain.report import read_fidelity, render_report
     from autoplan.explain.show import summarize
 
     fidelity = read_fidelity(args.fidelity) if args.fidelity else None
-    profile = _profile(plan, args.profile)
+    profile = plan_profile(plan, args.profile)
     with progress_on_stderr() as progress:
         explanation = explain_plan(
             loaded.model, loaded.example_inputs, plan, None, profile, args.memory_gb, args.time_limit, loaded.loss_fn, progress,

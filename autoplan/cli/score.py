@@ -35,11 +35,13 @@ def run(args: argparse.Namespace) -> int:
     loaded = load_model_file(args.model)
     # Imported here so that flag and file errors are reported without loading the solver.
     from autoplan.evaluate.score import score
+    from autoplan.explain.progress import progress_on_stderr
 
-    result = score(
-        loaded.model, loaded.example_inputs, plan, args.profile, args.memory_gb, args.time_limit, mesh, loaded.loss_fn,
-        memory_gib=args.memory_gib,
-    )
+    with progress_on_stderr() as progress:  # None unless stderr is a terminal (or AUTOPLAN_PROGRESS=plain)
+        result = score(
+            loaded.model, loaded.example_inputs, plan, args.profile, args.memory_gb, args.time_limit, mesh,
+            loaded.loss_fn, progress, memory_gib=args.memory_gib,
+        )
     print(f"plan {args.plan} for {loaded.name}")
     print(result.summary())
     own = plan.predicted.step_time_s

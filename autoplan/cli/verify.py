@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import sys
 from contextlib import contextmanager
 
 from autoplan.cli.suggest import _positive_float
@@ -18,8 +19,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
         "verify",
         help="run one training step of a plan and compare its collectives with the prediction",
-        description="Build MODEL on the CPU, apply PLAN on a fake process group of the plan's world "
-        "size (one process), run forward, backward and an AdamW step, and compare the collectives "
+        description="Apply PLAN to MODEL on a fake process group of the plan's world size (one process), "
+        "run forward, backward and an AdamW step on fake tensors at the real shapes (no compute, no weight "
+        "memory: seconds for a 1B model; real tensors where the step reads tensor values, and for --compile), "
+        "and compare the collectives "
         "that ran (count and bytes per module, mesh axis and kind) with the plan's "
         "predicted.module_collectives. With --numerics, also run the step on gloo processes on "
         "127.0.0.1 and compare the loss and gradients with the single-device model. "
@@ -30,7 +33,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     )
     parser.add_argument("plan", metavar="PLAN.json", help="plan file (from `autoplan suggest`)")
     parser.add_argument("--all", action="store_true", help="list every module row, not only mismatches")
-    parser.add_argument("--numerics", action="store_true", help="also compare loss and gradients on gloo processes")
+    parser.add_argument(
+        "--numerics", action="store_true",
+        help="also compare loss and gradients on gloo processes (real compute: each process builds the whole model)",
+    )
     parser.add_argument(
         "--compile", choices=("block", "whole"), default=None,
         help="run the step under torch.compile: each repeated block (nn.ModuleList items) compiled in place, or the "
@@ -47,35 +53,21 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    from autoplan.plan.module_plan import Plan  # torch, imported when the command runs
+    from autoplan.explain.progress import progress_on_stderr
 
-    plan = Plan.load(args.plan)
-    loaded = load_model_file(args.model)
-    # Imported here so that flag and file errors are reported without loading torch.distributed.
-    from autoplan.verify.numerics import NumericsJob, build_seeded, check_numerics, seeded_batch
-    from autoplan.evaluate.score import check_plan_for_model
-    from autoplan.verify.step_check import verify_plan
+    with progress_on_stderr() as progress:
+        say = progress or (lambda text: None)
+        say("loading torch, the plan and the model file")
+        from autoplan.plan.module_plan import Plan  # torch, imported when the command runs
 
-    check_plan_for_model(loaded.model, loaded.example_inputs, plan, loaded.loss_fn, command="verify")
-    if plan.recompute:
-        from autoplan.evaluate.recompute import with_recompute_prediction
-
-        # The plan's tables count the recompute set it was built with; a set written in by
-        # hand would leave them short of its repeats (evaluate/recompute.py): add them.
-        plan = with_recompute_prediction(loaded.model, loaded.example_inputs, plan, loaded.loss_fn)
-        modes = ", ".join(f"{fqn} {mode}" for fqn, mode in sorted(plan.recompute.items()))
-        print(f"recompute ({modes}): collectives predicted again for this recompute set")
-    module = import_model_file(loaded.path)
-    model = build_seeded(module, loaded.builder, 0)
-    batch = seeded_batch(module, 1)
-    loss_fn = loss_function(module, loaded.path)
-    with _fake_world(plan) as device_mesh:
-        result = verify_plan(model, batch, plan, device_mesh, loss_fn=loss_fn, compile_mode=args.compile, backend=args.backend)
-        if args.compile:
-            eager = verify_plan(build_seeded(module, loaded.builder, 0), batch, plan, device_mesh, loss_fn=loss_fn)
+        plan = Plan.load(args.plan)
+        loaded = load_model_file(args.model)
+        plan, result, eager = _count_collectives(args, plan, loaded, say)
     world = math.prod(plan.mesh_shape)
     how = f", compiled ({args.compile}, {args.backend})" if args.compile else ""
     print(f"plan {args.plan} for {loaded.name}: one training step on a fake process group of {world} ranks{how}")
+    if result.fallback:
+        print(f"collectives counted on real tensors, not fake ones: {result.fallback}")
     print(result.summary(all_rows=args.all))
     passed = result.passed
     if args.compile:
@@ -87,15 +79,83 @@ def run(args: argparse.Namespace) -> int:
         )
         passed = passed and ok
     if args.numerics:
-        worst = check_numerics([NumericsJob(str(loaded.path), loaded.builder, plan.to_json())], world)[0]
-        ok = worst.worst <= args.tolerance
-        print(
-            f"numerics on {world} gloo processes: loss rel. error {worst.loss:.2e}, "
-            f"worst gradient/buffer rel. error {worst.worst:.2e} "
-            + ("(ok)" if ok else f"(MISMATCH: above {args.tolerance:g})")
-        )
-        passed = passed and ok
+        passed = _check_numerics(args, plan, loaded, world) and passed
     return 0 if passed else MISMATCH_STATUS
+
+
+def _count_collectives(args, plan, loaded, say):
+    """(The plan, with a hand-written recompute set's repeats added; the Verification of its
+    step; the eager step's for --compile, else None). On fake tensors at the real shapes,
+    but for --compile, whose losses are compared."""
+    import torch
+
+    # Imported here so that flag and file errors are reported without loading torch.distributed.
+    from autoplan.evaluate.score import check_plan_for_model
+    from autoplan.verify.numerics import build_seeded, seeded_batch
+    from autoplan.verify.step_check import verify_plan
+
+    say("tracing the model to check the plan against it")
+    check_plan_for_model(loaded.model, loaded.example_inputs, plan, loaded.loss_fn, command="verify")
+    if plan.recompute:
+        from autoplan.evaluate.recompute import with_recompute_prediction
+
+        say("predicting the collectives of the plan's recompute set")
+        # The plan's tables count the recompute set it was built with; a set written in by
+        # hand would leave them short of its repeats (evaluate/recompute.py): add them.
+        plan = with_recompute_prediction(loaded.model, loaded.example_inputs, plan, loaded.loss_fn)
+        modes = ", ".join(f"{fqn} {mode}" for fqn, mode in sorted(plan.recompute.items()))
+        print(f"recompute ({modes}): collectives predicted again for this recompute set")
+    module = import_model_file(loaded.path)
+    batch = seeded_batch(module, 1)
+    loss_fn = loss_function(module, loaded.path)
+
+    def real_model():
+        say("building the model with real weights")
+        return build_seeded(module, loaded.builder, 0)
+
+    with _fake_world(plan) as device_mesh:
+        if args.compile:
+            result = verify_plan(real_model(), batch, plan, device_mesh, loss_fn=loss_fn, compile_mode=args.compile,
+                                 backend=args.backend, progress=say)
+            say("the eager step, for its loss")
+            eager = verify_plan(real_model(), batch, plan, device_mesh, loss_fn=loss_fn, tensors="real", progress=say)
+            return plan, result, eager
+        with torch.device("meta"):  # its twin on fake tensors is counted: no weights are made
+            shapes_only = build_seeded(module, loaded.builder, 0)
+        result = verify_plan(shapes_only, batch, plan, device_mesh, loss_fn=loss_fn, tensors="fake", real_model=real_model,
+                             progress=say)
+    return plan, result, None
+
+
+def _check_numerics(args, plan, loaded, world: int) -> bool:
+    """Run the step for real on ``world`` gloo processes against one device; print the verdict
+    and how long it took. Says first what it costs: every process builds the whole model."""
+    import time
+
+    from autoplan.explain.show import nbytes
+    from autoplan.verify.numerics import NumericsJob, check_numerics
+
+    parameters = sum(p.numel() for p in loaded.model.parameters())
+    weights = sum(p.numel() * p.element_size() for p in loaded.model.parameters())
+    # Each process holds the planned model's shards, the whole one-device reference and its
+    # float64 copy, each with its gradients: about 2 + 2 + 4 times the float32 weights.
+    print(
+        f"autoplan: --numerics runs the real step (real compute) on {world} gloo processes, each building the "
+        f"whole model ({parameters / 1e6:.1f} M parameters, {nbytes(weights)}) with a reference copy: "
+        f"about {nbytes(8 * weights)} per process; minutes for a large model",
+        file=sys.stderr, flush=True,
+    )
+    started = time.monotonic()
+    worst = check_numerics([NumericsJob(str(loaded.path), loaded.builder, plan.to_json())], world)[0]
+    took = time.monotonic() - started
+    ok = worst.worst <= args.tolerance
+    print(
+        f"numerics on {world} gloo processes: loss rel. error {worst.loss:.2e}, "
+        f"worst gradient/buffer rel. error {worst.worst:.2e} "
+        + ("(ok)" if ok else f"(MISMATCH: above {args.tolerance:g})")
+        + f"; real compute took {took:.1f} s"
+    )
+    return ok
 
 
 @contextmanager

@@ -21,7 +21,7 @@ from dataclasses import replace
 
 from torch import nn
 
-from autoplan.evaluate.score import _profile, check_plan_for_model, pins_for_plan
+from autoplan.evaluate.score import check_plan_for_model, pins_for_plan, plan_profile
 from autoplan.pipeline.problem import prepare_problem, solve_problem
 from autoplan.plan.collectives import module_table, step_collectives
 from autoplan.plan.module_plan import Plan, total_table
@@ -32,7 +32,7 @@ def with_recompute_prediction(model: nn.Module, example_inputs, plan: Plan, loss
     the repeats of its ``recompute`` set on ``model`` (every layer traced: no tying)."""
     check_plan_for_model(model, example_inputs, plan, loss_fn, command)
     problem = prepare_problem(
-        model, example_inputs, plan.mesh_shape, plan.axis_names, _profile(plan, None), tie=False, loss_fn=loss_fn
+        model, example_inputs, plan.mesh_shape, plan.axis_names, plan_profile(plan, None), tie=False, loss_fn=loss_fn
     )
     pins, _, _ = pins_for_plan(problem, plan)
     _, solution, _ = solve_problem(problem, pins, over_budget=True)

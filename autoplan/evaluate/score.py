@@ -35,9 +35,9 @@ from autoplan.pipeline.budget import MemoryBudget, budget_words, plans_budget
 from autoplan.pipeline.pinning import Pins
 from autoplan.pipeline.problem import ModelTrace, Problem, prepare_problem, solve_problem, trace_for_planning
 from autoplan.plan.module_plan import Plan
-from autoplan.tree_paths import readable_path
 from autoplan.trace.repeats import find_repeated_blocks, laid_out_alike
 from autoplan.trace.tracer import trace_model
+from autoplan.tree_paths import readable_path
 
 
 @dataclass(frozen=True)
@@ -92,6 +92,7 @@ def score(
     time_limit_s: float | None = None,
     mesh: tuple[int, ...] | None = None,
     loss_fn=None,
+    progress=None,
     *,
     memory_gib: float | None = None,
 ) -> Score:
@@ -102,14 +103,19 @@ def score(
     training loss the plan was made for (as ``suggest``'s). The budget the peak is judged
     against: ``memory_gb`` (10**9 bytes) or ``memory_gib`` (2**30 bytes), else the one the
     plan was made under (its file records it), else the profile's device memory.
+    ``progress(text)`` hears each stage as it starts.
     """
     _check_mesh(plan, mesh)
-    cluster = _profile(plan, profile)
+    cluster = plan_profile(plan, profile)
+    if progress is not None:
+        progress("tracing the model to check the plan against it")
     trace, accepted = check_plan_for_model(model, example_inputs, plan, loss_fn)  # fails fast, before the costly stages
     problem = prepare_problem(
         model, example_inputs, plan.mesh_shape, plan.axis_names, cluster, memory_gb, memory_gib=memory_gib,
-        budget=plans_budget(plan), trace=trace, loss_fn=loss_fn,
+        budget=plans_budget(plan), trace=trace, loss_fn=loss_fn, progress=progress,
     )
+    if progress is not None:
+        progress("solving the plan's cheapest execution")
     return score_problem(problem, plan, time_limit_s, accepted)
 
 
@@ -186,7 +192,8 @@ def pins_for_plan(problem: Problem, plan: Plan) -> tuple[Pins, int, int]:
     return pins, values, boundaries
 
 
-def _profile(plan: Plan, profile) -> ClusterProfile:
+def plan_profile(plan: Plan, profile) -> ClusterProfile:
+    """The profile to price ``plan`` with: ``profile`` (a name, a path or a ClusterProfile), else the one the plan was made with."""
     if isinstance(profile, ClusterProfile):
         return profile
     if profile is not None:

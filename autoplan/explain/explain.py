@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from autoplan.errors import AutoplanError
-from autoplan.evaluate.score import Score, _profile, check_plan_for_model, pins_for_plan, score_problem
+from autoplan.evaluate.score import Score, check_plan_for_model, pins_for_plan, plan_profile, score_problem
 from autoplan.explain.alternatives import PLAN_OWN, alternatives_for, units_of
 from autoplan.pipeline.budget import plans_budget
 from autoplan.pipeline.pinning import Pins
@@ -109,21 +109,21 @@ def explain_plan(
     the plan was made under, else the profile's device memory (as ``score``)."""
     say = progress or (lambda text: None)
     units = units_of(plan, module)  # a module the plan lacks fails here, before any solve
-    cluster = _profile(plan, profile)
+    cluster = plan_profile(plan, profile)
     say("tracing the model")
     trace, accepted = check_plan_for_model(model, example_inputs, plan, loss_fn, command)
     say("building and costing the choices")
     problem = prepare_problem(
         model, example_inputs, plan.mesh_shape, plan.axis_names, cluster, memory_gb, memory_gib=memory_gib,
-        budget=plans_budget(plan), trace=trace, loss_fn=loss_fn,
+        budget=plans_budget(plan), trace=trace, loss_fn=loss_fn, progress=progress,
     )
     say("scoring the plan")
     own = score_problem(problem, plan, time_limit_s, accepted)
     results = []
-    for unit in units:
-        for alt in alternatives_for(unit, plan):
-            say(f"solving {unit.name}: {alt.name}")
-            results.append(_solve_alternative(problem, unit.name, alt, own, time_limit_s, problem.recompute_mode(plan)))
+    solves = [(unit, alt) for unit in units for alt in alternatives_for(unit, plan)]
+    for done, (unit, alt) in enumerate(solves):
+        say(f"solving {done + 1}/{len(solves)}: {unit.name} as {alt.name}")
+        results.append(_solve_alternative(problem, unit.name, alt, own, time_limit_s, problem.recompute_mode(plan)))
     say("pricing the plan's collectives")
     choice = plan_choice(problem, plan, time_limit_s)
     charges = costliest_charges(problem, choice)

@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from autoplan.evaluate.score import Score, check_plan_for_model, score_problem
-from autoplan.interop.export_torch import TorchExport
+from autoplan.interop.export_result import TorchExport
 from autoplan.pipeline.problem import GIB, prepare_problem
 from autoplan.placements import Spec, shard_dim
 from autoplan.plan.module_plan import BatchInput, ModuleLayout, Plan
@@ -116,11 +116,11 @@ def exported_plan(plan: Plan, export: TorchExport, batch_boundaries: dict[tuple[
 def score_export(model, example_inputs, plan: Plan, export: TorchExport, profile=None, loss_fn=None,
                  time_limit_s: float | None = None) -> tuple[ExportScore, Plan]:
     """Score the exported layout and the plan on one traced model; (scores, exported plan)."""
-    from autoplan.evaluate.score import _profile
+    from autoplan.evaluate.score import plan_profile
 
     trace, accepted = check_plan_for_model(model, example_inputs, plan, loss_fn)
     budget = plan.solver.memory_budget_bytes
-    problem = prepare_problem(model, example_inputs, plan.mesh_shape, plan.axis_names, _profile(plan, profile),
+    problem = prepare_problem(model, example_inputs, plan.mesh_shape, plan.axis_names, plan_profile(plan, profile),
                               budget / GIB if budget else None, trace=trace, loss_fn=loss_fn)
     traced = problem.traced
     batch_boundaries = {

@@ -11,7 +11,7 @@ from autoplan.plan.module_plan import Plan
 from autoplan.plan.recompute import KEPT_BY_SELECTIVE
 
 if TYPE_CHECKING:
-    from autoplan.interop.export_torch import TorchExport
+    from autoplan.interop.export_result import TorchExport
 
 
 def difference_lines(export: TorchExport) -> list[str]:

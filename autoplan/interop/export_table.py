@@ -8,7 +8,7 @@ import re
 from rich.console import Console
 from rich.table import Table
 
-from autoplan.interop.export_torch import TorchExport
+from autoplan.interop.export_result import TorchExport
 from autoplan.interop.module_groups import group_modules
 from autoplan.plan.module_plan import Plan
 

@@ -38,41 +38,18 @@ take it out of state_dict keys again.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 
-from autoplan.interop.export_data_parallel import DataParallelExport, export_data_parallel
+from autoplan.interop.export_data_parallel import export_data_parallel
 from autoplan.interop.export_render import render_torch
+from autoplan.interop.export_result import TorchExport
 from autoplan.placements import Spec, shard_dim
 from autoplan.plan.module_plan import Plan
 from autoplan.tree_paths import readable_path
 
-
 LINEAR_TYPES = frozenset({"Linear", "NonDynamicallyQuantizableLinear"})
 EMBEDDING_TYPES = frozenset({"Embedding"})
 REPLICATE, SHARD_LAST = "Replicate()", "Shard(-1)"
-
-
-@dataclass(frozen=True, slots=True)
-class TorchExport:
-    source: str
-    """The generated Python module."""
-    styles: dict[str, str]
-    """Module FQN -> ParallelStyle expression, on the tp axis."""
-    fsdp_modules: tuple[str, ...]
-    """Modules wrapped with ``fully_shard`` on the dp axis, the root ("") last."""
-    not_expressed: tuple[str, ...]
-    """One line per part of the plan the export does not reproduce."""
-    tp_axis: str | None
-    dp_axis: str | None
-    data_parallel: DataParallelExport | None = None
-    tp_stored: dict[str, str] = field(default_factory=dict)
-    """Parameter FQN -> its placement on tp once the styles hold it ("R" where no style)."""
-    replicated_boundaries: tuple[tuple[str, str, str], ...] = ()
-    """(module, "input" | "output", key path) the plan splits on tp and the export keeps whole."""
-    differences: dict[str, tuple[str, ...]] = field(default_factory=dict)
-    """Module FQN ("" the root) -> what the export does there unlike the plan."""
-    details: tuple[str, ...] = ()
-    """One line per activation layout on tp the export changes (for the generated file)."""
 
 
 def export_torch(plan: Plan, source_name: str = "plan.json") -> TorchExport:

@@ -6,6 +6,9 @@ collectives that ran with those the plan predicted (``predicted.module_collectiv
 The verdict is per mesh axis and kind, summed over the step; the per-module rows show
 where each one ran, and where that was another module than predicted. It runs on whatever process group is current: the
 CLI sets up a fake one of the plan's world size, so any mesh verifies in one process.
+With ``tensors="fake"`` (the command line's) the step runs on fake tensors at the real
+shapes (``verify/fake_model.py``): no compute and no weight memory; a step that reads
+tensor values runs on real tensors instead.
 
 Bytes are rank 0's. autoplan never shards a dimension unevenly, so every rank sends the
 same sizes. On a CPU mesh DTensor replaces all_to_all by an all_gather (gloo has none);
@@ -15,6 +18,8 @@ the prediction is translated likewise before comparing.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass
 
 import torch
@@ -24,8 +29,10 @@ from torch.distributed.device_mesh import DeviceMesh
 from autoplan.apply.engine import apply_plan, shard_batch
 from autoplan.errors import AutoplanError, StepError
 from autoplan.plan.module_plan import Plan
+from autoplan.trace.known_values import known_values
 from autoplan.trace.loss import training_loss
 from autoplan.trace.opaque import failing_module
+from autoplan.verify.fake_model import DATA_DEPENDENT, fake_twin, needs_real_values
 from autoplan.verify.observe import CollectiveCounter
 
 
@@ -52,7 +59,12 @@ class Verification:
     rows: tuple[Row, ...]
     """One per (module, axis, kind) predicted or observed."""
     loss: float = float("nan")
-    """The loss of the counted step (fake collectives: comparable only between runs of one plan)."""
+    """The loss of the counted step (fake collectives: comparable only between runs of one plan;
+    NaN on fake tensors)."""
+    tensors: str = "real"
+    """What the step ran on: "fake" (shapes only, ``verify/fake_model.py``) or "real"."""
+    fallback: str = ""
+    """Why a count asked on fake tensors ran on real ones (empty when it did not)."""
 
     def totals(self) -> tuple[Row, ...]:
         """The rows summed over modules: one per (axis, kind). What passes or fails."""
@@ -126,13 +138,55 @@ def _cell(value: tuple[int, int]) -> str:
     return f"{count} x, {nbytes} B" if count else "-"
 
 
-def verify_plan(model: nn.Module, batch, plan: Plan, device_mesh: DeviceMesh, loss_fn=None, compile_mode: str | None = None, backend: str = "inductor") -> Verification:
-    """Apply ``plan`` to ``model`` (in place), run one training step on the global ``batch``
-    and compare its collectives with the plan's prediction. ``loss_fn`` is the training
-    loss the plan was made for (the model file's ``compute_loss``; default: the model's own).
-    With ``compile_mode`` ("block" or "whole", ``verify/compiled.py``) the applied model runs
-    under ``torch.compile`` with ``backend``: one forward and backward compile it first,
-    uncounted, and the counted step follows from the same weights."""
+def verify_plan(
+    model: nn.Module, batch, plan: Plan, device_mesh: DeviceMesh, loss_fn=None, compile_mode: str | None = None,
+    backend: str = "inductor", tensors: str = "real", real_model: Callable[[], nn.Module] | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> Verification:
+    """Apply ``plan`` to ``model``, run one training step on the global ``batch`` and compare
+    its collectives with the plan's prediction. ``loss_fn`` is the training loss the plan
+    was made for (the model file's ``compute_loss``; default: the model's own).
+
+    ``tensors="real"`` (the default) applies the plan to ``model`` in place and runs the step
+    for real. ``tensors="fake"`` (``autoplan verify``) counts on ``fake_twin(model)``
+    (``verify/fake_model.py``) instead: the same step at the same shapes, no compute, no
+    weight memory, ``model`` untouched (it may be on the meta device), the loss unknown
+    (NaN). Where that step needs real values (a data-dependent read) it runs again on real
+    tensors: on ``real_model()`` if given, else on ``model`` itself (unless on meta);
+    ``Verification.fallback`` says why. ``compile_mode`` ("block" or "whole",
+    ``verify/compiled.py``) always runs real tensors: the applied model runs under
+    ``torch.compile`` with ``backend``, one forward and backward compile it first, uncounted,
+    and the counted step follows from the same weights. ``progress(text)`` hears each stage
+    as it starts."""
+    say = progress or (lambda text: None)
+    if tensors not in ("fake", "real"):
+        raise ValueError(f"tensors must be 'fake' or 'real', got {tensors!r}")
+    fallback = ""
+    if tensors == "fake" and compile_mode is None:
+        say("applying the plan to fake tensors at the real shapes")
+        twin = fake_twin(model)
+        try:
+            observed, loss = _counted_step(twin, batch, plan, device_mesh, loss_fn, None, backend, say, fake=True)
+        except Exception as err:  # counted again on real tensors, whose error is the one to report
+            fallback = needs_real_values(err)
+            if real_model is None and _on_meta(model):  # nothing real to count on
+                if isinstance(err, AutoplanError):
+                    raise
+                raise step_error(err, twin) from err
+        else:
+            return _verdict(plan, device_mesh, observed, loss, "fake")
+        finally:
+            del twin
+        say(f"counting on real tensors: {fallback}")
+        model = real_model() if real_model is not None else model
+    else:
+        say("applying the plan")
+    observed, loss = _counted_step(model, batch, plan, device_mesh, loss_fn, compile_mode, backend, say, fake=False)
+    return dataclasses.replace(_verdict(plan, device_mesh, observed, loss, "real"), fallback=fallback)
+
+
+def _counted_step(model, batch, plan: Plan, device_mesh: DeviceMesh, loss_fn, compile_mode, backend, say, fake: bool):
+    """(The collectives of one training step of ``model`` with ``plan`` applied, its loss)."""
     apply_plan(model, plan, device_mesh, loss_fn=loss_fn)
     optimizer = torch.optim.AdamW(model.parameters())
     call = model
@@ -140,20 +194,33 @@ def verify_plan(model: nn.Module, batch, plan: Plan, device_mesh: DeviceMesh, lo
         if compile_mode is not None:
             from autoplan.verify.compiled import compile_model
 
+            say(f"compiling the step ({compile_mode})")
             call = compile_model(model, compile_mode, backend)
             _step(call, batch, plan, device_mesh)
             optimizer.zero_grad(set_to_none=True)
-        with CollectiveCounter(model, device_mesh) as counter:
+        say("one training step on fake tensors, counting its collectives" if fake
+            else "one training step on real tensors, counting its collectives")
+        with CollectiveCounter(model, device_mesh) as counter, (known_values() if fake else nullcontext()):
             loss = _step(call, batch, plan, device_mesh)
             optimizer.step()
     except AutoplanError:
         raise
+    except DATA_DEPENDENT:
+        raise  # a value the fake step lacks: verify_plan counts again on real tensors
     except Exception as err:  # from DTensor or the model's own code, anywhere in the step
         raise step_error(err, model) from err
+    return counter.table(), (float("nan") if fake else float(loss))
+
+
+def _verdict(plan: Plan, device_mesh: DeviceMesh, observed: dict, loss: float, tensors: str) -> Verification:
     predicted = plan.predicted.module_collectives
     if device_mesh.device_type == "cpu":
         predicted = as_on_cpu(predicted, dict(zip(plan.axis_names, plan.mesh_shape)))
-    return dataclasses.replace(compare(predicted, counter.table()), loss=float(loss))
+    return dataclasses.replace(compare(predicted, observed), loss=loss, tensors=tensors)
+
+
+def _on_meta(model: nn.Module) -> bool:
+    return any(t.is_meta for t in [*model.parameters(), *model.buffers()])
 
 
 def _step(call, batch, plan: Plan, device_mesh: DeviceMesh) -> torch.Tensor:
