@@ -94,7 +94,7 @@ def test_show_splits_the_step_into_the_models_flops_and_the_rest_at_any_speed_up
     llama = summarize(plans["llama"])
     assert llama.all_replicated
     largest = max(step_rows(llama)[1:], key=lambda row: row[1])
-    assert largest[0].startswith("host dispatch") and f"the largest part beside the model's FLOPs: host dispatch" in _rendered(plans["llama"])
+    assert largest[0].startswith("host dispatch") and "the largest part beside the model's FLOPs: host dispatch" in _rendered(plans["llama"])
 
 
 def test_show_json_carries_the_split(plans, tmp_path, capsys):
