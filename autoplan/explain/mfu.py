@@ -2,11 +2,9 @@
 
 MFU is the model's FLOPs (6 x parameters outside embedding tables x tokens, the usual
 training estimate; tokens from the 2-D batch input) over the step time times every
-device's peak for the parameters' dtype (none where the dtype is unknown).
-
-MFU is the model's FLOPs at every device's peak over the step time, so the first row of
-the split, ``model FLOPs at peak`` (6·N·tokens over devices x peak), is exactly MFU's
-share of the step. The other rows are the rest of the step, from the plan's own
+device's peak for the parameters' dtype (none where the dtype is unknown). So the first
+row of the split, ``model FLOPs at peak`` (6·N·tokens over devices x peak), is exactly
+MFU's share of the step. The other rows are the rest of the step, from the plan's own
 prediction (``predicted.compute_split``, the cost stage's per-op figures added up over
 the chosen strategies, ``cost/estimate.py``'s ``COMPUTE_PARTS``) and ``predicted.comm_s``:
 
@@ -19,8 +17,8 @@ the chosen strategies, ``cost/estimate.py``'s ``COMPUTE_PARTS``) and ``predicted
 - the optimizer step, and the forward of checkpointed layers run again;
 - communication: all of it, as the cost stage counts it (added to compute, no overlap).
 
-They add up to the step time (each row is rounded as the plan stores it). Plans written
-before plans split their compute get one row for all of it.
+They add up to the step time (each row is rounded as the plan stores it). A plan written
+before plans split their compute gets two rows: its compute whole, and communication.
 """
 
 from __future__ import annotations
