@@ -110,3 +110,36 @@ def test_transformers_sees_fake_tensors_as_before_outside_and_on_other_threads()
     _traced_values(fn, torch.randn(3, 4))
     assert answers == {"known": False, "input": True, "other_thread": True}
     assert import_utils.is_fake_tensor is original
+
+
+def test_positions_made_by_arange_are_known_through_the_ops_made_of_them():
+    def fn(mode, seen, x):
+        positions = (torch.arange(x.shape[1], device=x.device) + 0).unsqueeze(0).expand(x.shape[0], -1)
+        seen["positions"] = mode.array_of(positions).tolist()
+        # one sequence per row: the steps between positions are all one, their running sum zero
+        steps = torch.diff(positions, prepend=positions[:, :1] - 1, dim=-1)
+        seen["steps"] = mode.value_of(steps)
+        seen["read"] = bool(((steps != 1).cumsum(-1)[:, -1] == 0).all())
+        seen["with input"] = mode.array_of(positions + x.long())
+        return x
+
+    seen = _traced_values(fn, torch.randn(2, 4))
+    assert seen == {"positions": [[0, 1, 2, 3], [0, 1, 2, 3]], "steps": 1, "read": True, "with input": None}
+
+
+def test_an_hf_decoder_given_no_mask_traces_causal_attention_without_one_at_a_real_batch():
+    # transformers reads whether the position ids hold packed sequences (the eager step finds
+    # one sequence per row and runs SDPA causal, no mask); 16 x 8192 positions are more than
+    # SMALL, so the scan over them runs for real within ARRAY_LIMIT
+    transformers = pytest.importorskip("transformers")
+    batch, seq = 16, 8192
+    with torch.device("meta"):
+        config = transformers.LlamaConfig(vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                                          num_attention_heads=4, num_key_value_heads=2)
+        model = transformers.AutoModelForCausalLM.from_config(config)
+        inputs = {"input_ids": torch.randint(0, 128, (batch, seq)), "labels": torch.randint(0, 128, (batch, seq))}
+        traced = trace_model(model, inputs)
+    square = [node.name for node in traced.graph_module.graph.nodes
+              if node.op == "call_function" and tuple(getattr(node.meta.get("val"), "shape", ()))[-2:] == (seq, seq)]
+    assert not square, square
+    assert not traced.opaque_modules

@@ -85,6 +85,24 @@ class NodeCost:
     is zeros (parameters, inputs)."""
     forward_bytes: tuple[float, ...] = ()
     """Held while the forward's heaviest move runs (``cost/memory.py``'s third peak); () is zeros."""
+    compute_parts: tuple[tuple[float, ...], ...] = ()
+    """``compute_s`` split by what it is (``COMPUTE_PARTS``), one row per part, per strategy;
+    the rows add up to ``compute_s``. () is zeros (inputs, buffers)."""
+
+
+COMPUTE_PARTS = ("arithmetic_s", "below_peak_s", "memory_bound_s", "launch_s", "dispatch_s", "optimizer_s")
+"""The rows of ``NodeCost.compute_parts``, what one op's compute time is made of:
+- ``arithmetic_s``: its FLOPs at the device's peak for the op's dtype, where the FLOPs, not
+  the traffic, bound its kernel;
+- ``below_peak_s``: what the profile's matmul efficiency (below 1, lower for small
+  products) adds to that;
+- ``memory_bound_s``: the kernel's traffic at the profile's memory bandwidth, where the
+  traffic bounds it;
+- ``launch_s``: the profile's fixed kernel overhead;
+- ``dispatch_s``: the host's fixed eager-DTensor time (``DispatchCost``) beyond the
+  kernel's: all of it where it does not overlap the device (CPU), the part the kernel
+  does not hide where it does (a view, a short kernel);
+- ``optimizer_s``: ``AdamW.step()`` on a trainable parameter's local shard."""
 
 
 RECOMPUTE_ROWS = ("full_rerun_s", "full_freed_bytes", "selective_rerun_s", "selective_freed_bytes")
@@ -93,6 +111,14 @@ saved output; "selective" (``recompute_policy.SELECTIVE_KEEPS``) reruns and free
 whose outputs it does not keep, and stores every output of those it keeps, where autograd
 would not have saved it (negative freed bytes: a projection whose output only an add reads,
 as attention's output projection and the MLP's down projection feed the residual)."""
+
+
+def compute_part_rows(cost: NodeCost) -> tuple[tuple[float, ...], ...]:
+    """``cost.compute_parts``, zeros where the node has none."""
+    if cost.compute_parts:
+        return cost.compute_parts
+    zeros = (0.0,) * len(cost.compute_s)
+    return tuple(zeros for _ in COMPUTE_PARTS)
 
 
 def forward_row(cost: NodeCost) -> tuple[float, ...]:
@@ -317,6 +343,29 @@ def _work(profile: ClusterProfile, flops: float, nbytes: float, dtype: torch.dty
     return max(compute, memory)
 
 
+def _work_parts(profile: ClusterProfile, flops: float, nbytes: float, dtype: torch.dtype) -> tuple[float, float, float]:
+    """``_work`` split into (FLOPs at peak, what the matmul efficiency adds, traffic): the
+    first two where the FLOPs bound the kernel, the third where its traffic does."""
+    if flops == 0 and nbytes == 0:
+        return 0.0, 0.0, 0.0
+    peak = profile.flops_for(str(dtype).removeprefix("torch."))
+    compute = flops / (peak * profile.matmul_efficiency.at(flops)) if flops else 0.0
+    memory = nbytes / (profile.memory_bandwidth_bytes_per_s * profile.memory_efficiency.at(nbytes)) if nbytes else 0.0
+    if compute >= memory:
+        return flops / peak, compute - flops / peak, 0.0
+    return 0.0, 0.0, memory
+
+
+def _op_parts(dispatch, kernel_overhead_s: float, parts: tuple[float, float, float], total_s: float):
+    """One op's (or its backward's) ``total_s`` (``DispatchCost.op_seconds``) as ``COMPUTE_PARTS``
+    less the optimizer's: the kernel's parts, and the host's fixed time beyond them (the
+    kernel overhead is charged only where the host's time overlaps the device's)."""
+    arithmetic, below_peak, memory = parts
+    launch = kernel_overhead_s if dispatch.overlaps_device and arithmetic + below_peak + memory > 0 else 0.0
+    # max: where the kernel's time is the op's, the two sums may differ in the last bit
+    return arithmetic, below_peak, memory, launch, max(0.0, total_s - (launch + arithmetic + below_peak + memory))
+
+
 def optimizer_seconds(profile: ClusterProfile, local_bytes: float) -> float:
     """``AdamW.step()``'s time on one parameter's local shard."""
     dispatch = profile.dispatch
@@ -386,8 +435,10 @@ def _node_cost(choices, profile, decision: Decision, reducers, saved=(), transie
         local = [full / shard_factor(s.outputs[0], mesh_shape) for s in strategies]
         if kind == PARAMETER and decision.requires_grad:
             opt = [optimizer_seconds(profile, b) for b in local]
-            return NodeCost(tuple(opt), (0.0,) * len(local), tuple(STATE_COPIES_START * b for b in local), "model_state",
-                            tuple(STATE_COPIES_END * b for b in local))
+            zeros = (0.0,) * len(local)
+            return NodeCost(tuple(opt), zeros, tuple(STATE_COPIES_START * b for b in local), "model_state",
+                            tuple(STATE_COPIES_END * b for b in local),
+                            compute_parts=(*(zeros for _ in COMPUTE_PARTS[:-1]), tuple(opt)))
         return NodeCost((0.0,) * len(local), (0.0,) * len(local), tuple(local),
                         "model_state" if kind == PARAMETER else "activations", tuple(local))
 
@@ -408,7 +459,7 @@ def _node_cost(choices, profile, decision: Decision, reducers, saved=(), transie
     # A tensor factory (no tensor input) runs as a plain op: DTensor only sees its result later.
     if kind == CONSTANT:
         forward_fixed = profile.kernel_overhead_s
-    compute, comm, memory, rerun, freed, stored = [], [], [], [], [], []
+    compute, comm, memory, rerun, freed, stored, parts = [], [], [], [], [], [], []
     kept_by_selective = node.target in selective_keeps()
     for strategy in strategies:
         split = 1
@@ -419,12 +470,18 @@ def _node_cost(choices, profile, decision: Decision, reducers, saved=(), transie
         local_out = sum(b / shard_factor(s, mesh_shape) for b, s in zip(out_bytes, strategy.outputs) if s)
         # A view moves no data, but it is a DTensor op all the same: it pays the fixed costs.
         work = 0.0 if view else _work(profile, flops / split, local_in + local_out, dtype)
+        work_parts = (0.0, 0.0, 0.0) if view else _work_parts(profile, flops / split, local_in + local_out, dtype)
         forward = dispatch.op_seconds(forward_fixed, profile.kernel_overhead_s, work)
+        op_parts = _op_parts(dispatch, profile.kernel_overhead_s, work_parts, forward)
         backward = 0.0
         if decision.requires_grad:
             factor = max(1, grad_matrices) if node.target in MATMUL_OPS else 2
             backward = dispatch.op_seconds(backward_fixed, factor * profile.kernel_overhead_s, factor * work)
+            back_parts = _op_parts(dispatch, factor * profile.kernel_overhead_s,
+                                   tuple(factor * w for w in work_parts), backward)
+            op_parts = tuple(a + b for a, b in zip(op_parts, back_parts))
         compute.append(forward + backward)
+        parts.append((*op_parts, 0.0))
         rerun.append(forward)
         reduce = 0.0
         for (u, _, _), spec, needs, nbytes in zip(ins, strategy.inputs, grad_inputs, in_bytes):
@@ -449,7 +506,8 @@ def _node_cost(choices, profile, decision: Decision, reducers, saved=(), transie
         memory.append(held)
     zeros = (0.0,) * len(strategies)
     recompute = (tuple(rerun), tuple(freed)) + ((zeros, tuple(stored)) if kept_by_selective else (tuple(rerun), tuple(freed)))
-    return NodeCost(tuple(compute), tuple(comm), tuple(memory), "activations", (), recompute)
+    return NodeCost(tuple(compute), tuple(comm), tuple(memory), "activations", (), recompute,
+                    compute_parts=tuple(zip(*parts)) if parts else ())
 
 
 def _edge_cost(choices, profile, u, v, k, out_index, mesh_shape, moves: dict, free_inputs: dict, saved: bool = False) -> EdgeCost:

@@ -13,6 +13,7 @@ the split, is most of it, and communication takes back part of what it saves).
 
 from __future__ import annotations
 
+from autoplan.explain.mfu import COMPUTE_ROWS
 from autoplan.placements import REPLICATE
 from autoplan.units import ms, nbytes
 
@@ -86,7 +87,19 @@ def _fixed_cost(s) -> str:
     # model FLOPs at one device's peak: the part of the compute that splitting could shrink
     ideal = s.mfu * s.step_time_s * _devices(s)
     return (f" of its {ms(s.compute_s)} ms of compute, the model's FLOPs at one device's peak take "
-            f"{ms(ideal)} ms: the rest is fixed per-op cost, which every device pays whatever the split;")
+            f"{ms(ideal)} ms: the rest is {_rest_of_compute(s)};")
+
+
+def _rest_of_compute(s) -> str:
+    """What the compute is beside the model's FLOPs: the plan's two largest compute parts
+    (``mfu.py``'s split), or, for a plan written before plans split their compute, the
+    fixed per-op cost it mostly is at these sizes."""
+    parts = sorted(((s.compute_split[key], words.split(" (")[0]) for key, words in COMPUTE_ROWS if s.compute_split),
+                   reverse=True)[:2]
+    if not parts or parts[0][0] <= 0:
+        return "fixed per-op cost, which every device pays whatever the split"
+    named = " and ".join(f"{words} ({ms(seconds)} ms)" for seconds, words in parts if seconds > 0)
+    return f"mostly {named}, as the split under \"model FLOPs utilisation\" shows"
 
 
 def _devices(s) -> int:

@@ -24,7 +24,9 @@
   out and said so;
 - the predicted MFU: model FLOPs (6 x parameters outside embedding tables x tokens, the
   usual training estimate; tokens from the 2-D batch input) over the step time times every
-  device's peak for the parameters' dtype (none where the dtype is unknown).
+  device's peak for the parameters' dtype (none where the dtype is unknown), and the step
+  split into those FLOPs at peak and the rest, which says why MFU is what it is
+  (``step_split.py``).
 """
 
 from __future__ import annotations
@@ -33,14 +35,13 @@ from dataclasses import asdict, dataclass, field
 
 from autoplan.cost.memory import STATE_COPIES_END as STATE_COPIES  # plans made before the split counted 4 copies
 from autoplan.explain.mesh_gain import gain_lines
+from autoplan.explain.mfu import mfu_of, mfu_section, parameter_dtype
 from autoplan.explain.patterns import ModuleRow, fold, module_rows, parameter_numel
 from autoplan.pipeline.budget import budget_words
 from autoplan.placements import format_spec, is_shard, shard_factor
 from autoplan.tree_paths import readable_path
 from autoplan.units import GIB, ms, nbytes  # noqa: F401 (ms, nbytes: re-exported for the other explain modules)
 
-_DTYPES = {2: "bfloat16", 4: "float32", 8: "float64"}
-"""Element size -> the dtype assumed, for plan files that record no dtypes."""
 _ELEMENT_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "float64": 8}
 
 
@@ -101,6 +102,11 @@ class Summary:
     a plan file alone does not say."""
     recompute: tuple[tuple[str, str], ...] = ()
     """(module, "full" or "selective") per checkpointed module, repeated blocks folded."""
+    compute_split: dict = field(default_factory=dict)
+    """``predicted.compute_split``: the compute by what it is made of (``step_split.py``);
+    empty for plans written before plans split it."""
+    model_flops_at_peak_s: float | None = None
+    """The model's FLOPs at every device's peak: MFU x step time (None where MFU is)."""
 
     def to_dict(self) -> dict:
         data = asdict(self)
@@ -118,7 +124,7 @@ def summarize(plan, profile=None, one_device_s: float | None = None) -> Summary:
     priced = sum(r.seconds for r in comm) if cluster is not None else None
     by_module = _comm_by_module(plan, cluster) if cluster is not None else ()
     memory = memory_split(plan, cluster)
-    flops, mfu, mfu_note = _mfu(plan, cluster, memory.element_bytes)
+    flops, mfu, mfu_note, at_peak = mfu_of(plan, cluster, memory.element_bytes)
     return Summary(
         mesh=tuple(plan.mesh_shape),
         axis_names=tuple(plan.axis_names),
@@ -140,6 +146,8 @@ def summarize(plan, profile=None, one_device_s: float | None = None) -> Summary:
         warnings=tuple(plan.warnings),
         one_device_s=one_device_s,
         recompute=recompute_rows(plan),
+        compute_split=dict(p.compute_split),
+        model_flops_at_peak_s=at_peak,
     )
 
 
@@ -220,15 +228,6 @@ def local_elements(plan) -> int:
     return total
 
 
-def parameter_dtype(plan) -> str | None:
-    """The dtype most parameter elements have, where the plan records dtypes (plans made
-    before it did: None)."""
-    counts: dict[str, int] = {}
-    for fqn, dtype in plan.parameter_dtypes.items():
-        counts[dtype] = counts.get(dtype, 0) + parameter_numel(plan, fqn)
-    return max(counts, key=counts.get) if counts else None
-
-
 def memory_split(plan, cluster=None) -> Memory:
     """Model state as the cost stage counts it (see the module docstring), checked to add up."""
     p = plan.predicted
@@ -293,50 +292,6 @@ def budget_bytes(plan) -> float | None:
     return None
 
 
-def model_flops(plan) -> tuple[float | None, str]:
-    """6 x parameters outside embedding tables x tokens, and how it was counted.
-
-    Tokens: a model with an embedding table reads token ids, a 2-D (batch x sequence) input;
-    a model without one reads features, every row of its first input (all dims but the last)
-    a token. The plan does not record dtypes, so this is told from the modules."""
-    embeds = "Embedding" in plan.module_types.values()
-    tokens = None
-    for batch in plan.inputs.values():
-        if embeds and len(batch.shape) == 2:
-            tokens = batch.shape[0] * batch.shape[1]
-            break
-        if not embeds and len(batch.shape) >= 2:
-            tokens = 1
-            for size in batch.shape[:-1]:
-                tokens *= size
-            break
-    if tokens is None:
-        return None, "MFU needs tokens: no batch x sequence (ids) or rows x features input"
-    params = 0
-    for fqn in plan.parameter_shapes:
-        if plan.module_types.get(fqn.rpartition(".")[0]) == "Embedding":
-            continue  # a lookup, no matmul
-        params += parameter_numel(plan, fqn)
-    experts = any(len(shape) == 3 and "expert" in fqn.lower() for fqn, shape in plan.parameter_shapes.items())
-    note = "; counts every expert, though each token uses only its top-k: an upper bound" if experts else ""
-    return 6.0 * params * tokens, note
-
-
-def _mfu(plan, cluster, element_bytes):
-    flops, note = model_flops(plan)
-    if flops is None or cluster is None:
-        return flops, None, note
-    dtype = parameter_dtype(plan) or _DTYPES.get(element_bytes or 0)
-    if dtype is None:
-        return flops, None, "MFU needs the parameters' dtype: this plan file records none and its model state tells none"
-    devices = 1
-    for size in plan.mesh_shape:
-        devices *= size
-    peak = cluster.flops_for(dtype) * devices
-    step = plan.predicted.step_time_s
-    return flops, (flops / (step * peak) if step > 0 else None), f"6·N·tokens over {devices} x {cluster.flops_for(dtype):.3g} FLOP/s ({dtype}){note}"
-
-
 def show_sections(summary: Summary, source: str = "") -> list:
     """The summary as tables (``render.py``): layout, batch, step time, memory, MFU."""
     from autoplan.explain.render import Section
@@ -368,7 +323,7 @@ def show_sections(summary: Summary, source: str = "") -> list:
         ))
     sections.append(time_section(s))
     sections.append(memory_section(s))
-    sections.append(Section("model FLOPs utilisation", notes=(mfu_line(s),)))
+    sections.append(mfu_section(s))
     gains = gain_lines(s)
     if gains:
         sections.append(Section("what the mesh gains", notes=gains))
@@ -494,9 +449,3 @@ def memory_section(s: Summary):
         title = (f"peak memory per device {nbytes(m.peak)} (model state {nbytes(m.model_state)}, "
                  f"activations {nbytes(m.activations)})")
     return Section(title, ("part", "bytes", "of budget"), tuple(rows), notes=tuple(notes), right=(1, 2))
-
-
-def mfu_line(s: Summary) -> str:
-    if s.mfu is None:
-        return f"MFU not computed: {s.mfu_note}"
-    return f"predicted MFU {s.mfu:.1%} ({s.model_flops:.3g} model FLOPs per step, {s.mfu_note})"

@@ -7,12 +7,12 @@ from dataclasses import dataclass
 import torch
 
 from autoplan.choices.graph import BUFFER, INPUT, OP, PARAMETER
-from autoplan.cost.estimate import CostedGraph, transient_bytes
+from autoplan.cost.estimate import COMPUTE_PARTS, CostedGraph, compute_part_rows, transient_bytes
 from autoplan.cost.memory import STATE_COPIES_END, transient_node
 from autoplan.dtensor.strategies import is_inplace
 from autoplan.placements import format_spec
 from autoplan.plan.collectives import module_table, step_collectives
-from autoplan.plan.module_plan import MEMORY_CATEGORIES, BatchInput, ModuleLayout, Plan, Predicted, SolverReport, rounded, total_table
+from autoplan.plan.module_plan import COMPUTE_SPLIT, MEMORY_CATEGORIES, BatchInput, ModuleLayout, Plan, Predicted, SolverReport, rounded, total_table
 from autoplan.plan.parameter_uses import parameter_uses, through_views
 from autoplan.plan.views import reshaping_readers, within
 from autoplan.solve.ilp import Solution
@@ -142,15 +142,19 @@ def predict(
 ) -> Predicted:
     """Step time, memory and collectives of one full assignment, from the unsimplified costs."""
     compute = comm = 0.0
+    parts = dict.fromkeys(COMPUTE_SPLIT, 0.0)
     for name, cost in costed.nodes.items():
         i = choice[name]
         compute += cost.compute_s[i]
         comm += cost.comm_s[i]
+        for part, row in zip(COMPUTE_PARTS, compute_part_rows(cost)):
+            parts[part] += row[i]
     for (u, v, _), edge in costed.edges.items():
         comm += edge.seconds[edge.row_of[choice[u]]][edge.col_of[choice[v]]]
     if checkpointed is not None:
         ops, moves = rerun_parts(costed, choice, checkpointed.decisions, checkpointed.mode, checkpointed.rerun_share)
         compute, comm = compute + ops, comm + moves
+        parts["recompute_s"] += ops
     memory = memory_split(costed, choice, checkpointed)
     recompute = checkpointed.recompute if checkpointed is not None else None
     modules = module_table(step_collectives(costed, choice, modules, recompute), axis_names)
@@ -165,6 +169,7 @@ def predict(
         collectives=total_table(modules),
         module_collectives=modules,
         memory=memory,
+        compute_split={part: rounded(seconds) for part, seconds in parts.items()},
     )
 
 

@@ -62,6 +62,16 @@ class Predicted:
     memory: dict = field(default_factory=dict)
     """The peak by category (``MEMORY_CATEGORIES``, bytes; they sum to ``peak_memory_bytes``);
     empty in plans written before it (``plan/builder.py memory_split``)."""
+    compute_split: dict = field(default_factory=dict)
+    """``compute_s`` by what it is made of (``COMPUTE_SPLIT``, seconds; they sum to
+    ``compute_s`` within rounding): the cost stage's per-op parts (``cost/estimate.py``'s
+    ``COMPUTE_PARTS``) and the checkpointed layers' forward reruns. Empty in plans
+    written before it."""
+
+
+COMPUTE_SPLIT = ("arithmetic_s", "below_peak_s", "memory_bound_s", "launch_s", "dispatch_s", "optimizer_s", "recompute_s")
+"""The keys of ``Predicted.compute_split``: ``cost/estimate.py``'s ``COMPUTE_PARTS`` and
+``recompute_s``, the reruns of checkpointed layers' forward ops (all their parts together)."""
 
 
 MEMORY_CATEGORIES = ("parameters", "buffers", "gradients", "optimizer", "activations", "temporaries")

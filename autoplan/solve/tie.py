@@ -199,7 +199,7 @@ def scale_costs(costed: CostedGraph, node_weight) -> CostedGraph:
         nodes[name] = NodeCost(
             *(tuple(w * x for x in values) for values in (c.compute_s, c.comm_s, c.memory_bytes)), c.memory_kind,
             tuple(w * x for x in c.end_bytes), tuple(tuple(w * x for x in row) for row in c.recompute),
-            tuple(w * x for x in c.forward_bytes),
+            tuple(w * x for x in c.forward_bytes), tuple(tuple(w * x for x in row) for row in c.compute_parts),
         )
     edges = {}
     for key, e in costed.edges.items():

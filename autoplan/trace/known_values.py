@@ -18,6 +18,14 @@ tensors whose result is again one value (``all``, ``sum``). Reading such a tenso
 graph. A write into a tensor forgets what was known of its storage. Reading any other
 value is the data-dependent read it always was.
 
+A tensor made from no data that holds several values, ``arange``'s positions, is known as
+its real value (a CPU tensor) while it has at most ``ARRAY_LIMIT`` elements, and so is what
+ops make of known tensors alone (run for real): transformers makes position ids with
+``arange`` and, given no attention mask, reads whether they hold packed sequences
+(``find_packed_sequence_indices``); the eager step reads one sequence per row and runs SDPA
+causal without a mask, where a trace that could not read it would build a batch x 1 x
+seq x seq mask in every layer.
+
 While it is on, transformers' fake-tensor check (``import_utils.is_fake_tensor``, which
 ``is_tracing`` asks) answers False for a tensor whose value is known, on the tracing
 thread only: the model takes its eager path exactly where that path reads a known value.
@@ -52,12 +60,18 @@ _SAME_VALUES = {
     aten.detach, aten.repeat, aten.index, aten.index_select, aten.gather, aten.narrow, aten.flatten,
     aten.unflatten, aten.as_strided, aten.lift_fresh_copy, aten.diagonal, aten.movedim, aten.unfold,
 }
+_MADE_FROM_NO_DATA = {aten.arange}
+"""Ops whose result is known as a whole (several values) from their numbers alone."""
+ARRAY_LIMIT = 1 << 22
+"""Most elements a tensor known as a real value (not one number) may have: position ids of
+a batch of sequences, and what the mask functions make of them."""
 _READ = aten._local_scalar_dense.default
 """What ``bool(t)`` and ``t.item()`` come down to in dispatch."""
 
 SMALL = 1 << 16
 """Most elements a known tensor is made of for real to run an op that is neither pointwise
-nor a rearrangement (a reduction of a padding mask of batch x sequence)."""
+nor a rearrangement (a reduction of a padding mask of batch x sequence); up to
+``ARRAY_LIMIT`` where the op is no product (``_cheap``)."""
 
 _local = threading.local()
 """``mode``: the ``_KnownValues`` mode of this thread's trace, or absent."""
@@ -86,9 +100,18 @@ class _KnownValues(TorchDispatchMode):
         super().__init__()
         self.values = WeakTensorKeyDictionary()
         """tensor -> the Python number every element of it holds."""
+        self.arrays = WeakTensorKeyDictionary()
+        """tensor -> its real value (a CPU tensor), where its elements differ."""
 
     def value_of(self, tensor) -> int | float | bool | None:
         return self.values.get(tensor) if isinstance(tensor, torch.Tensor) else None
+
+    def array_of(self, tensor) -> torch.Tensor | None:
+        """The real value of a tensor known to hold several values, else None."""
+        return self.arrays.get(tensor) if isinstance(tensor, torch.Tensor) else None
+
+    def is_known(self, tensor) -> bool:
+        return self.value_of(tensor) is not None or self.array_of(tensor) is not None
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -96,20 +119,26 @@ class _KnownValues(TorchDispatchMode):
             value = self.value_of(args[0])
             if value is not None and args[0].numel() == 1:
                 return value
+            array = self.array_of(args[0])
+            if array is not None and array.numel() == 1:
+                return array.item()
         out = func(*args, **kwargs)
         written = _written(func, args, kwargs)
         for tensor in written:
             self._forget(tensor)
         if isinstance(out, torch.Tensor) and not (written and out._is_view()):
             value = self._value_after(func, args, kwargs, out)
-            if value is not None:
+            if isinstance(value, torch.Tensor):
+                self.arrays[out] = value
+            elif value is not None:
                 self.values[out] = value
         return out
 
     def _forget(self, tensor: torch.Tensor) -> None:
         storage = StorageWeakRef(tensor.untyped_storage())
-        for known in [t for t in list(self.values) if StorageWeakRef(t.untyped_storage()) == storage]:
-            del self.values[known]
+        for table in (self.values, self.arrays):
+            for known in [t for t in list(table) if StorageWeakRef(t.untyped_storage()) == storage]:
+                del table[known]
 
     def _value_after(self, func, args, kwargs, out: torch.Tensor):
         packet = func.overloadpacket
@@ -118,8 +147,14 @@ class _KnownValues(TorchDispatchMode):
         if packet in _FILL_AT and len(args) > _FILL_AT[packet] and not isinstance(args[_FILL_AT[packet]], torch.Tensor):
             return _cast(args[_FILL_AT[packet]], out.dtype)
         tensors = [x for x in tree_flatten((args, kwargs))[0] if isinstance(x, torch.Tensor)]
+        if packet in _MADE_FROM_NO_DATA and not tensors and out.numel() <= ARRAY_LIMIT:
+            return _run_real(func, args, kwargs, None, whole=True)
         if not tensors or torch.Tag.nondeterministic_seeded in func.tags:
             return None
+        if any(self.array_of(t) is not None for t in tensors):
+            if not all(self.is_known(t) for t in tensors) or out.numel() > ARRAY_LIMIT:
+                return None
+            return _run_real(func, args, kwargs, self._real, whole=True)
         if packet in _SAME_VALUES:
             value = self.value_of(args[0])
             return None if value is None else _cast(value, out.dtype)
@@ -128,9 +163,26 @@ class _KnownValues(TorchDispatchMode):
             return None
         if torch.Tag.pointwise in func.tags:
             return _run_real(func, args, kwargs, lambda t: torch.tensor(self.values[t], dtype=t.dtype))
-        if all(t.numel() <= SMALL for t in tensors):
-            return _run_real(func, args, kwargs, lambda t: torch.full(t.shape, self.values[t], dtype=t.dtype))
+        if all(t.numel() <= SMALL for t in tensors) or _cheap(func, tensors, out):
+            return _run_real(func, args, kwargs, self._real)
         return None
+
+
+    def _real(self, tensor: torch.Tensor) -> torch.Tensor:
+        """A known tensor's value as a CPU tensor (one number broadcast to its shape)."""
+        array = self.array_of(tensor)
+        if array is not None:
+            return array
+        return torch.tensor(self.values[tensor], dtype=tensor.dtype).expand(tensor.shape)
+
+
+def _cheap(func, tensors, out: torch.Tensor) -> bool:
+    """Whether running ``func`` for real costs about its elements: no product (no FLOP
+    formula in torch's counter), inputs and result within ``ARRAY_LIMIT`` elements (a scan
+    of position ids over the whole batch, larger than ``SMALL``)."""
+    from torch.utils.flop_counter import flop_registry
+
+    return func.overloadpacket not in flop_registry and out.numel() + sum(t.numel() for t in tensors) <= ARRAY_LIMIT
 
 
 def _written(func, args, kwargs) -> list[torch.Tensor]:
@@ -143,9 +195,10 @@ def _written(func, args, kwargs) -> list[torch.Tensor]:
     return written
 
 
-def _run_real(func, args, kwargs, real):
+def _run_real(func, args, kwargs, real, whole: bool = False):
     """``func`` on CPU tensors that ``real`` makes of the known ones: the one value of its
-    tensor result, or None where the result holds several values (or none)."""
+    tensor result; where the result holds several values, None, or with ``whole`` the
+    result itself (a CPU tensor). None where it holds none."""
     leaves, spec = tree_flatten((args, kwargs))
     with _disable_current_modes():
         leaves = [real(x) if isinstance(x, torch.Tensor) else _on_cpu(x) for x in leaves]
@@ -157,7 +210,9 @@ def _run_real(func, args, kwargs, real):
         if not isinstance(result, torch.Tensor) or result.numel() == 0:
             return None
         first = result.reshape(-1)[0]
-        return first.item() if bool((result == first).all()) else None
+        if bool((result == first).all()):
+            return first.item()
+        return result if whole else None
 
 
 def _on_cpu(value):
@@ -171,7 +226,7 @@ def _cast(value, dtype: torch.dtype):
 
 def _is_fake_unless_known(tensor) -> bool:
     mode = getattr(_local, "mode", None)
-    if mode is not None and mode.value_of(tensor) is not None:
+    if mode is not None and mode.is_known(tensor):
         return False
     return _original_is_fake(tensor)
 
