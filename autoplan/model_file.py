@@ -22,10 +22,10 @@ from __future__ import annotations
 import importlib.util
 import itertools
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 from autoplan.errors import MeshError, ModelFileError
 

@@ -13,7 +13,7 @@ holds only tuples, lists and dicts, so these walks handle those directly, with t
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 from torch.utils._pytree import tree_is_leaf

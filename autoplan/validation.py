@@ -119,7 +119,7 @@ def _document_order(data, path) -> tuple[int, ...]:
             order.append(part)
         else:
             break
-        node = node[part] if isinstance(node, dict) and part in node or isinstance(node, list) else None
+        node = node[part] if (isinstance(node, dict) and part in node) or isinstance(node, list) else None
     return tuple(order)
 
 

@@ -231,12 +231,12 @@ def following(lines: Path, labels: list[str], progress):
 
 
 def plans_for_model(name: str, args) -> tuple[list[Candidate], list[str]]:
-    from autoplan.evaluate.baselines import BASELINES, baseline_for_problem
     from autoplan.errors import NotApplicableError
+    from autoplan.evaluate.baselines import BASELINES, baseline_for_problem
+    from autoplan.evaluate.score import score_problem
     from autoplan.model_file import load_model_file
     from autoplan.pipeline.pinning import Pins
     from autoplan.pipeline.problem import prepare_problem, solve_problem
-    from autoplan.evaluate.score import score_problem
 
     loaded = load_model_file(str(ROOT / "examples" / f"{name}.py"))
     problem = prepare_problem(loaded.model, loaded.example_inputs, MESH, AXIS_NAMES, args.profile)

@@ -138,7 +138,6 @@ def _mark_ending(row: dict, ending: str, log: Path) -> None:
 
 def row_main(spec: str, out: Path, dtypes: list[str], numerics: bool, numerics_max_step_s: float) -> None:
     import torch
-
     from hf_row import class_name, hf_model_file_text, run_row
 
     torch.set_num_threads(1)  # rows run side by side on few cores

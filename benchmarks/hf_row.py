@@ -32,7 +32,6 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import torch
-
 from hf_tiny import model_class_name
 
 MESH, AXIS_NAMES, WORLD = (2, 4), ("dp", "tp"), 8

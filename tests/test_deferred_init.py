@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.distributed as dist
+from conftest import EXAMPLES
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
 from torch.testing._internal.distributed.fake_pg import FakeStore
@@ -20,7 +21,6 @@ from autoplan._processes import start_ranks
 from autoplan.errors import PlanError
 from autoplan.model_file import import_model_file, load_model_file
 from autoplan.verify.numerics import build_seeded, seeded_batch
-from conftest import EXAMPLES
 
 LLAMA = EXAMPLES / "llama.py"
 BUDGET_GB = 0.0009  # forces weights to be sharded on both axes of 2x4

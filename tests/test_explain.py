@@ -6,13 +6,13 @@ import json
 import re
 
 import pytest
+from conftest import EXAMPLES
 
 import autoplan
 from autoplan.cli import main
 from autoplan.explain.alternatives import PLAN_OWN
 from autoplan.explain.explain import explain_plan
 from autoplan.model_file import load_model_file
-from conftest import EXAMPLES
 
 LLAMA = str(EXAMPLES / "llama.py")
 BUDGET_GB = 0.001  # small enough that the tiny Llama's plan must shard its weights

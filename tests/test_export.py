@@ -6,6 +6,7 @@ import json
 
 import pytest
 import torch.distributed as dist
+from conftest import EXAMPLES
 from torch.distributed.device_mesh import init_device_mesh
 from torch.testing._internal.distributed.fake_pg import FakeStore
 
@@ -16,7 +17,6 @@ from autoplan.interop.export_vescale import export_vescale
 from autoplan.model_file import import_model_file, load_model_file
 from autoplan.plan.module_plan import ModuleLayout, Plan, Predicted, SolverReport
 from autoplan.verify.numerics import build_seeded, seeded_batch
-from conftest import EXAMPLES
 
 
 def hand_plan(**changes) -> Plan:

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import EXAMPLES
 
 import autoplan
 from autoplan._process_group import free_port, process_group
@@ -25,7 +26,6 @@ from autoplan.interop.export_torch import export_torch
 from autoplan.model_file import import_model_file, load_model_file
 from autoplan.pipeline.suggest import suggest_with_report
 from autoplan.verify.numerics import build_seeded, seeded_batch
-from conftest import EXAMPLES
 
 WORLD = 4
 TOLERANCE = 1e-5

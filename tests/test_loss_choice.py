@@ -19,9 +19,11 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
+from conftest import ROOT
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import DTensor
 from torch.testing._internal.distributed.fake_pg import FakeStore
+from zoo import forced_plan
 
 import autoplan
 from autoplan.cli import main
@@ -31,8 +33,6 @@ from autoplan.trace.loss import find_loss, with_value_at
 from autoplan.trace.tracer import trace_model
 from autoplan.verify.numerics import NumericsJob, build_seeded, call_model, check_numerics, seeded_batch
 from autoplan.verify.step_check import verify_plan
-from conftest import ROOT
-from zoo import forced_plan
 
 MODELS = ROOT / "tests" / "models"
 NANOGPT = MODELS / "nanogpt.py"

@@ -21,9 +21,9 @@ Data parallel (batch S(0), weights replicated): each weight's gradient is all-re
     comm = 2 * ALPHA + 2 * 3/4 * 4 * (4d^2 + 4d^2) / BETA
 """
 
-import pytest
 import dataclasses
 
+import pytest
 import torch
 from torch import nn
 

@@ -11,12 +11,12 @@ more; across a module boundary the hook moves the value as planned and it costs 
 """
 
 import torch
+from test_mlp_optimum import exact_profile
 from torch import nn
 
 from autoplan.choices.graph import build_choices
 from autoplan.cost.estimate import NOT_RUN_S, estimate_costs
 from autoplan.trace.tracer import trace_model
-from test_mlp_optimum import exact_profile
 
 
 class Scale(nn.Module):

@@ -11,9 +11,9 @@ import shutil
 import subprocess
 
 import pytest
+from conftest import EXAMPLES
 
 from autoplan.cli import main
-from conftest import EXAMPLES
 
 MLP = str(EXAMPLES / "mlp.py")
 BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")

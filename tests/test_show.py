@@ -6,6 +6,7 @@ import io
 import json
 
 import pytest
+from conftest import EXAMPLES
 
 import autoplan
 from autoplan.cli import main
@@ -16,7 +17,6 @@ from autoplan.explain.show import ms, show_sections, summarize
 from autoplan.model_file import load_model_file
 from autoplan.pipeline.problem import prepare_problem
 from autoplan.placements import shard_dim
-from conftest import EXAMPLES
 
 
 @pytest.fixture(scope="module")

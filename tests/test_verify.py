@@ -20,22 +20,21 @@ import json
 
 import pytest
 import torch
-
-import autoplan
 import torch.distributed as dist
+from conftest import EXAMPLES
+from test_train_example import BUDGET_GB
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import DTensor, Partial, Replicate, Shard, distribute_tensor
 from torch.testing._internal.distributed.fake_pg import FakeStore
+from zoo import MESHES, PUBLIC_ZOO, example_path, forced_plan, verify_on_fake_world
 
+import autoplan
 from autoplan.cli import main
 from autoplan.cost.comm import redistribute_collectives
 from autoplan.model_file import import_model_file
 from autoplan.placements import candidate_specs, is_partial, local_shape, to_placements
 from autoplan.verify.numerics import build_seeded, seeded_batch
 from autoplan.verify.observe import CollectiveCounter
-from conftest import EXAMPLES
-from test_train_example import BUDGET_GB
-from zoo import MESHES, PUBLIC_ZOO, example_path, forced_plan, verify_on_fake_world
 
 TRAIN_BUDGET_GB = float(BUDGET_GB)  # examples/train.py's budget in its test
 

@@ -63,7 +63,7 @@ class LinksSource:
     """Whether that profile's links were measured (a calibration) or are published figures."""
 
     @classmethod
-    def of(cls, profile: ClusterProfile) -> "LinksSource":
+    def of(cls, profile: ClusterProfile) -> LinksSource:
         links = {
             link: {
                 kind: {"latency_s": cost.latency_s, "bus_bandwidth_bytes_per_s": cost.bus_bandwidth_bytes_per_s}
@@ -279,7 +279,7 @@ def _provenance(run: RunInfo, measured: Measurements, cluster: ClusterInfo, fits
         "quick": run.quick,
         "wall_time_s": round(run.wall_time_s, 1),
         "sweep": run.sweep.to_dict(),
-        "links": dict(fits.link_sources) or {link: f"copied from profile {run.links_from.name!r}" for link in LINKS},
+        "links": dict(fits.link_sources) or dict.fromkeys(LINKS, f"copied from profile {run.links_from.name!r}"),
         "notes": notes,
         **extra,
         "fits": _fit_report(run, measured, fits),

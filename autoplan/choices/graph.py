@@ -200,7 +200,7 @@ def _keep_buffers_in_place(options: tuple[Strategy, ...], buffer_inputs: list[in
 
 def is_tensor_input(arg) -> bool:
     """Whether an fx argument counts as one of an op's tensor inputs (a getitem of a tuple too)."""
-    return isinstance(arg, fx.Node) and isinstance(arg.meta.get("val"), torch.Tensor) or (
+    return (isinstance(arg, fx.Node) and isinstance(arg.meta.get("val"), torch.Tensor)) or (
         isinstance(arg, fx.Node) and arg.target is operator.getitem
     )
 

@@ -50,10 +50,9 @@ def run(args: argparse.Namespace) -> int:
     outputs = {"--out": out, **({"--stats": args.stats} if args.stats else {})}
     check_outputs(outputs, {"the model file": loaded.path, "the --profile file": _profile_file(args.profile)})
     # Imported here so that flag and model-file errors are reported without loading the solver.
+    from autoplan.explain.progress import progress_on_stderr
     from autoplan.pipeline.cached import suggest_cached
     from autoplan.pipeline.suggest import suggest_with_report
-
-    from autoplan.explain.progress import progress_on_stderr
 
     plan_fn = suggest_with_report if args.no_cache else suggest_cached
     with progress_on_stderr() as progress:  # None unless stderr is a terminal

@@ -52,8 +52,8 @@ def run(args: argparse.Namespace) -> int:
     plan = Plan.load(args.plan)
     loaded = load_model_file(args.model)
     # Imported here so that flag and file errors are reported without loading torch.distributed.
-    from autoplan.verify.numerics import NumericsJob, build_seeded, check_numerics, seeded_batch
     from autoplan.evaluate.score import check_plan_for_model
+    from autoplan.verify.numerics import NumericsJob, build_seeded, check_numerics, seeded_batch
     from autoplan.verify.step_check import verify_plan
 
     check_plan_for_model(loaded.model, loaded.example_inputs, plan, loaded.loss_fn)

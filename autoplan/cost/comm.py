@@ -50,7 +50,15 @@ from torch.distributed.tensor._redistribute import _gen_transform_infos
 
 from autoplan.cost.profile import ClusterProfile, LinkCost
 from autoplan.placements import (
-    REPLICATE, Spec, is_partial, is_shard, runtime_placements, runtime_spec, shard_dim, shard_factor, strided_factor,
+    REPLICATE,
+    Spec,
+    is_partial,
+    is_shard,
+    runtime_placements,
+    runtime_spec,
+    shard_dim,
+    shard_factor,
+    strided_factor,
 )
 
 

@@ -126,8 +126,16 @@ def _diverged() -> None:
 def _changes() -> list[tuple[object, object, object]]:
     """(container, key, new value) for every change, every internal looked up first."""
     from autoplan.dtensor import (
-        convolution, fake_kernels, local_strides, loss_parallel, merged_inputs, rules, saved_inputs, strategy_choice,
-        view_rules, zero_fill,
+        convolution,
+        fake_kernels,
+        local_strides,
+        loss_parallel,
+        merged_inputs,
+        rules,
+        saved_inputs,
+        strategy_choice,
+        view_rules,
+        zero_fill,
     )
 
     propagator = _internal(lambda: torch.distributed.tensor.DTensor._op_dispatcher.sharding_propagator, "DTensor._op_dispatcher.sharding_propagator")

@@ -29,7 +29,15 @@ from torch.distributed.tensor._op_schema import OpSchema, OpSpec, OpStrategy, Tu
 from torch.utils._pytree import tree_flatten, tree_map
 
 from autoplan.dtensor import loss_parallel
-from autoplan.placements import Spec, candidate_specs, fits_evenly, is_partial, spec_from_placements, to_placements, to_string
+from autoplan.placements import (
+    Spec,
+    candidate_specs,
+    fits_evenly,
+    is_partial,
+    spec_from_placements,
+    to_placements,
+    to_string,
+)
 
 _PROPAGATOR = DTensor._op_dispatcher.sharding_propagator
 

@@ -17,8 +17,8 @@ binds: the memory budget (the best plan without it is faster) or time (it is not
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from autoplan.errors import AutoplanError
 from autoplan.evaluate.score import Score, _profile, check_plan_for_model, pins_for_plan, score_problem

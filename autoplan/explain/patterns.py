@@ -26,7 +26,6 @@ read the same is folded into one row, "model.layers.0-31".
 from __future__ import annotations
 
 import math
-
 import re
 from dataclasses import dataclass, replace
 

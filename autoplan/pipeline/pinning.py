@@ -23,7 +23,7 @@ layout untied (``prepare_problem(..., tie=False)``; ``trace/repeats.laid_out_ali
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 

@@ -12,7 +12,16 @@ from autoplan.cost.memory import STATE_COPIES_END, transient_node
 from autoplan.dtensor.strategies import is_inplace
 from autoplan.placements import format_spec
 from autoplan.plan.collectives import module_table, step_collectives
-from autoplan.plan.module_plan import MEMORY_CATEGORIES, BatchInput, ModuleLayout, Plan, Predicted, SolverReport, rounded, total_table
+from autoplan.plan.module_plan import (
+    MEMORY_CATEGORIES,
+    BatchInput,
+    ModuleLayout,
+    Plan,
+    Predicted,
+    SolverReport,
+    rounded,
+    total_table,
+)
 from autoplan.plan.parameter_uses import parameter_uses, through_views
 from autoplan.plan.views import reshaping_readers, within
 from autoplan.solve.ilp import Solution
@@ -66,7 +75,7 @@ def build_plan(
             parameters[fqn] = output_spec(node)
             shapes[fqn] = tuple(value.shape)
             dtypes[fqn] = str(value.dtype).removeprefix("torch.")
-        tied.update({fqn: fqns[0] for fqn in fqns[1:]})
+        tied.update(dict.fromkeys(fqns[1:], fqns[0]))
     uses, readers = parameter_uses(choices, choice, parameters)
     inputs = {}
     for node, key in traced.inputs.items():

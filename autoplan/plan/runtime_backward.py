@@ -27,7 +27,13 @@ from autoplan.choices.decision import Decision
 from autoplan.choices.graph import OP, is_tensor_input
 from autoplan.dtensor.strategies import is_pointwise, tensor_meta
 from autoplan.placements import (
-    PARTIAL_AVG, REPLICATE, Spec, is_partial, is_shard, runtime_placements, shard,
+    PARTIAL_AVG,
+    REPLICATE,
+    Spec,
+    is_partial,
+    is_shard,
+    runtime_placements,
+    shard,
     shard_dim,
 )
 from autoplan.plan.gradient_rules import broadcast_dims

@@ -33,7 +33,11 @@ from autoplan.choices.graph import OP, is_tensor_input
 from autoplan.dtensor import loss_parallel, overrides
 from autoplan.dtensor.strategies import Strategy, runtime_schema_info, tensor_meta
 from autoplan.placements import (
-    REPLICATE, Spec, runtime_placements, runtime_spec, spec_from_placements,
+    REPLICATE,
+    Spec,
+    runtime_placements,
+    runtime_spec,
+    spec_from_placements,
 )
 from autoplan.trace.backward_run import gradient_makers, input_gradients, signature
 

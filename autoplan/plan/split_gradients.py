@@ -333,7 +333,7 @@ def split_input_gradient(
             result[axis] = gradient_only_split(graph, name, after, axis, mesh_shape)
             continue
         dim = _input_dim(graph, name, out_dim, in_shape, out_shape)
-        result[axis] = shard(dim) if 0 <= dim and in_shape[dim] == out_shape[out_dim] else PARTIAL
+        result[axis] = shard(dim) if dim >= 0 and in_shape[dim] == out_shape[out_dim] else PARTIAL
     return tuple(result)
 
 

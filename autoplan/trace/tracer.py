@@ -276,7 +276,7 @@ def _autocast_warnings(enabled: list[bool]) -> tuple[str, ...]:
     )
 
 
-def _module_to_isolate(gm: fx.GraphModule, recorder: "_CallRecorder", model: nn.Module):
+def _module_to_isolate(gm: fx.GraphModule, recorder: _CallRecorder, model: nn.Module):
     """(the innermost module to trace again as an opaque region, why), or (None, None):
     one that made a value whose size depends on the data (``torch.where`` traced with an
     unbacked size), as one whose trace fails on such a size is; or one that restrides a

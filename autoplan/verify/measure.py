@@ -53,8 +53,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from autoplan._process_group import process_group
-from autoplan._process_group import free_port
+from autoplan._process_group import free_port, process_group
 
 COLLECTIVE_TIMEOUT_S = 120
 """A collective that waits this long means a rank is lost: the launch ends."""

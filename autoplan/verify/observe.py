@@ -24,13 +24,14 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 from torch import nn
-from torch.distributed.distributed_c10d import ProcessGroup, _resolve_process_group
 from torch.distributed.device_mesh import DeviceMesh
+from torch.distributed.distributed_c10d import ProcessGroup, _resolve_process_group
 from torch.distributed.tensor import DTensor
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-from autoplan.plan.module_plan import ROOT_MODULE as ROOT, collective_table
+from autoplan.plan.module_plan import ROOT_MODULE as ROOT
+from autoplan.plan.module_plan import collective_table
 
 _TAG = "autoplan_module"
 

@@ -87,12 +87,11 @@ def mlp_program() -> dict:
 def plan_and_step() -> bool:
     """Plan the tiny Llama example under a budget that shards its weights, apply it, run a step."""
     sys.path[:0] = [str(ROOT / "tests")]
+    from torch.distributed.device_mesh import init_device_mesh
     from zoo import example_path, forced_plan
 
     import autoplan
     from autoplan.model_file import import_model_file
-
-    from torch.distributed.device_mesh import init_device_mesh
 
     plan = forced_plan(example_path("llama"), (2, 4), ("dp", "tp"))
     example = import_model_file(Path(example_path("llama")))
@@ -109,12 +108,11 @@ def failed_backward() -> str:
     on the token embedding, the last parameter the backward reaches, fails as a device out
     of memory would): the error the training loop sees."""
     sys.path[:0] = [str(ROOT / "tests")]
+    from torch.distributed.device_mesh import init_device_mesh
     from zoo import example_path, forced_plan
 
     import autoplan
     from autoplan.model_file import import_model_file
-
-    from torch.distributed.device_mesh import init_device_mesh
 
     plan = forced_plan(example_path("llama"), (2, 4), ("dp", "tp"))
     example = import_model_file(Path(example_path("llama")))
