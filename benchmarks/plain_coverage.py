@@ -29,7 +29,7 @@ BENCH_DIR = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH_DIR.parent))
 sys.path.insert(0, str(BENCH_DIR))
 
-from hf_coverage import (
+from hf_coverage import (  # noqa: E402 - after the sys.path lines above
     Printer,
     parse_args,
     run_keys,

@@ -51,7 +51,7 @@ def test_meta_model_gets_local_shards_only_and_loads_its_slice(fake_mesh):
     reference = build_seeded(import_model_file(LLAMA), "build_model", 0)
     full = reference.state_dict()
     smaller = 0
-    for fqn, param in model.named_parameters():
+    for _fqn, param in model.named_parameters():
         assert not param.to_local().is_meta
         smaller += param.to_local().numel() < param.numel()
     assert smaller >= len(plan.parameters) // 2
@@ -108,7 +108,7 @@ def worker(rank: int, port: int, plan_json: str, result_path: str):
                     fqn: ((p.grad.full_tensor() - ref[fqn].grad).abs().max() / ref[fqn].grad.abs().max()).item()
                     for fqn, p in model.named_parameters()
                 }
-            for name, optimizer in optimizers.items():
+            for _name, optimizer in optimizers.items():
                 optimizer.step()
                 optimizer.zero_grad()
         errors["loss after one AdamW step"] = abs(losses["parallel"] - losses["reference"]) / abs(losses["reference"])

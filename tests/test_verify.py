@@ -129,7 +129,7 @@ def test_cli_verify_passes_and_fails_on_an_edited_prediction(tmp_path, capsys):
 
     data = json.loads(good.read_text())
     module, per_axis = next(iter(sorted(data["predicted"]["module_collectives"].items())))
-    axis, per_kind = next(iter(sorted(per_axis.items())))
+    _axis, per_kind = next(iter(sorted(per_axis.items())))
     kind = next(iter(sorted(per_kind)))
     per_kind[kind]["count"] += 1
     edited = tmp_path / "edited.json"

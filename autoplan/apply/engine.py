@@ -196,8 +196,8 @@ def _run_replicated(module: nn.Module) -> None:
         for leaf in leaves:
             if isinstance(leaf, DTensor):
                 mesh = leaf.device_mesh
-        state = {name: p for name, p in module.named_parameters()}
-        state.update({name: b for name, b in module.named_buffers()})
+        state = dict(module.named_parameters())
+        state.update(dict(module.named_buffers()))
         for value in state.values():
             if isinstance(value, DTensor):
                 mesh = value.device_mesh

@@ -247,8 +247,8 @@ def build_profile(run: RunInfo, measured: Measurements, cluster: ClusterInfo) ->
 
 def _provenance(run: RunInfo, measured: Measurements, cluster: ClusterInfo, fits: Fits) -> dict:
     notes = [
-        "peak_flops and memory_bandwidth_bytes_per_s are the best throughput measured in the sweep, "
-        "not datasheet figures; the efficiency curves are relative to them",
+        ("peak_flops and memory_bandwidth_bytes_per_s are the best throughput measured in the sweep, "
+        "not datasheet figures; the efficiency curves are relative to them"),
     ]
     if run.device_type == "cpu":
         notes.append("all_to_all on CPU: DTensor runs it as all_gather + chunk on gloo; measured as it runs")

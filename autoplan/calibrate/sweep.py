@@ -20,6 +20,7 @@ memory bandwidth are measured sharing them.
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 from dataclasses import dataclass
@@ -154,7 +155,7 @@ def measure_matmuls(sweep: Sweep, timer: Timer, progress: Progress) -> list[Matm
         for m, k, n in sweep.matmul_shapes:
             a = torch.randn(m, k, device=timer.device, dtype=dtype)
             b = torch.randn(k, n, device=timer.device, dtype=dtype)
-            seconds = timer.seconds(lambda: torch.mm(a, b))
+            seconds = timer.seconds(functools.partial(torch.mm, a, b))
             samples.append(MatmulSample(dtype_name, (m, k, n), 2.0 * m * k * n, seconds))
             progress.step(f"matmul {dtype_name} {m}x{k}x{n}")
             del a, b
@@ -167,12 +168,12 @@ def measure_memory_ops(sweep: Sweep, timer: Timer, progress: Progress) -> list[M
     for elements in sweep.memory_elements:
         x = torch.randn(elements, device=timer.device)
         y = torch.randn(elements, device=timer.device)
-        ops = {"add": (lambda: torch.add(x, y), 3), "clone": (lambda: x.clone(), 2)}
+        ops = {"add": (functools.partial(torch.add, x, y), 3), "clone": (x.clone, 2)}
         for name in MEMORY_OPS:
             op, tensors = ops[name]
             samples.append(MemorySample(name, elements, tensors * elements * itemsize, timer.seconds(op)))
             progress.step(f"{name} {_format_bytes(elements * itemsize)} per tensor")
-        del x, y
+        del x, y, ops  # the partials hold the tensors too
     return samples
 
 

@@ -294,7 +294,7 @@ def _strategies_for(node: fx.Node, mesh: DeviceMesh, cache: dict) -> tuple[Strat
     kwargs = tree_map(lambda a: a.meta["val"] if isinstance(a, fx.Node) else a, node.kwargs)
     try:
         found = registry.enumerate_strategies(op, args, kwargs, node.meta["val"], mesh)
-    except Exception:  # a rule that cannot enumerate is treated like a missing rule
+    except Exception:  # noqa: BLE001 - a rule that cannot enumerate is treated like a missing rule
         found = None
     cache[key] = tuple(found) if found else None
     return cache[key]

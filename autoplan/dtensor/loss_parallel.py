@@ -243,7 +243,7 @@ def _nll_loss_backward_handler(op_call, args, kwargs):
     axis = _class_axis(x, args[3] if len(args) > 3 else None, kwargs)
     if axis is None:
         return _as_dtensor_runs(op_call, args, kwargs)
-    whole, specs = _whole_on(op_call, args, axis, position=1)
+    _whole, specs = _whole_on(op_call, args, axis, position=1)
     grad, x = _to_spec(args[0], specs[0]), _to_spec(x, specs[1], axis, 1)
     target, total_weight = _to_spec(args[2], specs[2]), _to_spec(args[6], specs[-1])
     reduction, ignore_index = args[4], args[5]

@@ -154,7 +154,7 @@ def _changes() -> list[tuple[object, object, object]]:
         (dispatch.OpDispatcher, "wrap"), (dispatch.OpDispatcher, "unwrap_to_op_info"),
         (torch.distributed.tensor.DTensor._op_dispatcher, "_custom_op_handlers"),
     ):
-        _internal(lambda: getattr(owner, name), f"{getattr(owner, '__name__', type(owner).__name__)}.{name}")
+        _internal(lambda: getattr(owner, name), f"{getattr(owner, '__name__', type(owner).__name__)}.{name}")  # noqa: B023 - called in this iteration
 
     def has_rule(op) -> bool:
         return op in propagator.op_strategy_funcs or op in propagator.op_single_dim_strategy_funcs
@@ -182,7 +182,7 @@ def _changes() -> list[tuple[object, object, object]]:
     move = local_strides.laid_out_as_global(dispatch.redistribute_local_tensor)
     changes.append((dispatch, "redistribute_local_tensor", saved_inputs.reusing(move)))
     for module in (redistribute, api):  # ``DTensor.redistribute`` and ``from_local``'s backward
-        own = _internal(lambda: module.redistribute_local_tensor, f"{module.__name__}.redistribute_local_tensor")
+        own = _internal(lambda: module.redistribute_local_tensor, f"{module.__name__}.redistribute_local_tensor")  # noqa: B023 - called in this iteration
         changes.append((module, "redistribute_local_tensor", local_strides.laid_out_as_global(own)))
     for op, kernel in fake_kernels.KERNELS.items():
         if op not in fake_impls:  # never replace a kernel torch registered

@@ -84,7 +84,7 @@ def enumerate_strategies(op, args, kwargs, out_value, mesh: DeviceMesh) -> list[
         return None
     raw = [s for s in raw if s is not None]
     raw += loss_parallel.split_strategies(op, args, raw)  # cross-entropy on logits split by class
-    out_leaves = [t for t in tree_flatten(out_value)[0]] if out_value is not None else []
+    out_leaves = list(tree_flatten(out_value)[0]) if out_value is not None else []
     strategies: dict[Strategy, None] = {}
     for strategy in raw:
         if strategy is None:
@@ -267,9 +267,9 @@ def _from_strategy_func(op, args, kwargs, out_value, mesh) -> list[OpSpec]:
         seen_first = []
 
         def one_spec(t: torch.Tensor) -> OpStrategy:
-            chosen = placements if (t is first and not seen_first) else replicate
+            chosen = placements if (t is first and not seen_first) else replicate  # noqa: B023 - called in this iteration
             if t is first:
-                seen_first.append(True)
+                seen_first.append(True)  # noqa: B023 - called in this iteration
             return OpStrategy([OpSpec(DTensorSpec(mesh, chosen, tensor_meta(t)))])
 
         wrapped_args, wrapped_kwargs = _wrap(args, kwargs, one_spec)

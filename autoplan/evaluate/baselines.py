@@ -167,7 +167,7 @@ def baseline_layout(name: str, problem: Problem) -> tuple[dict[str, Spec], tuple
         raise NotApplicableError(
             "megatron_fsdp needs a 2-D mesh (dp x tp)", hint="use a mesh such as 2x4, or the megatron or fsdp baseline"
         )
-    active = {a for a in ((dp,) if uses_dp else ()) + ((tp,) if uses_tp else ())}
+    active = set(((dp,) if uses_dp else ()) + ((tp,) if uses_tp else ()))
     idle = tuple(a for a in range(len(mesh)) if a not in active)
     notes: list[str] = []
     shapes = _placeholder_shapes(problem)

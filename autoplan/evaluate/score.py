@@ -66,8 +66,8 @@ class Score:
         mesh = "x".join(map(str, self.plan.mesh_shape))
         lines = [
             f"mesh {mesh} ({', '.join(self.plan.axis_names)}), profile {self.profile}",
-            f"predicted step time {self.step_time_s * 1e3:.3f} ms "
-            f"(compute {self.compute_s * 1e3:.3f} ms, communication {self.comm_s * 1e3:.3f} ms)",
+            (f"predicted step time {self.step_time_s * 1e3:.3f} ms "
+            f"(compute {self.compute_s * 1e3:.3f} ms, communication {self.comm_s * 1e3:.3f} ms)"),
             f"peak memory per device {self.peak_memory_bytes / GIB:.3f} GiB "
             f"(model state {self.model_state_bytes / GIB:.3f} GiB, activations {self.activation_bytes / GIB:.3f} GiB); "
             + ("fits" if self.fits else "does NOT fit")

@@ -231,7 +231,7 @@ class Pins:
                 what = f"module {call.fqn} output {key or '<out>'}"
                 # Read only by reshaping views: handed over as they read it, whatever made it.
                 readers = reshaping_readers(graph, owners, source, out_index, call.fqn)
-                ok = all([self.consumed(v, k, spec, what) for v, k in readers]) if readers else \
+                ok = all(self.consumed(v, k, spec, what) for v, k in readers) if readers else \
                     self.value(source, out_index, spec, what)
                 pinned, skipped = pinned + ok, skipped + (not ok)
         return pinned, skipped

@@ -231,7 +231,8 @@ def _same_value(da: Decision, db: Decision) -> bool:
     if fa.op != fb.op or (fa.op != "placeholder" and fa.target != fb.target):
         return False
     va, vb = fa.meta.get("val"), fb.meta.get("val")
-    shape = lambda v: (tuple(v.shape), v.dtype) if hasattr(v, "shape") else repr(type(v))
+    def shape(v):
+        return (tuple(v.shape), v.dtype) if hasattr(v, "shape") else repr(type(v))
     if isinstance(va, (tuple, list)) and isinstance(vb, (tuple, list)):
         return len(va) == len(vb) and all(shape(x) == shape(y) for x, y in zip(va, vb))
     return shape(va) == shape(vb)

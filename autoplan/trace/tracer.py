@@ -271,8 +271,8 @@ def _autocast_warnings(enabled: list[bool]) -> tuple[str, ...]:
     if not count:
         return ()
     return (
-        f"{count} autocast region(s) on the meta device (torch.autocast(device_type=x.device.type)) were traced "
-        "in the model's own dtypes: the plan's costs do not include their lower precision",
+        (f"{count} autocast region(s) on the meta device (torch.autocast(device_type=x.device.type)) were traced "
+        "in the model's own dtypes: the plan's costs do not include their lower precision"),
     )
 
 
