@@ -23,7 +23,8 @@ def hand_plan(**changes) -> Plan:
     """A 1-D tp plan of an MLP block: fc1 column-split, fc2 row-split, the hidden split between."""
     base = dict(
         mesh_shape=(4,), axis_names=("tp",),
-        parameters={"mlp.fc1.weight": ("S(0)",), "mlp.fc1.bias": ("S(0)",), "mlp.fc2.weight": ("S(1)",), "mlp.fc2.bias": ("R",), "norm.weight": ("R",)},
+        parameters={"mlp.fc1.weight": ("S(0)",), "mlp.fc1.bias": ("S(0)",), "mlp.fc2.weight": ("S(1)",),
+            "mlp.fc2.bias": ("R",), "norm.weight": ("R",)},
         modules={
             "mlp": ModuleLayout({"[0][0]": ("R",)}, {"": ("R",)}),
             "mlp.fc1": ModuleLayout({"[0][0]": ("R",)}, {"": ("S(1)",)}),
@@ -53,7 +54,8 @@ def test_megatron_pair_becomes_colwise_and_rowwise_on_local_shards():
 
 def test_unexpressible_parameters_are_listed_and_replicated():
     plan = hand_plan(
-        parameters={"mlp.fc1.weight": ("S(0)",), "mlp.fc1.bias": ("R",), "mlp.fc2.weight": ("S(1)",), "mlp.fc2.bias": ("R",), "norm.weight": ("S(0)",)},
+        parameters={"mlp.fc1.weight": ("S(0)",), "mlp.fc1.bias": ("R",), "mlp.fc2.weight": ("S(1)",),
+            "mlp.fc2.bias": ("R",), "norm.weight": ("S(0)",)},
         parameter_uses={"mlp.fc2.weight": ("R",)},
     )
     export = export_torch(plan)

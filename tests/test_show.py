@@ -95,7 +95,8 @@ def test_words_for_the_layouts_people_write(tiny_baselines):
     # on tp), and the fsdp layout computes with its dim-0 shards (column-parallel on dp).
     for name, plan in tiny_baselines.items():
         rows = {r.name: r for r in module_rows(plan)}
-        for fqn, _kind in ((f"model.layers.0.{m}.weight", "Linear") for m in ("self_attn.q_proj", "self_attn.o_proj", "mlp.up_proj", "mlp.down_proj")):
+        for fqn, _kind in ((f"model.layers.0.{m}.weight", "Linear") for m in ("self_attn.q_proj",
+            "self_attn.o_proj", "mlp.up_proj", "mlp.down_proj")):
             row = rows[fqn.replace("layers.0", "layers.0-1").rpartition(".")[0]]
             for axis in range(2):
                 expected = _expected_word(plan, fqn, axis)

@@ -34,7 +34,8 @@ def distribute_parameters(model: nn.Module, plan: Plan, mesh: DeviceMesh) -> set
                 try:
                     data = empty_shard(param, mesh, placements) if param.is_meta else distribute_tensor(param.data, mesh, placements)
                 except Exception as err:
-                    raise PlanError(f"cannot place {fqn} (shape {list(param.shape)}) as {format_spec(plan.parameters[fqn])}: {err}", hint="re-plan this model") from err
+                    raise PlanError(f"cannot place {fqn} (shape {list(param.shape)}) as "
+                        f"{format_spec(plan.parameters[fqn])}: {err}", hint="re-plan this model") from err
                 new = nn.Parameter(data, requires_grad=param.requires_grad)
                 if new.requires_grad:
                     new.register_post_accumulate_grad_hook(_reduce_gradient)

@@ -292,7 +292,8 @@ def _fit_report(run: RunInfo, measured: Measurements, fits: Fits) -> dict:
         return {**fit.to_dict(), "rel_rms": _sig(fit.rel_rms, 3), "samples": fit.samples}
 
     def saturation(fit: SaturationFit, unit: str) -> dict:
-        return {"max": _sig(fit.curve.max), f"half_at_{unit}": _sig(fit.curve.half_at), "rel_rms": _sig(fit.rel_rms, 3), "samples": fit.samples}
+        return {"max": _sig(fit.curve.max), f"half_at_{unit}": _sig(fit.curve.half_at),
+            "rel_rms": _sig(fit.rel_rms, 3), "samples": fit.samples}
 
     return {
         "axes": {

@@ -459,7 +459,8 @@ def _node_cost(choices, profile, decision: Decision, reducers, saved=(), transie
         for kind, axis, nbytes, _ in own_collectives(node, outputs, strategy, mesh_shape, decision.requires_grad):
             reduce += collective_seconds(profile, kind, nbytes, mesh_shape, axis)
         comm.append(reduce)
-        held = sum(out_bytes[i] / shard_factor(strategy.outputs[i], mesh_shape) for i in saved if i < len(out_bytes) and strategy.outputs[i])
+        held = sum(out_bytes[i] / shard_factor(strategy.outputs[i], mesh_shape)
+                   for i in saved if i < len(out_bytes) and strategy.outputs[i])
         freed.append(held)
         if kept_by_selective:  # selective checkpointing stores every output of the op, saved by autograd or not
             stored.append(-sum(b / shard_factor(s, mesh_shape) for i, (b, s) in enumerate(zip(out_bytes, strategy.outputs))

@@ -138,12 +138,16 @@ def _changes() -> list[tuple[object, object, object]]:
         zero_fill,
     )
 
-    propagator = _internal(lambda: torch.distributed.tensor.DTensor._op_dispatcher.sharding_propagator, "DTensor._op_dispatcher.sharding_propagator")
-    sharding_prop = _internal(lambda: __import__("torch.distributed.tensor._sharding_prop", fromlist=["_"]), "torch.distributed.tensor._sharding_prop")
+    propagator = _internal(lambda: torch.distributed.tensor.DTensor._op_dispatcher.sharding_propagator,
+        "DTensor._op_dispatcher.sharding_propagator")
+    sharding_prop = _internal(lambda: __import__("torch.distributed.tensor._sharding_prop", fromlist=["_"]),
+        "torch.distributed.tensor._sharding_prop")
     dispatch = _internal(lambda: __import__("torch.distributed.tensor._dispatch", fromlist=["_"]), "torch.distributed.tensor._dispatch")
-    redistribute = _internal(lambda: __import__("torch.distributed.tensor._redistribute", fromlist=["_"]), "torch.distributed.tensor._redistribute")
+    redistribute = _internal(lambda: __import__("torch.distributed.tensor._redistribute", fromlist=["_"]),
+        "torch.distributed.tensor._redistribute")
     api = _internal(lambda: __import__("torch.distributed.tensor._api", fromlist=["_"]), "torch.distributed.tensor._api")
-    fake_impls = _internal(lambda: __import__("torch._subclasses.fake_impls", fromlist=["_"]).op_implementations_dict, "fake_impls.op_implementations_dict")
+    fake_impls = _internal(lambda: __import__("torch._subclasses.fake_impls", fromlist=["_"]).op_implementations_dict,
+        "fake_impls.op_implementations_dict")
     for owner, name in (
         (sharding_prop, "_select_min_cost_strategy"), (dispatch, "redistribute_local_tensor"),
         (propagator, "op_strategy_funcs"), (propagator, "op_single_dim_strategy_funcs"),
@@ -178,7 +182,8 @@ def _changes() -> list[tuple[object, object, object]]:
         info = propagator.op_single_dim_strategy_funcs.get(op)
         if info is not None:
             changes.append((propagator.op_single_dim_strategy_funcs, op, zero_fill.with_zero_fill_partials(info, _diverged)))
-    changes.append((sharding_prop, "_select_min_cost_strategy", strategy_choice.selection(sharding_prop._select_min_cost_strategy, _diverged)))
+    changes.append((sharding_prop, "_select_min_cost_strategy",
+        strategy_choice.selection(sharding_prop._select_min_cost_strategy, _diverged)))
     move = local_strides.laid_out_as_global(dispatch.redistribute_local_tensor)
     changes.append((dispatch, "redistribute_local_tensor", saved_inputs.reusing(move)))
     for module in (redistribute, api):  # ``DTensor.redistribute`` and ``from_local``'s backward

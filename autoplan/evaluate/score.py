@@ -202,7 +202,8 @@ def _check_model(trace: ModelTrace, plan: Plan, accepted: set[str]) -> None:
     missing = sorted(names - set(plan.parameters))
     if unknown or missing:
         what = f"plan parameters not in the model: {unknown[:3]}" if unknown else f"model parameters missing from the plan: {missing[:3]}"
-        raise PlanError(f"the plan does not match the model ({what})", hint="score the model the plan was made for, or re-plan it with `autoplan suggest`")
+        raise PlanError(f"the plan does not match the model ({what})",
+            hint="score the model the plan was made for, or re-plan it with `autoplan suggest`")
     keys = set(traced.inputs.values())
     if set(plan.inputs) != keys:
         raise PlanError(

@@ -101,7 +101,8 @@ def read_fidelity(path) -> dict[str, list[tuple[float, float, str]]]:
         with open(path) as f:
             data = json.load(f)
     except (OSError, ValueError) as err:
-        raise OptionError(f"cannot read the --fidelity file {path}: {err}", hint="pass benchmarks/results/fidelity.json from benchmarks/fidelity.py") from None
+        raise OptionError(f"cannot read the --fidelity file {path}: {err}",
+            hint="pass benchmarks/results/fidelity.json from benchmarks/fidelity.py") from None
     plans = data.get("plans") if isinstance(data, dict) else None
     if not isinstance(plans, list):
         raise OptionError(f"--fidelity file {path}: expected an object with a \"plans\" list, got {type(data).__name__}",

@@ -306,7 +306,8 @@ def _mfu(plan, cluster, element_bytes):
         devices *= size
     peak = cluster.flops_for(dtype) * devices
     step = plan.predicted.step_time_s
-    return flops, (flops / (step * peak) if step > 0 else None), f"6·N·tokens over {devices} x {cluster.flops_for(dtype):.3g} FLOP/s ({dtype}){note}"
+    basis = f"6·N·tokens over {devices} x {cluster.flops_for(dtype):.3g} FLOP/s ({dtype}){note}"
+    return flops, (flops / (step * peak) if step > 0 else None), basis
 
 
 def show_sections(summary: Summary, source: str = "") -> list:

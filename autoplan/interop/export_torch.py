@@ -117,14 +117,16 @@ def _tensor_parallel(plan: Plan, axis: int, notes: list[str], details: list[str]
             stored = plan.parameters[fqn]
             use = plan.parameter_uses.get(fqn, stored)
             if stored[axis] != use[axis]:
-                notes.append(f"{fqn}: stored {stored[axis]} on {name} and gathered to {use[axis]} for use (FSDP-style); exported as {use[axis]}")
+                notes.append(f"{fqn}: stored {stored[axis]} on {name} and gathered to {use[axis]} for use "
+                    f"(FSDP-style); exported as {use[axis]}")
             used[pname] = _split(use, axis)
         if all(d is None for d in used.values()):
             continue
         kind = _style_kind(plan.module_types.get(owner, "?"), used)
         if kind is None:
             layout = ", ".join(f"{p} {'R' if d is None else f'S({d})'}" for p, d in sorted(used.items()))
-            notes.append(f"{owner or '<root>'} ({plan.module_types.get(owner, 'unknown type')}): {layout} on {name} has no ParallelStyle; exported replicated")
+            notes.append(f"{owner or '<root>'} ({plan.module_types.get(owner, 'unknown type')}): {layout} on "
+                f"{name} has no ParallelStyle; exported replicated")
             continue
         kinds[owner] = kind
 
@@ -197,7 +199,8 @@ def _note_activations(plan: Plan, axis: int, paired: set[str], kinds: dict[str, 
                     continue
                 if fqn not in kinds and parent in regions and _split(spec, axis) == regions[parent]:
                     continue  # e.g. the activation between the pair: local shards there too
-                if fqn in paired and ((side == "output" and kinds[fqn] == "colwise") or (side == "input" and kinds[fqn] == "rowwise" and key == "[0][0]")):
+                if fqn in paired and ((side == "output" and kinds[fqn] == "colwise")
+                                      or (side == "input" and kinds[fqn] == "rowwise" and key == "[0][0]")):
                     continue
                 changed.append(f"{fqn or '<root>'} {side} {key or '<output>'} {spec[axis]}")
     if changed:
@@ -231,10 +234,12 @@ def _data_parallel(plan: Plan, axis: int, notes: list[str], tp: int | None) -> t
                 notes.append(f"{fqn}: the plan splits dim 0 on {name} before {plan.axis_names[tp]} splits it; "
                              f"fully_shard splits it within each {plan.axis_names[tp]} piece")
     if replicated:
-        notes.append(f"{len(replicated)} parameters the plan replicates on {name} are sharded by fully_shard all the same: {', '.join(replicated)}")
+        notes.append(f"{len(replicated)} parameters the plan replicates on {name} are sharded by fully_shard all "
+            f"the same: {', '.join(replicated)}")
     batch = [f"{key} {b.placements[axis]}" for key, b in sorted(plan.inputs.items()) if b.placements[axis] not in ("S(0)",)]
     if batch:
-        notes.append(f"the plan does not split these batch inputs on dim 0 over {name} ({'; '.join(batch)}); FSDP feeds each {name} rank its own batch")
+        notes.append(f"the plan does not split these batch inputs on dim 0 over {name} ({'; '.join(batch)}); FSDP "
+            f"feeds each {name} rank its own batch")
     return tuple(groups) + ("",)
 
 

@@ -97,7 +97,8 @@ class Pins:
         when it cannot."""
         node = self.problem.node_of(name)
         if node is None:
-            raise PlanError(f"pinned name {name!r} is neither a parameter nor a batch input", hint="use FQNs from named_parameters() or batch key paths")
+            raise PlanError(f"pinned name {name!r} is neither a parameter nor a batch input",
+                hint="use FQNs from named_parameters() or batch key paths")
         decision = self.problem.choices.graph.decision(node)
         shape = tuple(decision.fx_node.meta["val"].shape)
         problem = layout_problem(tuple(spec), shape, self.problem.choices.mesh_shape, several_axes=decision.kind == PARAMETER)

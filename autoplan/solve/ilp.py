@@ -234,7 +234,8 @@ def _solve_mode(costed, memory_budget_bytes, time_limit_s, allowed, recompute, m
     search_s, search_cpu_s = time.perf_counter() - searching, time.process_time() - searching_cpu
     reason = result.termination.reason
     stopped = result.termination.limit == mathopt.Limit.TIME
-    if reason in (mathopt.TerminationReason.INFEASIBLE, mathopt.TerminationReason.INFEASIBLE_OR_UNBOUNDED) or not result.has_primal_feasible_solution():
+    if reason in (mathopt.TerminationReason.INFEASIBLE,
+        mathopt.TerminationReason.INFEASIBLE_OR_UNBOUNDED) or not result.has_primal_feasible_solution():
         status = "out_of_time" if reason == mathopt.TerminationReason.NO_SOLUTION_FOUND else "infeasible"
         return Solution({}, status, math.inf, math.inf, 0.0, 0, 0, 0.0, search_s, search_cpu_s, stopped, mode, layers)
     values = result.variable_values()

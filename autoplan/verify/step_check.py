@@ -96,7 +96,8 @@ def _cell(value: tuple[int, int]) -> str:
     return f"{count} x, {nbytes} B" if count else "-"
 
 
-def verify_plan(model: nn.Module, batch, plan: Plan, device_mesh: DeviceMesh, loss_fn=None, compile_mode: str | None = None, backend: str = "inductor") -> Verification:
+def verify_plan(model: nn.Module, batch, plan: Plan, device_mesh: DeviceMesh, loss_fn=None,
+    compile_mode: str | None = None, backend: str = "inductor") -> Verification:
     """Apply ``plan`` to ``model`` (in place), run one training step on the global ``batch``
     and compare its collectives with the plan's prediction. ``loss_fn`` is the training
     loss the plan was made for (the model file's ``compute_loss``; default: the model's own).
@@ -139,7 +140,8 @@ def step_error(err: Exception, model: nn.Module) -> StepError:
     backward), the exception, and what the user can change."""
     culprit = failing_module(err, model)
     names = {id(m): fqn for fqn, m in model.named_modules()}
-    where = f"module {names[id(culprit)] or '<root>'} ({type(culprit).__name__})" if culprit is not None else "the backward or optimizer step"
+    where = (f"module {names[id(culprit)] or '<root>'} ({type(culprit).__name__})" if culprit is not None
+             else "the backward or optimizer step")
     first = str(err).strip().splitlines()[0] if str(err).strip() else ""
     return StepError(
         f"the planned training step failed in {where}: {type(err).__name__}: {first}",

@@ -72,7 +72,8 @@ def mlp_program() -> dict:
 
     torch.manual_seed(0)
     mesh = init_device_mesh("cpu", (8,))
-    model = parallelize_module(MLP(), mesh, {"up": ColwiseParallel(use_local_output=False), "down": RowwiseParallel(use_local_output=False)})
+    model = parallelize_module(MLP(), mesh,
+        {"up": ColwiseParallel(use_local_output=False), "down": RowwiseParallel(use_local_output=False)})
     with CommDebugMode() as comm:
         out = model(torch.randn(4, 8, 16))
         # Flattening (batch, seq) with seq split: DTensor makes a strided shard here, without a collective.
@@ -136,7 +137,8 @@ def main(mode: str, *rest: str) -> dict:
 
     dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=8)
     if mode == "moved":  # an internal autoplan changes is gone from this torch
-        delattr(sharding_prop if rest[0] == "select" else dispatch, {"select": "_select_min_cost_strategy", "move": "redistribute_local_tensor"}[rest[0]])
+        delattr(sharding_prop if rest[0] == "select" else dispatch,
+            {"select": "_select_min_cost_strategy", "move": "redistribute_local_tensor"}[rest[0]])
     before = snapshot()
     found: dict = {}
     if mode == "import":
