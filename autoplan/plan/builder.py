@@ -222,11 +222,11 @@ def memory_split(costed: CostedGraph, choice: dict[str, int], checkpointed: Chec
     for name, cost in costed.nodes.items():
         if cost.forward_bytes and graph.decision(name).kind in (OP, INPUT):
             forward["activations"] += cost.forward_bytes[choice[name]]
-    moved = [(u, v, edge) for (u, v, _), edge in costed.edges.items() if edge.forward_bytes]
+    moved = [(u, v, edge, edge.forward_bytes) for (u, v, _), edge in costed.edges.items() if edge.forward_bytes]
     order = {name: i for i, name in enumerate(graph.nodes)}
-    heaviest = max((v for _, v, _ in moved), key=order.__getitem__, default=None)  # every other reader runs before it
-    for u, v, edge in moved:
-        held = edge.forward_bytes[edge.row_of[choice[u]]][edge.col_of[choice[v]]]
+    heaviest = max((v for _, v, _, _ in moved), key=order.__getitem__, default=None)  # every other reader runs before it
+    for u, v, edge, forward_bytes in moved:
+        held = forward_bytes[edge.row_of[choice[u]]][edge.col_of[choice[v]]]
         forward["temporaries" if v == heaviest else "activations"] += held
     if checkpointed is not None:
         freed = freed_bytes(costed, choice, checkpointed.freed, checkpointed.share, checkpointed.mode, checkpointed.decisions,
@@ -247,7 +247,7 @@ def _call_layout(costed: CostedGraph, choice, call: ModuleCall, output_spec, ord
         return within(owners.get(node, ""), call.fqn)
 
     inputs = {}
-    passed = {}  # value -> the layout the module's input hook gives it
+    passed: dict[tuple[str, int], tuple] = {}  # value -> the layout the module's input hook gives it
     for key, node in call.inputs:
         source, out_index = costed.choices.traced.value_of(node)
         if source not in graph:

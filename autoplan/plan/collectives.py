@@ -313,14 +313,15 @@ def step_collectives(
     # returns its input) is moved by that module's hook where DTensor made it otherwise
     # than the plan: the move is charged where the value was made.
     for name in exits - {name for name, _ in hooked_outputs}:
-        ran, planned = (runs[name].output(0), planned_out(name, 0)) if name in runs else (None, None)
-        if ran != planned:
+        ran, wanted = (runs[name].output(0), planned_out(name, 0)) if name in runs else (None, None)
+        if ran != wanted:
+            assert ran is not None and wanted is not None  # both ran: a module's output is a tensor
             nbytes, shape = value_size(graph, (name, 0))
-            for kind, axis, size, _ in redistribute_collectives(ran, planned, nbytes, mesh_shape, backward=False, shape=shape):
+            for kind, axis, size, _ in redistribute_collectives(ran, wanted, nbytes, mesh_shape, backward=False, shape=shape):
                 found[(module_of(name), kind, axis, round(size))] += 1
                 forward.append((("exit", name), (module_of(name), kind, axis, round(size))))
             if name in reached:  # and its backward brings the gradient back to the layout DTensor made
-                for kind, axis, size in gradient_collectives(without_partial(planned), ran, nbytes, mesh_shape, shape):
+                for kind, axis, size in gradient_collectives(without_partial(wanted), ran, nbytes, mesh_shape, shape):
                     found[(module_of(name), kind, axis, round(size))] += 1
 
     # A module output its hook moves, read inside the module too: nothing settles its
@@ -350,6 +351,7 @@ def step_collectives(
             return None
         layout, reads = answer
         for index, (part, read) in enumerate(zip(parts, reads)):
+            assert part is not None  # joined_gradient answers only where every part came
             nbytes, shape = value_size(graph, (name, index))
             count_move(found, module_of(name), part, read, nbytes, shape, mesh_shape)
         joined.add(name)
