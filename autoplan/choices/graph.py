@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import operator
 from dataclasses import dataclass
+from typing import TypeGuard
 
 import torch
 from torch import fx
@@ -213,7 +214,7 @@ def written_in_place(node: fx.Node) -> fx.Node | None:
         return None
     alias = schema.arguments[0].alias_info
     first = node.args[0]
-    return first if alias is not None and alias.is_write and hasattr(first, "name") else None
+    return first if alias is not None and alias.is_write and isinstance(first, fx.Node) else None
 
 
 def _floating(node: fx.Node) -> bool:
@@ -271,7 +272,7 @@ def _backward_ops_without_rule(node: fx.Node, cache: dict) -> frozenset[str]:
     return cache[key]
 
 
-def _needs_fallback(op) -> bool:
+def _needs_fallback(op) -> TypeGuard[torch._ops.OpOverload]:
     """An aten kernel, neither a view nor in place, that reaches DTensor as it is (not
     composite) and has no sharding rule."""
     return (
