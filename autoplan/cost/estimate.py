@@ -35,6 +35,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 import torch
+from torch import fx
 from torch.utils._pytree import tree_flatten
 from torch.utils.flop_counter import flop_registry, sdpa_flop_count
 
@@ -58,6 +59,7 @@ from autoplan.cost.op_classes import op_class
 from autoplan.cost.profile import ClusterProfile
 from autoplan.dtensor.fused_attention import FUSED_FORWARD
 from autoplan.dtensor.loss_parallel import own_collectives
+from autoplan.dtensor.strategies import Strategy
 from autoplan.dtensor.view_rules import RESHAPING_VIEWS, splits_back
 from autoplan.placements import REPLICATE, Spec, is_shard, shard_dim, shard_factor
 from autoplan.recompute_policy import selective_keeps
@@ -262,14 +264,16 @@ def _unsplittable_back(view: Decision, value, rows, cols, seconds, mesh_shape):
     """``seconds`` with ``NOT_RUN_S`` added where a reader slices the reshaping ``view``'s
     output on a dim whose gradient the view's backward cannot split back evenly
     (``view_rules.splits_back``): DTensor fails there in the backward."""
-    source = tuple(view.fx_node.args[0].meta["val"].shape)
+    viewed = view.fx_node.args[0]
+    assert isinstance(viewed, fx.Node), viewed  # a view reads a traced value
+    source = tuple(viewed.meta["val"].shape)
     shape = tuple(value.shape)
 
     def fails(src: Spec, dst: Spec) -> bool:
         ways: dict[int, int] = {}
         for axis, (a, b) in enumerate(zip(src, dst)):
-            if is_shard(b) and a != b:
-                ways[shard_dim(b)] = ways.get(shard_dim(b), 1) * mesh_shape[axis]
+            if (dim := shard_dim(b)) is not None and a != b:
+                ways[dim] = ways.get(dim, 1) * mesh_shape[axis]
         return any(not splits_back(shape, source, dim, n) for dim, n in ways.items())
 
     return tuple(
@@ -393,6 +397,13 @@ def regathered_weights(choices, decision: Decision, strategy) -> float:
     return held
 
 
+def _placed(strategy: Strategy) -> Spec:
+    """The layout a placeholder's ``strategy`` gives its one tensor."""
+    spec = strategy.outputs[0]
+    assert spec is not None, strategy
+    return spec
+
+
 def _node_cost(choices, profile, decision: Decision, reducers, saved=(), transient: bool = False) -> NodeCost:
     """``saved``: the output indices autograd keeps; ``transient``: the op whose backward
     gradients are counted at the backward's start (``cost/memory.py``)."""
@@ -403,7 +414,7 @@ def _node_cost(choices, profile, decision: Decision, reducers, saved=(), transie
     if kind in (PARAMETER, INPUT, BUFFER):
         value = outputs[0]
         full = tensor_bytes(value)
-        local = [full / shard_factor(s.outputs[0], mesh_shape) for s in strategies]
+        local = [full / shard_factor(_placed(s), mesh_shape) for s in strategies]
         if kind == PARAMETER and decision.requires_grad:
             opt = [optimizer_seconds(profile, b) for b in local]
             return NodeCost(tuple(opt), (0.0,) * len(local), tuple(STATE_COPIES_START * b for b in local), "model_state",
@@ -454,8 +465,8 @@ def _node_cost(choices, profile, decision: Decision, reducers, saved=(), transie
                 if spec[axis] != "R" or size == 1:
                     continue
                 if splits_work(strategy, axis):
-                    local = nbytes / shard_factor(spec, mesh_shape)
-                    reduce += collective_seconds(profile, "all_reduce", local, mesh_shape, axis) / reducers[u]
+                    local_bytes = nbytes / shard_factor(spec, mesh_shape)
+                    reduce += collective_seconds(profile, "all_reduce", local_bytes, mesh_shape, axis) / reducers[u]
         for kind, axis, nbytes, _ in own_collectives(node, outputs, strategy, mesh_shape, decision.requires_grad):
             reduce += collective_seconds(profile, kind, nbytes, mesh_shape, axis)
         comm.append(reduce)
