@@ -131,6 +131,7 @@ def solve(
                 return _with_totals(fastest, tried, started)
         best = attempt(memory_budget_bytes)
     for mode, layers in first_counts(recompute):
+        assert recompute is not None  # first_counts is empty without it
         found = attempt(memory_budget_bytes, mode, layers)
         while found is not None and recompute.forced is None:
             freed_all = freed_bytes(costed, found.choice, recompute.freed, 1.0, mode, recompute.decisions, recompute.inputs,
@@ -190,7 +191,8 @@ def _grid_terms(costed, s, e, keys, scale: float, grid_of, whole: bool = False) 
     def scaled(value: float) -> float:
         return round(value * scale) if whole else value * scale
 
-    terms, constant = [], 0.0
+    terms: list = []
+    constant = 0.0
     for key in keys:
         edge, (u, v, _) = costed.edges[key], key
         grid = grid_of(edge)
@@ -308,7 +310,8 @@ def least_memory_bytes(
     e = _add_edge_vars(model, costed, s)
     peak = model.add_variable(lb=0.0, name="peak_gib")
     leanest_choice = leanest(recompute)
-    checkpoint = _checkpoint_terms(costed, s, e, recompute, *leanest_choice) if leanest_choice is not None else None
+    checkpoint = (_checkpoint_terms(costed, s, e, recompute, *leanest_choice)
+                  if recompute is not None and leanest_choice is not None else None)
     for terms, constant in _memory_rows(costed, s, e, checkpoint):
         model.add_linear_constraint(mathopt.fast_sum(terms) + constant / 2**30 <= peak)
     model.minimize(peak)
@@ -430,7 +433,8 @@ def _memory_rows(costed, s, e, checkpoint=None) -> list[tuple[list, float]]:
         if row == "forward_bytes" and not any(cost.forward_bytes for cost in costed.nodes.values()):
             continue
         folds = _grid_folds(costed, s, grid_of) if grid_of else None
-        terms, constant = [], 0.0
+        terms: list = []
+        constant = 0.0
         for name, cost in costed.nodes.items():
             per = getattr(cost, row)
             if not per:

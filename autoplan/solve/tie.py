@@ -197,7 +197,7 @@ def scale_costs(costed: CostedGraph, node_weight) -> CostedGraph:
     for name, c in costed.nodes.items():
         w = node_weight(name)
         nodes[name] = NodeCost(
-            *(tuple(w * x for x in values) for values in (c.compute_s, c.comm_s, c.memory_bytes)), c.memory_kind,
+            tuple(w * x for x in c.compute_s), tuple(w * x for x in c.comm_s), tuple(w * x for x in c.memory_bytes), c.memory_kind,
             tuple(w * x for x in c.end_bytes), tuple(tuple(w * x for x in row) for row in c.recompute),
             tuple(w * x for x in c.forward_bytes),
         )
