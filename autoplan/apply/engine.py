@@ -283,24 +283,24 @@ def _settle_gradient(placements, mesh: DeviceMesh):
 
 
 def _redistribute_inputs(layouts: dict[str, Spec], mesh: DeviceMesh, running: _Running):
-    layouts = {key: to_placements(spec) for key, spec in layouts.items()}  # not in the traced hook
+    placements = {key: to_placements(spec) for key, spec in layouts.items()}  # not in the traced hook
 
     def hook(module, args, kwargs):
         if not running.depth:
             return None  # another model's call of a module it shares with this one
-        return _redistribute_tree((args, kwargs), layouts, mesh)
+        return _redistribute_tree((args, kwargs), placements, mesh)
 
     return hook
 
 
 def _redistribute_outputs(layouts: dict[str, Spec], mesh: DeviceMesh, running: _Running):
-    layouts = {key: to_placements(spec) for key, spec in layouts.items()}  # not in the traced hook
+    placements = {key: to_placements(spec) for key, spec in layouts.items()}  # not in the traced hook
 
     def hook(module, args, output):
         if not running.depth:
             return None
         # The trace keys a single-tensor output as "" and a structure by its paths.
-        return _redistribute_tree(output, layouts, mesh, settle_gradients=True)
+        return _redistribute_tree(output, placements, mesh, settle_gradients=True)
 
     return hook
 

@@ -12,11 +12,11 @@ from __future__ import annotations
 import torch
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
-from torch.distributed.tensor import DTensor, distribute_tensor
+from torch.distributed.tensor import DTensor, Placement, distribute_tensor
 
 from autoplan.apply.materialize import empty_shard
 from autoplan.errors import PlanError
-from autoplan.placements import Spec, format_spec, to_placements
+from autoplan.placements import format_spec, to_placements
 from autoplan.plan.module_plan import Plan
 
 
@@ -62,7 +62,7 @@ def gather_parameters_for_use(modules: dict[str, nn.Module], plan: Plan, mesh: D
         for name, param in module._parameters.items():
             if param is not None:
                 holders.setdefault(id(param), []).append((module, name))
-    by_reader: dict[tuple[str, str], dict[str, Spec]] = {}
+    by_reader: dict[tuple[str, str], dict[str, tuple[Placement, ...]]] = {}
     for fqn, spec in plan.parameter_uses.items():
         owner, _, name = fqn.rpartition(".")
         if any(owner == region or owner.startswith(region + ".") for region in plan.opaque_modules):
@@ -103,6 +103,7 @@ def gather_parameters_for_use(modules: dict[str, nn.Module], plan: Plan, mesh: D
 
 def _reduce_gradient(param: torch.Tensor) -> None:
     """Bring the gradient to the parameter's placements (reduces Partial gradients)."""
+    assert isinstance(param, DTensor), type(param)  # registered on distributed parameters only
     grad = param.grad
     if isinstance(grad, DTensor) and grad.placements != param.placements:
         param.grad = grad.redistribute(param.device_mesh, param.placements)
