@@ -23,6 +23,7 @@ from __future__ import annotations
 import functools
 import logging
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -168,7 +169,7 @@ def measure_memory_ops(sweep: Sweep, timer: Timer, progress: Progress) -> list[M
     for elements in sweep.memory_elements:
         x = torch.randn(elements, device=timer.device)
         y = torch.randn(elements, device=timer.device)
-        ops = {"add": (functools.partial(torch.add, x, y), 3), "clone": (x.clone, 2)}
+        ops: dict[str, tuple[Callable[[], object], int]] = {"add": (functools.partial(torch.add, x, y), 3), "clone": (x.clone, 2)}
         for name in MEMORY_OPS:
             op, tensors = ops[name]
             samples.append(MemorySample(name, elements, tensors * elements * itemsize, timer.seconds(op)))
@@ -186,7 +187,7 @@ def _collective_op(mesh: DeviceMesh, axis: int, kind: str, nominal_bytes: int):
         elements = max(1, elements // n)  # nominal size is the gathered output
     local = torch.ones(_local_shape(elements, n), dtype=COMM_DTYPE, device=mesh.device_type)
     src, dst = _PLACEMENTS[kind]
-    placed = [Replicate()] * mesh.ndim
+    placed: list[Placement] = [Replicate()] * mesh.ndim
     source = DTensor.from_local(local, mesh, _with(placed, axis, src), run_check=False)
     target = _with(placed, axis, dst)
 
