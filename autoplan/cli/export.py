@@ -58,9 +58,9 @@ def run(args: argparse.Namespace) -> int:
     else:
         from autoplan.interop.export_vescale import export_vescale
 
-        result = export_vescale(plan)
-        text = json.dumps(result.plan, indent=2) + "\n"
-        summary = f"{len(result.plan['parameter'])} parameters, {len(result.plan['forward'])} forward layouts"
+        exported = export_vescale(plan)
+        text = json.dumps(exported.plan, indent=2) + "\n"
+        summary = f"{len(exported.plan['parameter'])} parameters, {len(exported.plan['forward'])} forward layouts"
     write_outputs({out: text}, {"--out": out})
     print(f"exported {args.plan} as {args.format}: {summary}")
     for note in result.not_expressed:

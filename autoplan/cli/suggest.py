@@ -64,8 +64,8 @@ def run(args: argparse.Namespace) -> int:
             args.profile,
             args.memory_gb,
             args.time_limit,
-            **({"tie": False} if args.no_tie else {}),
-            **({"recompute": False} if args.no_recompute else {}),
+            tie=not args.no_tie,
+            recompute=not args.no_recompute,
             loss_fn=loaded.loss_fn,
             **({"progress": progress} if progress else {}),
         )
