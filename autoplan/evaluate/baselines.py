@@ -175,7 +175,7 @@ def baseline_layout(name: str, problem: Problem) -> tuple[dict[str, Spec], tuple
     layout: dict[str, Spec] = {}
     for node, key in problem.traced.inputs.items():
         spec = list(replicated(len(mesh)))
-        if uses_dp:
+        if dp is not None:
             size = shapes[node][0] if shapes[node] else 0
             if not size or size % mesh[dp]:
                 raise NotApplicableError(
@@ -200,10 +200,10 @@ def baseline_layout(name: str, problem: Problem) -> tuple[dict[str, Spec], tuple
         shape = shapes[node]
         if node in tensor_parallel:
             spec[tp] = shard(tensor_parallel[node])
-        fsdp2 = _fsdp_over_tp(spec[tp], shape, mesh, dp, tp) if name == "torchtitan" and uses_dp and shape else None
-        if fsdp2 is not None:
+        fsdp2 = _fsdp_over_tp(spec[tp], shape, mesh, dp, tp) if name == "torchtitan" and dp is not None and shape else None
+        if fsdp2 is not None and dp is not None:
             spec[dp] = fsdp2
-        elif name in _FULLY_SHARDED and uses_dp:
+        elif name in _FULLY_SHARDED and dp is not None:
             taken = tensor_parallel.get(node)
             dim = next((d for d in range(len(shape)) if d != taken and shape[d] % mesh[dp] == 0), None)
             if dim is None:

@@ -130,7 +130,7 @@ def score_problem(problem: Problem, plan: Plan, time_limit_s: float | None = Non
     _check_model(problem.trace, plan, fingerprints or {problem.trace.fingerprint})
     if tuple(problem.choices.mesh_shape) != tuple(plan.mesh_shape):
         _check_mesh(plan, problem.choices.mesh_shape)
-    if not laid_out_alike(problem.blocks, plan.parameters, plan.modules):
+    if problem.blocks is not None and not laid_out_alike(problem.blocks, plan.parameters, plan.modules):
         raise PlanError(
             f"the plan lays out the layers of {problem.blocks.fqn} differently, and the problem plans them as one",
             hint="prepare the problem with tie=False, or score with autoplan.score",
