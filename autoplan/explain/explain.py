@@ -286,6 +286,7 @@ def explain_sections(e: Explanation) -> list:
         if a.error:
             rows.append((a.unit, a.name, "-", "-", "-", "-", "-", f"cannot be pinned: {a.error}"))
             continue
+        assert a.delta_s is not None  # an alternative that could be pinned was priced
         delta = "0 (the plan)" if a.name.startswith(PLAN_OWN) and abs(a.delta_s) < 5e-7 else f"{a.delta_s * 1e3:+.3f}"
         rows.append((
             a.unit, a.name, ms(a.step_time_s), delta, ms(a.compute_s), ms(a.comm_s),

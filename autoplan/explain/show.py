@@ -113,7 +113,7 @@ def summarize(plan, profile=None, one_device_s: float | None = None) -> Summary:
     p = plan.predicted
     cluster, note = _profile(plan, profile)
     comm = _comm_rows(plan, cluster)
-    priced = sum(r.seconds for r in comm) if cluster is not None else None
+    priced = sum(s for r in comm if (s := r.seconds) is not None) if cluster is not None else None  # all priced
     by_module = _comm_by_module(plan, cluster) if cluster is not None else ()
     memory = memory_split(plan, cluster)
     flops, mfu, mfu_note = _mfu(plan, cluster, memory.element_bytes)
@@ -224,7 +224,7 @@ def parameter_dtype(plan) -> str | None:
     counts: dict[str, int] = {}
     for fqn, dtype in plan.parameter_dtypes.items():
         counts[dtype] = counts.get(dtype, 0) + parameter_numel(plan, fqn)
-    return max(counts, key=counts.get) if counts else None
+    return max(counts, key=counts.__getitem__) if counts else None
 
 
 def memory_split(plan, cluster=None) -> Memory:
@@ -434,6 +434,7 @@ def time_section(s: Summary):
 def table_above_charge(s: Summary) -> str:
     """The note on a negative "other" row: how far the two predictions of the step's
     communication lie apart, and where the table's time is."""
+    assert s.comm_other_s is not None  # there is an "other" row
     table, gap = s.comm_s - s.comm_other_s, -s.comm_other_s
     share = f" ({gap / s.comm_s:.0%})" if s.comm_s > 0 else ""
     note = (
