@@ -150,7 +150,8 @@ class Pins:
             specs = [s for s in strategy.outputs if s] + list(strategy.inputs)
             return all(spec[a] == "R" for spec in specs for a in axes)
 
-        free, stray = [], []
+        free: list[str] = []
+        stray: list[str] = []
         for leader, group in members.items():
             options = graph.decision(leader).strategies
             keep = {
@@ -160,8 +161,8 @@ class Pins:
             if not keep:  # hold the leader at least; some followers split anyway
                 keep = {i for i, strategy in enumerate(options) if replicated(strategy)}
                 stray.extend(
-                    n for n, pick in group[1:]
-                    if any(not replicated(graph.decision(n).strategies[pick[i]]) for i in keep)
+                    n for n, pick in group[1:]  # followers: each has its pick
+                    if pick is not None and any(not replicated(graph.decision(n).strategies[pick[i]]) for i in keep)
                 )
             if not self._narrow(leader, keep):
                 free.append(leader)
