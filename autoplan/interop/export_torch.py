@@ -153,7 +153,7 @@ def _style_kind(module_type: str, dims: dict[str, int | None]) -> str | None:
         if weight == 1 and bias is None:
             return "rowwise"
     if module_type in EMBEDDING_TYPES and "bias" not in dims:
-        return {1: "colwise", 0: "rowwise"}.get(weight)
+        return {1: "colwise", 0: "rowwise"}.get(weight) if weight is not None else None
     return None
 
 
@@ -189,7 +189,10 @@ def _note_activations(plan: Plan, axis: int, paired: set[str], kinds: dict[str, 
     """List module boundaries whose layout on ``axis`` the export replaces by Replicate."""
     name = plan.axis_names[axis]
     # parent module -> the dim its Colwise/Rowwise pair hands over split
-    regions = {fqn.rpartition(".")[0]: _split(_output(plan, fqn), axis) for fqn in paired if kinds[fqn] == "colwise"}
+    regions = {
+        fqn.rpartition(".")[0]: _split(out, axis) if (out := _output(plan, fqn)) else None  # a paired colwise has one
+        for fqn in paired if kinds[fqn] == "colwise"
+    }
     changed = []
     for fqn, layout in sorted(plan.modules.items()):
         parent = fqn.rpartition(".")[0]
