@@ -47,6 +47,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -250,7 +251,7 @@ def _time_steps(step, config: MeasureConfig, per_op: bool = False) -> dict:
     count = config.steps
     if slowest.item() > 0:
         count = max(config.min_steps, min(config.steps, int(config.budget_s / slowest.item())))
-    best = None
+    best: tuple[list[float], float] | None = None
     for attempt in range(1 + config.retries):
         if attempt:
             time.sleep(config.quiet_wait_s)
@@ -260,6 +261,7 @@ def _time_steps(step, config: MeasureConfig, per_op: bool = False) -> dict:
             best = (steps, foreign)
         if not foreign > config.max_foreign_share:  # NaN (no /proc) is taken as undisturbed
             break
+    assert best is not None  # the loop ran at least once
     steps, foreign = best
     counter = _OpCounter()
     with counter:
@@ -288,7 +290,7 @@ def _timed_steps(step, count: int) -> tuple[list[float], float]:
     host_before, own_before = _host_cpu(), _own_cpu()
     spans = _spans(step, count)
     host_after, own_after = _host_cpu(), _own_cpu()
-    gathered = [None] * dist.get_world_size()
+    gathered: list[Any] = [None] * dist.get_world_size()  # each rank's (spans, own CPU, host CPU before, after)
     dist.all_gather_object(gathered, (spans, own_after - own_before, host_before, host_after))
     # Step i runs from the first rank's start to the last rank's end.
     steps = [
