@@ -55,15 +55,17 @@ def run(args: argparse.Namespace) -> int:
         summary = f"{len(result.styles)} ParallelStyles on {result.tp_axis}" + (
             f", fully_shard on {result.dp_axis} ({len(result.fsdp_modules)} groups)" if result.dp_axis else ""
         )
+        not_expressed = result.not_expressed
     else:
         from autoplan.interop.export_vescale import export_vescale
 
         exported = export_vescale(plan)
         text = json.dumps(exported.plan, indent=2) + "\n"
         summary = f"{len(exported.plan['parameter'])} parameters, {len(exported.plan['forward'])} forward layouts"
+        not_expressed = exported.not_expressed
     write_outputs({out: text}, {"--out": out})
     print(f"exported {args.plan} as {args.format}: {summary}")
-    for note in result.not_expressed:
+    for note in not_expressed:
         print(f"not expressed: {note}")
     print(f"written to {out}")
     return 0

@@ -6,6 +6,7 @@ import argparse
 import json
 import math
 import sys
+from typing import Any
 
 from autoplan._files import check_outputs, plan_default_path, write_outputs
 from autoplan.model_file import load_model_file, parse_axis_names, parse_mesh
@@ -55,6 +56,8 @@ def run(args: argparse.Namespace) -> int:
     from autoplan.pipeline.suggest import suggest_with_report
 
     plan_fn = suggest_with_report if args.no_cache else suggest_cached
+    # only the flags given are passed: the planners' defaults hold otherwise
+    flags: dict[str, Any] = {**({"tie": False} if args.no_tie else {}), **({"recompute": False} if args.no_recompute else {})}
     with progress_on_stderr() as progress:  # None unless stderr is a terminal
         plan, report = plan_fn(
             loaded.model,
@@ -64,8 +67,7 @@ def run(args: argparse.Namespace) -> int:
             args.profile,
             args.memory_gb,
             args.time_limit,
-            tie=not args.no_tie,
-            recompute=not args.no_recompute,
+            **flags,
             loss_fn=loaded.loss_fn,
             **({"progress": progress} if progress else {}),
         )
