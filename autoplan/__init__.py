@@ -23,7 +23,7 @@ _HOMES = {
     "suggest": "autoplan.pipeline.cached",
 }
 
-__all__ = sorted(_HOMES)
+__all__ = sorted(_HOMES)  # noqa: PLE0605 - the lazy exports are the keys of _HOMES
 
 
 def __getattr__(name: str):

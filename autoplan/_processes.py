@@ -20,6 +20,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 _PR_SET_PDEATHSIG = 1
 _expected_parent: int | None = None
@@ -68,7 +69,7 @@ def _let_the_fork_server_exit_with_the_launcher() -> None:
     the server (and so the rank) would outlive a launcher killed outright."""
     from multiprocessing import forkserver
 
-    server = forkserver._forkserver
+    server: Any = forkserver._forkserver  # CPython's private object, not in typeshed
     if getattr(server, "_forkserver_alive_fd", None) is not None:  # CPython's name for it (3.10 to 3.13)
         os.close(server._forkserver_alive_fd)
         server._forkserver_alive_fd = None

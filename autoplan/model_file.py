@@ -22,10 +22,10 @@ from __future__ import annotations
 import importlib.util
 import itertools
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 from autoplan.errors import MeshError, ModelFileError
 
@@ -154,6 +154,7 @@ def import_model_file(path: Path):
     """Import a model file as a fresh module (not calling its builder); errors name the file."""
     module_name = f"_autoplan_model_{next(_load_counter)}_{path.stem}"
     spec = importlib.util.spec_from_file_location(module_name, path)
+    assert spec is not None and spec.loader is not None, path  # a .py path always has a source loader
     module = importlib.util.module_from_spec(spec)
     # Registered while it runs so dataclasses and pickling inside the file can find it.
     sys.modules[module_name] = module

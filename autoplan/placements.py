@@ -76,7 +76,7 @@ def to_string(placement: Placement) -> str:
     if isinstance(placement, Shard) and type(placement) is Shard:
         return shard(placement.dim)
     if isinstance(placement, _StridedShard):
-        return strided(placement.dim, placement.split_factor)
+        return strided(placement.dim, int(placement.split_factor))
     if type(placement) is Partial and placement.reduce_op in ("sum", "avg"):
         return f"P({placement.reduce_op})"
     raise ValueError(f"expected R, S(d), _S(d, k) or P(sum), got {placement!r}")
@@ -87,10 +87,9 @@ def to_placement(text: str) -> Placement:
         return Replicate()
     if text in (PARTIAL, PARTIAL_AVG):
         return Partial(text[2:-1])
-    factor = strided_factor(text)
-    if factor is not None:
-        return _StridedShard(shard_dim(text), split_factor=factor)
-    dim = shard_dim(text)
+    factor, dim = strided_factor(text), shard_dim(text)
+    if factor is not None and dim is not None:
+        return _StridedShard(dim, split_factor=factor)
     if dim is not None:
         return Shard(dim)
     raise PlanError(
@@ -122,7 +121,9 @@ def runtime_placements(spec: Spec) -> tuple[Placement, ...]:
 
 
 def _norm_partial(text: str) -> Placement:
-    return _NormPartial(norm_type=float(_NORM_PARTIAL_RE.match(text).group(1)))
+    match = _NORM_PARTIAL_RE.match(text)
+    assert match is not None, text  # the caller matched it
+    return _NormPartial(norm_type=float(match.group(1)))
 
 
 def replicated(mesh_ndim: int) -> Spec:
@@ -207,7 +208,7 @@ def candidate_specs(
 def _split_last_by_first(spec: Spec, mesh_shape: tuple[int, ...]) -> Spec:
     """``spec`` with each dim split over several axes split by its first axis last."""
     out = list(spec)
-    for dim in {shard_dim(p) for p in spec if shard_dim(p) is not None}:
+    for dim in {d for p in spec if (d := shard_dim(p)) is not None}:
         axes = [a for a, p in enumerate(spec) if shard_dim(p) == dim]
         if len(axes) > 1:
             out[axes[0]] = strided(dim, math.prod(mesh_shape[a] for a in axes[1:]))

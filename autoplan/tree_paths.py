@@ -15,7 +15,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import re
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 from torch.utils._pytree import tree_is_leaf
@@ -46,10 +46,10 @@ def _map(tree, fn, key: str) -> tuple[object, bool]:
             return tree, False
         return kind(item for item, _ in mapped), True
     if kind is dict:
-        mapped = {name: _map(item, fn, f"{key}[{name!r}]") for name, item in tree.items()}
-        if not any(changed for _, changed in mapped.values()):
+        mapped_items = {name: _map(item, fn, f"{key}[{name!r}]") for name, item in tree.items()}
+        if not any(changed for _, changed in mapped_items.values()):
             return tree, False
-        return {name: item for name, (item, _) in mapped.items()}, True
+        return {name: item for name, (item, _) in mapped_items.items()}, True
     if kind not in _ATOMS and not isinstance(tree, torch.Tensor) and not tree_is_leaf(tree):
         raise _Unsupported
     new = fn(key, tree)

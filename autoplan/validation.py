@@ -119,7 +119,7 @@ def _document_order(data, path) -> tuple[int, ...]:
             order.append(part)
         else:
             break
-        node = node[part] if isinstance(node, dict) and part in node or isinstance(node, list) else None
+        node = node[part] if (isinstance(node, dict) and part in node) or isinstance(node, list) else None
     return tuple(order)
 
 
@@ -139,7 +139,7 @@ def _describe(error) -> tuple[str, str | None]:
         return f": unknown {schema['x-unknown']} {value!r} at {at}", fix
     if kind == "type":
         types = error.validator_value if isinstance(error.validator_value, list) else [error.validator_value]
-        expected = " or ".join(_TYPES.get(t, t) for t in types)
+        expected = " or ".join(_TYPES.get(t) or t for t in types)
     elif kind == "exclusiveMinimum":
         expected = "a positive number" if error.validator_value == 0 else f"a number > {error.validator_value:g}"
     elif kind == "minimum":

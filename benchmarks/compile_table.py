@@ -37,15 +37,16 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
+from zoo import plan_row  # noqa: E402
+
 import autoplan  # noqa: E402
 from autoplan._process_group import free_port, process_group  # noqa: E402
 from autoplan._processes import start_ranks  # noqa: E402
+from autoplan.explain.progress import rows_on_stderr  # noqa: E402
 from autoplan.model_file import import_model_file, load_model_file  # noqa: E402
 from autoplan.verify.compiled import compile_model  # noqa: E402
 from autoplan.verify.numerics import build_seeded, seeded_batch  # noqa: E402
-from autoplan.explain.progress import rows_on_stderr  # noqa: E402
 from autoplan.verify.step_check import verify_plan  # noqa: E402
-from zoo import plan_row  # noqa: E402
 
 MODELS = ("mlp", "cnn", "transformer", "gpt2", "bert", "llama", "nanogpt")
 FAKE_MESH, GLOO_MESH = (2, 4), (2, 2)

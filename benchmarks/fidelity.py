@@ -147,7 +147,8 @@ def main(argv=None) -> int:
                             f"{candidates[i].model}/{candidates[i].label}") for i in order]
         config = MeasureConfig(warmup=args.warmup, steps=args.steps, budget_s=args.budget_s, seed=args.seed,
                                max_foreign_share=args.max_foreign, retries=args.retries)
-        print(f"measuring {len(candidates)} plans x {args.passes} passes on {WORLD} gloo processes (mesh {'x'.join(map(str, MESH))}) ...", flush=True)
+        print(f"measuring {len(candidates)} plans x {args.passes} passes on {WORLD} gloo processes (mesh "
+            f"{'x'.join(map(str, MESH))}) ...", flush=True)
         started = time.perf_counter()
         measured = Path(args.out) / "fidelity.progress.jsonl"  # one line per plan measured, to follow a long run
         measured.parent.mkdir(parents=True, exist_ok=True)
@@ -181,7 +182,8 @@ def main(argv=None) -> int:
         "load_average_before": load_before, "load_average_after": load_after,
         "skipped_models": skipped, "summary": summaries, "dtensor_op_overhead_s": op_overhead_s,
         "passes": args.passes,
-        "plans": [{k: v for k, v in vars(c).items() if k not in ("plan_json", "passes")} | {"plan": json.loads(c.plan_json)} for c in candidates],
+        "plans": [{k: v for k, v in vars(c).items() if k not in ("plan_json", "passes")} | {"plan": json.loads(c.plan_json)}
+                  for c in candidates],
     }
     (out / "fidelity.json").write_text(json.dumps(record, indent=1, default=list) + "\n")
     if not args.predict_only:
@@ -231,12 +233,12 @@ def following(lines: Path, labels: list[str], progress):
 
 
 def plans_for_model(name: str, args) -> tuple[list[Candidate], list[str]]:
-    from autoplan.evaluate.baselines import BASELINES, baseline_for_problem
     from autoplan.errors import NotApplicableError
+    from autoplan.evaluate.baselines import BASELINES, baseline_for_problem
+    from autoplan.evaluate.score import score_problem
     from autoplan.model_file import load_model_file
     from autoplan.pipeline.pinning import Pins
     from autoplan.pipeline.problem import prepare_problem, solve_problem
-    from autoplan.evaluate.score import score_problem
 
     loaded = load_model_file(str(ROOT / "examples" / f"{name}.py"))
     problem = prepare_problem(loaded.model, loaded.example_inputs, MESH, AXIS_NAMES, args.profile)
@@ -377,7 +379,8 @@ def report(candidates: list[Candidate], skipped: dict[str, str], predict_only: b
               f"{'ops/step':>8} {'MdAPE with ops x probe (diagnostic)':>10}")
         for model, s in summaries.items():
             print(f"{model:<12} {s['measured']:>5} {s['spearman']:>9.3f} {s['mdape']:>7.1%} {s['auto_over_best_baseline']:>10.3f} "
-                  f"{s['median_other_load']:>10.1%} {s['pass_spread']:>11.1%}   {s['median_ops']:>8.0f} {s['mdape_with_op_overhead']:>10.1%}")
+                  f"{s['median_other_load']:>10.1%} {s['pass_spread']:>11.1%}   {s['median_ops']:>8.0f} "
+                      f"{s['mdape_with_op_overhead']:>10.1%}")
     for model, why in skipped.items():
         print(f"{model:<12} not planned: {why}")
     return summaries

@@ -30,6 +30,7 @@ fails, crashes or hangs never stops the run.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import signal
@@ -116,10 +117,8 @@ _LIVE: set = set()
 
 def _stop_live_rows() -> None:
     for proc in list(_LIVE):
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
 
 
 def _mark_ending(row: dict, ending: str, log: Path) -> None:
@@ -138,7 +137,6 @@ def _mark_ending(row: dict, ending: str, log: Path) -> None:
 
 def row_main(spec: str, out: Path, dtypes: list[str], numerics: bool, numerics_max_step_s: float) -> None:
     import torch
-
     from hf_row import class_name, hf_model_file_text, run_row
 
     torch.set_num_threads(1)  # rows run side by side on few cores

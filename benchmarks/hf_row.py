@@ -32,7 +32,6 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import torch
-
 from hf_tiny import model_class_name
 
 MESH, AXIS_NAMES, WORLD = (2, 4), ("dp", "tp"), 8
@@ -198,7 +197,7 @@ def _suggest(model_file: Path, dtype: torch.dtype, budget_bytes: float | None, i
         model, batch, loss_fn = load_row_model(model_file, dtype)
     started = time.perf_counter()
     memory_gib = budget_bytes / GIB if budget_bytes else None
-    plan, report = suggest_with_report(model, batch, MESH, AXIS_NAMES, memory_gib=memory_gib, loss_fn=loss_fn)
+    plan, _report = suggest_with_report(model, batch, MESH, AXIS_NAMES, memory_gib=memory_gib, loss_fn=loss_fn)
     info["plan_seconds"] = round(time.perf_counter() - started, 3)
     info["budget_gib"] = memory_gib
     info["peak_gib"] = plan.predicted.peak_memory_bytes / GIB

@@ -29,7 +29,7 @@ BENCH_DIR = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH_DIR.parent))
 sys.path.insert(0, str(BENCH_DIR))
 
-from hf_coverage import (
+from hf_coverage import (  # noqa: E402 - after the sys.path lines above
     Printer,
     parse_args,
     run_keys,
@@ -87,7 +87,8 @@ def main(argv=None) -> dict | None:
                  f"{args.jobs} at a time, {args.timeout} s each", "bold")
     printer.cells(printer.header, "bold")
     result = run_rows(rows_to_run, args, keys, printer, found, Path(__file__))
-    printer.summary(summary_lines(result["summary"], what="rows") + [f"{versions_line}; total {result['seconds']:.0f} s; table in {args.json}"])
+    printer.summary(summary_lines(result["summary"], what="rows")
+                    + [f"{versions_line}; total {result['seconds']:.0f} s; table in {args.json}"])
     return result
 
 

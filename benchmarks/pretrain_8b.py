@@ -90,10 +90,10 @@ def describe(row: dict) -> str:
         return f"{head}\n  no plan: {row['failed']}"
     lines = [
         head,
-        f"  plan ({row['plan_s']} s): checkpointing {row['recompute']} on {row['layers_checkpointed']} of 32 layers, "
-        f"{row['step_ms']:.1f} ms, predicted peak {row['peak_gib']:.2f} GiB",
-        f"  same layout, full checkpointing on every layer: {row['full_step_ms']:.1f} ms, {row['full_peak_gib']:.2f} GiB"
-        f" -> the plan is {row['faster_than_full']:.1%} faster",
+        (f"  plan ({row['plan_s']} s): checkpointing {row['recompute']} on {row['layers_checkpointed']} of 32 layers, "
+        f"{row['step_ms']:.1f} ms, predicted peak {row['peak_gib']:.2f} GiB"),
+        (f"  same layout, full checkpointing on every layer: {row['full_step_ms']:.1f} ms, {row['full_peak_gib']:.2f} GiB"
+        f" -> the plan is {row['faster_than_full']:.1%} faster"),
         f"  same layout, no checkpointing: {row['none_step_ms']:.1f} ms, {row['none_peak_gib']:.2f} GiB"
         + ("" if row["none_fits"] else " (does not fit)"),
     ]

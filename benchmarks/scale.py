@@ -41,7 +41,7 @@ def run_suggest(size: str, mesh: str, time_limit: float | None, tie: bool = True
         # An empty plan cache of its own: the command really plans (and pays for storing the plan).
         env = {**os.environ, "AUTOPLAN_CACHE_DIR": f"{tmp}/cache"}
         process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-        out, err = process.communicate()
+        _out, err = process.communicate()
         wall = time.perf_counter() - started
         if process.returncode != 0:
             return {"error": (err.strip().splitlines() or ["?"])[-1], "wall_s": wall}

@@ -7,7 +7,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 
-import hf_row  # noqa: E402
+import hf_row
 
 
 def assert_row_runs_the_predicted_collectives(tmp_path: Path, task: str, model_type: str, dtype: str) -> None:

@@ -11,14 +11,14 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import ROOT
+from zoo import forced_plan, verify_on_fake_world
 
 import autoplan
 from autoplan.choices.graph import backward_without_rule
 from autoplan.dtensor import overrides
 from autoplan.model_file import import_model_file, load_model_file
 from autoplan.verify.numerics import NumericsJob, build_seeded, check_numerics, seeded_batch
-from conftest import ROOT
-from zoo import forced_plan, verify_on_fake_world
 
 MODEL_FILE = ROOT / "tests" / "models" / "backward_rules.py"
 MODELS = ("mobilenet_v2", "poolformer")

@@ -6,6 +6,8 @@ a pinned subset of what the planner searches.
 """
 
 import pytest
+from conftest import EXAMPLES, ROOT
+from zoo import verify_on_fake_world
 
 import autoplan
 from autoplan.errors import NotApplicableError
@@ -15,8 +17,6 @@ from autoplan.model_file import import_model_file, load_model_file
 from autoplan.pipeline.pinning import Pins
 from autoplan.pipeline.problem import prepare_problem, solve_problem
 from autoplan.verify.numerics import build_seeded, seeded_batch
-from conftest import EXAMPLES, ROOT
-from zoo import verify_on_fake_world
 
 MODELS = ROOT / "tests" / "models"
 BATCH = ("[1]['input_ids']", "[1]['labels']")

@@ -85,7 +85,7 @@ def test_one_device_run_measures_compute_and_takes_the_links_from_a_profile(tmp_
     assert profile.axes == {}  # no axis was measured
     prov = profile.provenance
     assert prov["links_from"] == "h100-sxm" and prov["mesh"] == [1] and prov["fits"]["axes"] == {}
-    assert prov["links"] == {link: "copied from profile 'h100-sxm'" for link in ("intra_node", "inter_node")}
+    assert prov["links"] == dict.fromkeys(("intra_node", "inter_node"), "copied from profile 'h100-sxm'")
     assert any("published figures, not measured" in note for note in prov["notes"])
     assert prov["measurements"]["collectives"] == {}
     # What was measured is this device's, not the preset's.

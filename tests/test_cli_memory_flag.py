@@ -9,13 +9,13 @@ import dataclasses
 import re
 
 import pytest
+from conftest import EXAMPLES
 
 import autoplan
 from autoplan.cli import main
 from autoplan.errors import OptionError
 from autoplan.model_file import load_model_file
 from autoplan.pipeline.budget import MemoryBudget, given_budget
-from conftest import EXAMPLES
 
 MLP = str(EXAMPLES / "mlp.py")
 MESH, AXES = (4,), ("dp",)
@@ -72,7 +72,7 @@ def test_score_judges_against_the_plans_own_budget_and_says_so(lean_plan):
     loaded = load_model_file(MLP)
     # replicated by hand: 4 copies of the whole model state no longer fit the plan's 0.05 GiB,
     # which the profile's device memory would hide
-    replicated = dataclasses.replace(lean_plan, parameters={f: ("R",) for f in lean_plan.parameters})
+    replicated = dataclasses.replace(lean_plan, parameters=dict.fromkeys(lean_plan.parameters, ("R",)))
     scored = autoplan.score(loaded.model, loaded.example_inputs, replicated)
     assert scored.budget_bytes == 0.05 * 2**30 and not scored.fits
     assert "does NOT fit the per-device budget of 0.05 GiB (53,687,091 bytes), the budget the plan was made under" in scored.summary()
@@ -99,7 +99,7 @@ def test_score_prints_the_peak_split_at_the_peak(lean_plan, tmp_path, capsys):
     path = lean_plan.save(tmp_path / "lean.json")
     assert main(["score", MLP, str(path)]) == 0
     out = capsys.readouterr().out
-    line = next(l for l in out.splitlines() if l.startswith("peak memory per device"))
+    line = next(x for x in out.splitlines() if x.startswith("peak memory per device"))
     peak, parts = re.match(r"peak memory per device ([0-9.]+ \w+), split at the peak: (.*)", line).groups()
     figures = re.findall(r"([a-z ]+) ([0-9.]+ (?:B|KiB|MiB|GiB))", parts)
     assert [name.strip() for name, _ in figures] == [

@@ -2,10 +2,10 @@
 and two runs give byte-identical files. Also: an infeasible budget is a one-line error."""
 
 import pytest
+from conftest import EXAMPLES
 
 from autoplan import Plan
 from autoplan.cli import main
-from conftest import EXAMPLES
 
 
 @pytest.mark.parametrize("model,mesh", [("mlp.py", "4"), ("cnn.py", "2x4"), ("llama.py", "2x4"), ("mlp.py", "2x2x2")])

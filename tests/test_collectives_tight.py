@@ -10,13 +10,13 @@ group of 8.
 """
 
 import pytest
+from conftest import ROOT
+from zoo import verify_on_fake_world
 
 import autoplan
 from autoplan.errors import InfeasibleError
 from autoplan.model_file import import_model_file, load_model_file
 from autoplan.verify.numerics import build_seeded, seeded_batch
-from conftest import ROOT
-from zoo import verify_on_fake_world
 
 MODELS = ("qwen2", "gpt_neox", "phi")
 MODEL_FILE = ROOT / "tests" / "models" / "hf_defaults.py"

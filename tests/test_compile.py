@@ -20,17 +20,17 @@ whole next to a batch-split query (DTensor does not move keyword arguments).
 import pytest
 import torch
 import torch.distributed as dist
+from conftest import EXAMPLES
 from torch._dynamo.testing import CompileCounterWithBackend
 from torch.distributed.device_mesh import init_device_mesh
 from torch.testing._internal.distributed.fake_pg import FakeStore
+from zoo import example_path, forced_plan
 
 import autoplan
 from autoplan.cli import main
 from autoplan.model_file import import_model_file, load_model_file
 from autoplan.verify.observe import CollectiveCounter
 from autoplan.verify.step_check import as_on_cpu, compare
-from conftest import EXAMPLES
-from zoo import example_path, forced_plan
 
 pytestmark = pytest.mark.slow  # each case compiles for seconds
 

@@ -5,11 +5,11 @@ rotary embedding's backward where nothing was predicted: complex values counted 
 carrying no gradient)."""
 
 import torch
+from conftest import ROOT
 
 from autoplan.choices.graph import build_choices
 from autoplan.model_file import import_model_file
 from autoplan.trace.tracer import trace_model
-from conftest import ROOT
 
 MODEL = ROOT / "tests" / "models" / "complex_rope.py"
 

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.distributed as dist
+from conftest import EXAMPLES
 from torch import nn
 from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.device_mesh import init_device_mesh
@@ -25,7 +26,6 @@ from autoplan.evaluate.baselines import build_baseline
 from autoplan.model_file import import_model_file, load_model_file
 from autoplan.placements import to_placements
 from autoplan.verify.numerics import build_seeded, seeded_batch
-from conftest import EXAMPLES
 
 LLAMA = EXAMPLES / "llama.py"
 BUDGET_GIB = 0.0015  # forces weights to be sharded on both axes of 2x4

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.distributed as dist
+from conftest import EXAMPLES
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
 from torch.testing._internal.distributed.fake_pg import FakeStore
@@ -20,7 +21,6 @@ from autoplan._processes import start_ranks
 from autoplan.errors import PlanError
 from autoplan.model_file import import_model_file, load_model_file
 from autoplan.verify.numerics import build_seeded, seeded_batch
-from conftest import EXAMPLES
 
 LLAMA = EXAMPLES / "llama.py"
 BUDGET_GIB = 0.0009  # forces weights to be sharded on both axes of 2x4
@@ -51,7 +51,7 @@ def test_meta_model_gets_local_shards_only_and_loads_its_slice(fake_mesh):
     reference = build_seeded(import_model_file(LLAMA), "build_model", 0)
     full = reference.state_dict()
     smaller = 0
-    for fqn, param in model.named_parameters():
+    for _fqn, param in model.named_parameters():
         assert not param.to_local().is_meta
         smaller += param.to_local().numel() < param.numel()
     assert smaller >= len(plan.parameters) // 2
@@ -108,7 +108,7 @@ def worker(rank: int, port: int, plan_json: str, result_path: str):
                     fqn: ((p.grad.full_tensor() - ref[fqn].grad).abs().max() / ref[fqn].grad.abs().max()).item()
                     for fqn, p in model.named_parameters()
                 }
-            for name, optimizer in optimizers.items():
+            for _name, optimizer in optimizers.items():
                 optimizer.step()
                 optimizer.zero_grad()
         errors["loss after one AdamW step"] = abs(losses["parallel"] - losses["reference"]) / abs(losses["reference"])

@@ -4,13 +4,13 @@ memory budget: the modules that differ, in words, and both predictions side by s
 import json
 
 import pytest
+from conftest import EXAMPLES
+from zoo import forced_plan
 
 import autoplan
 from autoplan.cli import main
 from autoplan.explain.diff import diff_plans
 from autoplan.model_file import load_model_file
-from conftest import EXAMPLES
-from zoo import forced_plan
 
 
 @pytest.fixture(scope="module")

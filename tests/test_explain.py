@@ -6,13 +6,13 @@ import json
 import re
 
 import pytest
+from conftest import EXAMPLES
 
 import autoplan
 from autoplan.cli import main
 from autoplan.explain.alternatives import PLAN_OWN
 from autoplan.explain.explain import explain_plan
 from autoplan.model_file import load_model_file
-from conftest import EXAMPLES
 
 LLAMA = str(EXAMPLES / "llama.py")
 BUDGET_GIB = 0.001  # small enough that the tiny Llama's plan must shard its weights
@@ -30,7 +30,7 @@ def explained(tmp_path_factory):
 
 @pytest.mark.slow
 def test_an_alternatives_explained_time_is_its_score(explained, tmp_path, capsys):
-    loaded, plan, _, result = explained
+    loaded, _plan, _, result = explained
     others = [a for a in result.alternatives if not a.name.startswith(PLAN_OWN) and not a.error]
     assert len(others) >= 3, [a.name for a in result.alternatives]
     names = {a.name for a in others}
@@ -66,7 +66,7 @@ def test_the_plans_own_row_is_the_plan_and_the_rest_cost_no_less(explained):
 
 @pytest.mark.slow
 def test_largest_charges_and_what_binds(explained, capsys):
-    loaded, plan, path, result = explained
+    _loaded, plan, path, result = explained
     seconds = [c.seconds for c in result.charges]
     assert 0 < len(seconds) <= 10 and seconds == sorted(seconds, reverse=True)
     assert sum(seconds) <= plan.predicted.comm_s * (1 + 1e-6)

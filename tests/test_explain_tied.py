@@ -3,12 +3,12 @@ one weight, naming both modules, instead of two blocks giving identical rows
 (``explain/alternatives.py``'s ``units_of``)."""
 
 import pytest
+from conftest import EXAMPLES
 
 import autoplan
 from autoplan.explain.alternatives import units_of
 from autoplan.explain.explain import explain_plan, explain_sections
 from autoplan.model_file import load_model_file
-from conftest import EXAMPLES
 
 TRANSFORMER = str(EXAMPLES / "transformer.py")  # output.weight is tok_embeddings.weight
 

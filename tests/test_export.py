@@ -8,6 +8,7 @@ from dataclasses import replace
 import pytest
 import torch
 import torch.distributed as dist
+from conftest import EXAMPLES
 from torch.distributed.device_mesh import init_device_mesh
 from torch.testing._internal.distributed.fake_pg import FakeStore
 
@@ -22,14 +23,14 @@ from autoplan.model_file import import_model_file, load_model_file
 from autoplan.placements import spec_from_placements
 from autoplan.plan.module_plan import ModuleLayout, Plan, Predicted, SolverReport
 from autoplan.verify.numerics import build_seeded, seeded_batch
-from conftest import EXAMPLES
 
 
 def hand_plan(**changes) -> Plan:
     """A 1-D tp plan of an MLP block: fc1 column-split, fc2 row-split, the hidden split between."""
     base = dict(
         mesh_shape=(4,), axis_names=("tp",),
-        parameters={"mlp.fc1.weight": ("S(0)",), "mlp.fc1.bias": ("S(0)",), "mlp.fc2.weight": ("S(1)",), "mlp.fc2.bias": ("R",), "norm.weight": ("R",)},
+        parameters={"mlp.fc1.weight": ("S(0)",), "mlp.fc1.bias": ("S(0)",), "mlp.fc2.weight": ("S(1)",),
+            "mlp.fc2.bias": ("R",), "norm.weight": ("R",)},
         modules={
             "mlp": ModuleLayout({"[0][0]": ("R",)}, {"": ("R",)}),
             "mlp.fc1": ModuleLayout({"[0][0]": ("R",)}, {"": ("S(1)",)}),
@@ -59,7 +60,8 @@ def test_megatron_pair_becomes_colwise_and_rowwise_on_local_shards():
 
 def test_unexpressible_parameters_are_listed_and_replicated():
     plan = hand_plan(
-        parameters={"mlp.fc1.weight": ("S(0)",), "mlp.fc1.bias": ("R",), "mlp.fc2.weight": ("S(1)",), "mlp.fc2.bias": ("R",), "norm.weight": ("S(0)",)},
+        parameters={"mlp.fc1.weight": ("S(0)",), "mlp.fc1.bias": ("R",), "mlp.fc2.weight": ("S(1)",),
+            "mlp.fc2.bias": ("R",), "norm.weight": ("S(0)",)},
         parameter_uses={"mlp.fc2.weight": ("R",)},
     )
     export = export_torch(plan)
@@ -154,7 +156,7 @@ def test_replicated_weights_use_replicate_and_match_the_plan_exactly(tmp_path, f
     # (two kv heads do not split four ways): written as used, the plan has nothing torch cannot say
     # and the rotary tables, computed from positions alone, whole on every dp rank as data parallel has them
     modules = {fqn: ModuleLayout({k: ("R", "R") if "position_embeddings" in k else s for k, s in m.inputs.items()},
-                                 {k: ("R", "R") for k in m.outputs} if fqn.endswith("rotary_emb") else m.outputs)
+                                 dict.fromkeys(m.outputs, ("R", "R")) if fqn.endswith("rotary_emb") else m.outputs)
                for fqn, m in plan.modules.items()}
     plan = replace(plan, parameters={f: plan.parameter_uses.get(f, s) for f, s in plan.parameters.items()},
                    parameter_uses={}, modules=modules)

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import EXAMPLES
 
 import autoplan
 from autoplan._process_group import free_port, process_group
@@ -25,7 +26,6 @@ from autoplan.interop.export_torch import export_torch
 from autoplan.model_file import import_model_file, load_model_file
 from autoplan.pipeline.suggest import suggest_with_report
 from autoplan.verify.numerics import build_seeded, seeded_batch
-from conftest import EXAMPLES
 
 WORLD = 4
 TOLERANCE = 1e-5
@@ -154,7 +154,7 @@ def test_exported_replicate_and_fully_shard_match_the_engine(tmp_path):
     plan = replace(plan, parameters=parameters,
                    parameter_uses={**plan.parameter_uses, **{f: ("R", plan.parameters[f][1]) for f in split}})
     export = export_torch(plan)
-    assert export.data_parallel.shard_dims == {f: 1 for f in split} and export.data_parallel.replicate
+    assert export.data_parallel.shard_dims == dict.fromkeys(split, 1) and export.data_parallel.replicate
     exported = tmp_path / "llama_2x2_torch.py"
     exported.write_text(export.source)
 

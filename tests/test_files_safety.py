@@ -5,11 +5,11 @@ import subprocess
 import sys
 
 import pytest
+from conftest import EXAMPLES
 
 from autoplan._files import check_outputs, remove_stale_temps, write_all_atomic, write_atomic
 from autoplan.cli import main
 from autoplan.errors import OptionError
-from conftest import EXAMPLES
 
 
 def test_output_that_is_an_input_is_refused(tmp_path):

@@ -3,12 +3,12 @@ backward reaches it through what reads it, and nothing through what it was made 
 
 import pytest
 import torch
+from coverage_row import assert_row_runs_the_predicted_collectives
 from torch import nn
 
 from autoplan.choices.graph import build_choices
 from autoplan.plan.reached import reached_by_backward
 from autoplan.trace.tracer import trace_model
-from coverage_row import assert_row_runs_the_predicted_collectives
 
 
 class AttentionWithoutKernel(nn.Module):

@@ -5,13 +5,13 @@ follow from both (``plan/collectives.py``)."""
 import pytest
 import torch
 from torch import nn
+from zoo import verify_on_fake_world
 
 import autoplan
 from autoplan.choices.graph import build_choices
 from autoplan.dtensor.strategies import is_pointwise
 from autoplan.errors import InfeasibleError
 from autoplan.trace.tracer import trace_model
-from zoo import verify_on_fake_world
 
 aten = torch.ops.aten
 

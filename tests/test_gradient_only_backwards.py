@@ -14,10 +14,10 @@ to the step sizes, and ``A_log`` gets its gradient split by heads on dp and part
 import torch
 from torch import nn
 from torch.nn import functional as F
+from zoo import verify_on_fake_world
 
 from autoplan.errors import InfeasibleError
 from autoplan.pipeline.suggest import suggest_with_report
-from zoo import verify_on_fake_world
 
 MESH, AXIS_NAMES = (2, 4), ("dp", "tp")
 

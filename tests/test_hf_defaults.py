@@ -12,12 +12,12 @@ import sys
 
 import pytest
 import torch
+from conftest import ROOT
+from zoo import forced_plan, verify_on_fake_world
 
 from autoplan.model_file import import_model_file
 from autoplan.trace.training_call import training_kwargs
 from autoplan.verify.numerics import NumericsJob, build_seeded, check_numerics, seeded_batch
-from conftest import ROOT
-from zoo import forced_plan, verify_on_fake_world
 
 MODELS = ("llama", "qwen2", "mixtral", "gpt_neox", "t5", "bart", "granitemoe")
 MODEL_FILE = ROOT / "tests" / "models" / "hf_defaults.py"

@@ -9,7 +9,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 
-from hf_tiny import build_tiny_model, tiny_config, tiny_inputs  # noqa: E402
+from hf_tiny import build_tiny_model, tiny_config, tiny_inputs
 
 BEHAVIOUR_FLAGS = ("use_cache", "return_dict", "tie_word_embeddings", "_attn_implementation", "_experts_implementation",
                    "output_hidden_states", "hidden_act", "is_encoder_decoder")

@@ -39,7 +39,7 @@ def test_a_plan_that_moves_self_says_so():
     choices, name = _division()
     graph = choices.graph
     source = next(u for u, _, k in graph.inputs_of(name) if k == 0)
-    choice = {n: 0 for n in graph.nodes}
+    choice = dict.fromkeys(graph.nodes, 0)
     made = graph.decision(source).strategies[0].outputs[0]
     strategies = graph.decision(name).strategies
     choice[name] = next(i for i, s in enumerate(strategies) if s.inputs[0] == made)
@@ -67,9 +67,10 @@ def test_an_in_place_op_is_never_handed_a_self_it_must_move():
     """``add_`` follows the mean it adds eps to; every leader strategy the pins leave hands
     it its self as it reads it, and some other would not (the mean partial where the width
     is split: DTensor fails with "in-place operations that require placement changes")."""
+    from zoo import verify_on_fake_world
+
     from autoplan.pipeline.pinning import Pins
     from autoplan.pipeline.problem import prepare_problem, solve_problem
-    from zoo import verify_on_fake_world
 
     torch.manual_seed(0)
     model, batch = NormedWidth(), (torch.randn(8, 16),)

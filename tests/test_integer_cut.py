@@ -7,10 +7,11 @@ had its input's gradient partial where it reads it replicated with split weights
 all-reduced that share, which never runs.
 """
 
-from autoplan.model_file import load_model_file
-from autoplan.pipeline.suggest import suggest_with_report
 from conftest import ROOT
 from zoo import assert_step_runs_the_prediction
+
+from autoplan.model_file import load_model_file
+from autoplan.pipeline.suggest import suggest_with_report
 
 MODEL_FILE = ROOT / "tests" / "models" / "topk_indexer.py"
 

@@ -4,12 +4,12 @@ size for Q, K and V, so such a call is traced as the math torch runs instead; tr
 fused kernel, its output took the query's head size and the model's ``o_proj`` failed."""
 
 import pytest
+from conftest import ROOT
+from zoo import verify_on_fake_world
 
 import autoplan
 from autoplan.model_file import import_model_file, load_model_file
 from autoplan.verify.numerics import build_seeded, seeded_batch
-from conftest import ROOT
-from zoo import verify_on_fake_world
 
 MODEL_FILE = ROOT / "tests" / "models" / "hf_defaults.py"
 

@@ -38,7 +38,8 @@ def _imports(path: Path) -> set[str]:
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("autoplan."):
             found.add(node.module)
-            found.update(f"{node.module}.{a.name}" for a in node.names if (PACKAGE / node.module.split(".", 1)[1].replace(".", "/") / f"{a.name}.py").exists())
+            found.update(f"{node.module}.{a.name}" for a in node.names
+                         if (PACKAGE / node.module.split(".", 1)[1].replace(".", "/") / f"{a.name}.py").exists())
         elif isinstance(node, ast.Import):
             found.update(a.name for a in node.names if a.name.startswith("autoplan."))
     return {m for m in found if m != module}

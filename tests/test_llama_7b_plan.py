@@ -10,13 +10,14 @@ process group of 8 and runs forward and backward.
 import pytest
 import torch
 import torch.distributed as dist
+from conftest import EXAMPLES, example_module
 from torch.distributed.device_mesh import init_device_mesh
 from torch.testing._internal.distributed.fake_pg import FakeStore
 
 import autoplan
 from autoplan.model_file import load_model_file
 from autoplan.pipeline.suggest import suggest_with_report
-from conftest import EXAMPLES, example_module
+
 
 def llama_7b_on_cpu():
     torch.manual_seed(0)

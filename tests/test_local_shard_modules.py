@@ -6,11 +6,11 @@ matmul failed with mismatched sizes, or silently computed on part of the weight)
 import torch
 from torch import nn
 from torch.distributed.tensor import DTensor
+from zoo import verify_on_fake_world
 
 from autoplan.pipeline.suggest import suggest_with_report
 from autoplan.trace import opaque
 from autoplan.trace.tracer import trace_model
-from zoo import verify_on_fake_world
 
 
 class LocalShardProjection(nn.Module):

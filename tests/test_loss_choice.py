@@ -19,9 +19,11 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
+from conftest import ROOT
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import DTensor
 from torch.testing._internal.distributed.fake_pg import FakeStore
+from zoo import forced_plan
 
 import autoplan
 from autoplan.cli import main
@@ -31,8 +33,6 @@ from autoplan.trace.loss import find_loss, with_value_at
 from autoplan.trace.tracer import trace_model
 from autoplan.verify.numerics import NumericsJob, build_seeded, call_model, check_numerics, seeded_batch
 from autoplan.verify.step_check import verify_plan
-from conftest import ROOT
-from zoo import forced_plan
 
 MODELS = ROOT / "tests" / "models"
 NANOGPT = MODELS / "nanogpt.py"
@@ -110,7 +110,7 @@ def test_the_planned_loss_is_the_cross_entropy(name):
     loaded = load_model_file(f"{path}:{builder}")
     traced = trace_model(loaded.model, loaded.example_inputs, loaded.loss_fn)
     assert not [w for w in traced.warnings if NO_LOSS in w], traced.warnings
-    (result,) = [node for node in traced.graph_module.graph.nodes if node.op == "output"][0].args[0]
+    (result,) = next(node for node in traced.graph_module.graph.nodes if node.op == "output").args[0]
     source = result.args[0] if result.target.__name__ == "getitem" else result  # nll_loss_forward returns (loss, weight)
     assert "nll_loss" in str(source.target), source.target
 
@@ -150,8 +150,8 @@ def test_an_output_summed_for_want_of_a_loss_says_so_once():
     plan = autoplan.suggest(loaded.model, loaded.example_inputs, mesh=(2, 4), cache=False)  # compute_loss not passed
     said = [w for w in plan.warnings if NO_LOSS in w]
     assert said == [
-        "the model returns no loss (.loss, ['loss'] or one scalar tensor): the plan is for output.sum(); "
-        "define compute_loss(output, batch) in the model file (loss_fn= in Python) to plan for the real loss"
+        ("the model returns no loss (.loss, ['loss'] or one scalar tensor): the plan is for output.sum(); "
+        "define compute_loss(output, batch) in the model file (loss_fn= in Python) to plan for the real loss")
     ]
     with_loss = autoplan.suggest(loaded.model, loaded.example_inputs, mesh=(2, 4), cache=False, loss_fn=loaded.loss_fn)
     assert with_loss.fingerprint != plan.fingerprint  # a different step: the cache keeps them apart

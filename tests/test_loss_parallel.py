@@ -15,15 +15,15 @@ import json
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import ROOT
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import DTensor, Replicate, Shard, distribute_tensor
+from zoo import forced_plan, verify_on_fake_world
 
 from autoplan._process_group import free_port, process_group
 from autoplan._processes import start_ranks
 from autoplan.dtensor import overrides
 from autoplan.verify.numerics import NumericsJob, check_numerics
-from conftest import ROOT
-from zoo import forced_plan, verify_on_fake_world
 
 WIDE_VOCAB = ROOT / "tests" / "models" / "wide_vocab_llama.py"
 TOLERANCE = 1e-5

@@ -9,12 +9,11 @@ the parameters' and AdamW's shares are local shards, predicted to the byte.
 import sys
 
 import pytest
-
 from conftest import ROOT
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-import memory as benchmark  # noqa: E402
+import memory as benchmark
 
 ABOVE, BELOW = 0.10, 0.02
 

@@ -4,6 +4,7 @@ it is about 1x, for a plan that replicates everything and for one that splits wo
 import io
 
 import pytest
+from conftest import EXAMPLES
 
 from autoplan.explain.mesh_gain import GAINS_LITTLE, one_device_seconds
 from autoplan.explain.show import ms
@@ -11,7 +12,6 @@ from autoplan.model_file import load_model_file
 from autoplan.pipeline.cached import HIT, suggest_cached
 from autoplan.pipeline.problem import prepare_problem
 from autoplan.pipeline.suggest import suggest_with_report
-from conftest import EXAMPLES
 
 
 def test_one_device_is_the_replicated_plans_own_step_time():

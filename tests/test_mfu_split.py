@@ -7,6 +7,7 @@ import io
 import json
 
 import pytest
+from conftest import EXAMPLES
 
 import autoplan
 from autoplan.choices.graph import OP
@@ -18,7 +19,6 @@ from autoplan.explain.show import show_sections, summarize
 from autoplan.model_file import load_model_file
 from autoplan.pipeline.problem import prepare_problem
 from autoplan.plan.module_plan import COMPUTE_SPLIT
-from conftest import EXAMPLES
 
 
 @pytest.fixture(scope="module")
@@ -94,7 +94,8 @@ def test_show_splits_the_step_into_the_models_flops_and_the_rest_at_any_speed_up
     llama = summarize(plans["llama"])
     assert llama.all_replicated
     largest = max(step_rows(llama)[1:], key=lambda row: row[1])
-    assert largest[0].startswith("host dispatch") and "the largest part beside the model's FLOPs: host dispatch" in _rendered(plans["llama"])
+    assert largest[0].startswith("host dispatch")
+    assert "the largest part beside the model's FLOPs: host dispatch" in _rendered(plans["llama"])
 
 
 def test_show_json_carries_the_split(plans, tmp_path, capsys):

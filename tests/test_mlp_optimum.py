@@ -21,9 +21,9 @@ Data parallel (batch S(0), weights replicated): each weight's gradient is all-re
     comm = 2 * ALPHA + 2 * 3/4 * 4 * (4d^2 + 4d^2) / BETA
 """
 
-import pytest
 import dataclasses
 
+import pytest
 import torch
 from torch import nn
 
@@ -44,13 +44,15 @@ def exact_profile(dispatch=None):
     """A loaded profile whose memory traffic (and, with FREE_DISPATCH, optimizer traffic)
     is free: an ideal machine, so those figures are set past the schema's bounds after loading."""
     dispatch = dispatch or FREE_DISPATCH
-    link = {k: {"latency_s": ALPHA, "bus_bandwidth_bytes_per_s": BETA} for k in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")}
+    link = {k: {"latency_s": ALPHA, "bus_bandwidth_bytes_per_s": BETA} for k in ("all_reduce", "all_gather",
+        "reduce_scatter", "all_to_all")}
     profile = profile_from_dict({
         "schema_version": 2,
         "name": "hand-exact",
         "device": {"name": "ideal", "memory_bytes": 10**12, "memory_bandwidth_bytes_per_s": BOUNDED, "devices_per_node": 8,
                    "peak_flops": {"float32": PEAK}},
-        "efficiency": {"matmul": {"max": 1.0, "half_at_flops": TINY}, "memory": {"max": 1.0, "half_at_bytes": TINY}, "kernel_overhead_s": 0.0},
+        "efficiency": {"matmul": {"max": 1.0, "half_at_flops": TINY}, "memory": {"max": 1.0, "half_at_bytes": TINY},
+            "kernel_overhead_s": 0.0},
         "links": {"intra_node": link, "inter_node": link},
         "dispatch": {**dispatch, "optimizer_bytes_per_s": min(dispatch["optimizer_bytes_per_s"], BOUNDED)},
     })

@@ -4,11 +4,11 @@ an ``autograd.Function``'s forward, which autograd always runs so, still get the
 
 import pytest
 import torch
+from coverage_row import hf_row
 from torch import nn
 
 from autoplan.choices.graph import build_choices
 from autoplan.trace.tracer import trace_model
-from coverage_row import hf_row
 
 
 class Recurrent(nn.Module):

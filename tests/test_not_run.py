@@ -11,12 +11,12 @@ more; across a module boundary the hook moves the value as planned and it costs 
 """
 
 import torch
+from test_mlp_optimum import exact_profile
 from torch import nn
 
 from autoplan.choices.graph import build_choices
 from autoplan.cost.estimate import NOT_RUN_S, estimate_costs
 from autoplan.trace.tracer import trace_model
-from test_mlp_optimum import exact_profile
 
 
 class Scale(nn.Module):
@@ -39,7 +39,7 @@ class Outer(nn.Module):
 
 def _edges(costed, target):
     graph = costed.choices.graph
-    for (u, v, k), edge in costed.edges.items():
+    for (u, v, _k), edge in costed.edges.items():
         consumer = graph.decision(v)
         if consumer.kind == "op" and consumer.fx_node.target == target and graph.decision(u).kind == "op":
             yield u, v, edge
@@ -55,7 +55,7 @@ def test_gathering_what_the_op_takes_split_is_priced_out_inside_a_module_only():
     costed = estimate_costs(build_choices(trace_model(model, (x,)), (8,), ("dp",)), exact_profile())
     owners = costed.choices.traced.node_modules
 
-    (_, _, inside), = [e for e in _edges(costed, torch.ops.aten.mul.Tensor)]
+    (_, _, inside), = list(_edges(costed, torch.ops.aten.mul.Tensor))
     # x arrives split on the batch: the mul takes it so (weight replicated) at no cost,
     # so DTensor never gathers it for the mul's all-replicated strategy.
     assert _cost(inside, ("S(0)",), ("R",)) >= NOT_RUN_S

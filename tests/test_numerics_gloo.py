@@ -11,11 +11,11 @@ import json
 
 import pytest
 import torch
+from conftest import example_module
 
 import autoplan
 from autoplan._process_group import free_port, process_group
 from autoplan._processes import start_ranks
-from conftest import example_module
 
 WORLD = 8
 TOLERANCE = 1e-5

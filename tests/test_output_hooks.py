@@ -8,10 +8,11 @@ reduces them for itself, and the router's output hook reduces them once more. Th
 prediction had the top-k read them as the hook leaves them, reduced once.
 """
 
-from autoplan.model_file import load_model_file
-from autoplan.pipeline.suggest import suggest_with_report
 from conftest import ROOT
 from zoo import assert_step_runs_the_prediction
+
+from autoplan.model_file import load_model_file
+from autoplan.pipeline.suggest import suggest_with_report
 
 MODEL_FILE = ROOT / "tests" / "models" / "scaled_router.py"
 

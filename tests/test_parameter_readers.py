@@ -27,11 +27,11 @@ prediction reduced each read's gradient on its own.
 """
 
 import pytest
+from conftest import ROOT
+from zoo import assert_matches_one_device, assert_step_runs_the_prediction
 
 from autoplan.model_file import load_model_file
 from autoplan.pipeline.suggest import suggest_with_report
-from conftest import ROOT
-from zoo import assert_matches_one_device, assert_step_runs_the_prediction
 
 MODEL_FILE = ROOT / "tests" / "models" / "mamba.py"
 DEAD_VIEW_FILE = ROOT / "tests" / "models" / "depthwise_dead_view.py"
@@ -56,7 +56,7 @@ def _planned(model_file, pinned: dict, memory_gib: float | None = None):
 def plan():
     """The filters stored split by channel on tp (as the coverage benchmark's forcing budget
     stores them): DTensor's convolution takes its weight whole, so it is gathered for use."""
-    return _planned(MODEL_FILE, {fqn: ("R", "S(0)") for fqn in WEIGHTS})
+    return _planned(MODEL_FILE, dict.fromkeys(WEIGHTS, ("R", "S(0)")))
 
 
 def test_the_mixer_reads_the_convolution_weight(plan):

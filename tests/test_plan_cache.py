@@ -6,13 +6,13 @@ import logging
 import warnings
 
 import pytest
+from conftest import EXAMPLES
 
 import autoplan
 from autoplan.cli import main
 from autoplan.model_file import load_model_file
 from autoplan.pipeline.cached import HIT, MISS, NOT_STORED, REPLACED, suggest_cached
 from autoplan.pipeline.plan_cache import CacheWarning
-from conftest import EXAMPLES
 
 MLP = str(EXAMPLES / "mlp.py")
 

@@ -6,9 +6,9 @@ gradient that each of the two products reduce-scatters."""
 
 import torch
 from torch import nn
+from zoo import verify_on_fake_world
 
 from autoplan.pipeline.suggest import suggest_with_report
-from zoo import verify_on_fake_world
 
 
 class SquaresNorm(nn.Module):

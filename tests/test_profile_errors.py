@@ -213,7 +213,8 @@ def test_profile_without_op_class_table_prices_every_op_by_the_generic_figures()
         ({"view": 2e-5}, "expected an object at dispatch.op_classes.view, got 2e-05"),
         ({"view": {"forward_op_s": 2e-5}}, "lacks dispatch.op_classes.view.backward_op_s"),
         ({"matmul": {"forward_op_s": -1.0, "backward_op_s": 0.0}}, "expected a number >= 0 at dispatch.op_classes.matmul.forward_op_s"),
-        ({"matmul": {"forward_op_s": 1e-5, "backward_op_s": "slow"}}, "expected a finite number at dispatch.op_classes.matmul.backward_op_s"),
+        ({"matmul": {"forward_op_s": 1e-5, "backward_op_s": "slow"}},
+            "expected a finite number at dispatch.op_classes.matmul.backward_op_s"),
     ],
 )
 def test_corrupt_op_class_table_is_refused_naming_the_key(tmp_path, table, expected):

@@ -5,10 +5,11 @@ import re
 import sys
 import time
 
+from conftest import EXAMPLES
+
 from autoplan.explain.progress import progress_on_stderr, rows_on_stderr
 from autoplan.model_file import load_model_file
 from autoplan.pipeline.suggest import suggest_with_report
-from conftest import EXAMPLES
 
 
 class _Terminal(io.StringIO):

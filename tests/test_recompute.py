@@ -23,10 +23,12 @@ from dataclasses import replace
 import pytest
 import torch
 import torch.distributed as dist
+from conftest import example_module
 from torch import nn
 from torch._dynamo.testing import CompileCounterWithBackend
 from torch.distributed.device_mesh import init_device_mesh
 from torch.testing._internal.distributed.fake_pg import FakeStore
+from zoo import example_path
 
 import autoplan
 from autoplan._process_group import free_port, process_group
@@ -35,15 +37,13 @@ from autoplan.apply.recompute import check_recompute
 from autoplan.choices.graph import planning_mesh
 from autoplan.cli import main
 from autoplan.errors import PlanError
-from autoplan.interop.export_torch import export_torch
 from autoplan.evaluate.recompute import with_recompute_prediction
+from autoplan.interop.export_torch import export_torch
 from autoplan.model_file import load_model_file
 from autoplan.plan.module_plan import Plan
 from autoplan.verify.numerics import build_seeded, seeded_batch
 from autoplan.verify.observe import CollectiveCounter
 from autoplan.verify.step_check import as_on_cpu, compare, verify_plan
-from conftest import example_module
-from zoo import example_path
 
 RECOMPUTE = {"model.layers.0": "full", "model.layers.1": "selective"}
 MESH, AXES, BUDGET_GIB = (2, 2), ("dp", "tp"), 0.0016  # the tiny Llama's weights split on both axes

@@ -13,6 +13,8 @@ and gradients on gloo processes against one device.
 from dataclasses import replace
 
 import pytest
+from conftest import ROOT
+from zoo import assert_matches_one_device, verify_on_fake_world
 
 import autoplan
 from autoplan.cli import main
@@ -20,8 +22,6 @@ from autoplan.errors import InfeasibleError
 from autoplan.evaluate.baselines import build_baseline
 from autoplan.model_file import import_model_file, load_model_file
 from autoplan.verify.numerics import build_seeded, seeded_batch
-from conftest import ROOT
-from zoo import assert_matches_one_device, verify_on_fake_world
 
 MODEL = ROOT / "tests" / "models" / "deep_llama.py"
 MESH = (2, 4)

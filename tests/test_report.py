@@ -11,9 +11,9 @@ import shutil
 import subprocess
 
 import pytest
+from conftest import EXAMPLES
 
 from autoplan.cli import main
-from conftest import EXAMPLES
 
 MLP = str(EXAMPLES / "mlp.py")
 BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
@@ -61,7 +61,7 @@ def _colourful(pixels):
         rgb = rgb / 255.0
     saturated = (rgb.max(axis=-1) - rgb.min(axis=-1)) > 0.25
     bins = (rgb[saturated] * 3.999).astype(int)
-    codes, counts = np.unique(bins[:, 0] * 16 + bins[:, 1] * 4 + bins[:, 2], return_counts=True)
+    _codes, counts = np.unique(bins[:, 0] * 16 + bins[:, 1] * 4 + bins[:, 2], return_counts=True)
     return int(saturated.sum()), int((counts >= 300).sum())
 
 

@@ -16,13 +16,13 @@ scatter it to the block input's split, which never happens.
 """
 
 import pytest
+from conftest import ROOT
+from zoo import assert_matches_one_device, assert_step_runs_the_prediction
 
 import autoplan
 from autoplan.errors import InfeasibleError
 from autoplan.model_file import load_model_file
 from autoplan.pipeline.suggest import suggest_with_report
-from conftest import ROOT
-from zoo import assert_matches_one_device, assert_step_runs_the_prediction
 
 MODEL_FILE = ROOT / "tests" / "models" / "hf_defaults.py"
 FLAT_MLP_FILE = ROOT / "tests" / "models" / "flat_mlp.py"

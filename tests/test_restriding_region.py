@@ -9,12 +9,12 @@ region, and ``apply_plan`` runs it on whole tensors (``trace/opaque.py``).
 """
 
 import pytest
+from conftest import ROOT
+from zoo import assert_matches_one_device, assert_step_runs_the_prediction, forced_plan
 
 import autoplan
 from autoplan.model_file import load_model_file
 from autoplan.trace.opaque import RESTRIDES
-from conftest import ROOT
-from zoo import assert_matches_one_device, assert_step_runs_the_prediction, forced_plan
 
 MODEL_FILE = str(ROOT / "tests" / "models" / "swin.py")
 MESH, AXIS_NAMES = (2, 4), ("dp", "tp")

@@ -9,12 +9,12 @@ mesh is refused with a message naming the mismatch.
 import dataclasses
 
 import pytest
+from conftest import EXAMPLES
 
 import autoplan
 from autoplan.cli import main
 from autoplan.errors import PlanError
 from autoplan.model_file import load_model_file
-from conftest import EXAMPLES
 
 LLAMA = str(EXAMPLES / "llama.py")
 

@@ -6,13 +6,13 @@ for" whichever of them the user ran.
 """
 
 import pytest
+from conftest import EXAMPLES
 
 import autoplan
 from autoplan.cli import main
 from autoplan.errors import PlanError
 from autoplan.evaluate.score import check_plan_for_model
 from autoplan.model_file import load_model_file
-from conftest import EXAMPLES
 
 MLP = str(EXAMPLES / "mlp.py")
 LLAMA = str(EXAMPLES / "llama.py")

@@ -8,10 +8,12 @@ import math
 import pytest
 import torch
 import torch.distributed as dist
+from conftest import EXAMPLES, example_module
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import DTensor, Partial, Replicate, Shard, distribute_tensor
 from torch.distributed.tensor.debug import CommDebugMode
 from torch.testing._internal.distributed.fake_pg import FakeStore
+from zoo import verify_on_fake_world
 
 import autoplan
 from autoplan.cost.comm import redistribute_collectives
@@ -21,8 +23,6 @@ from autoplan.pipeline.suggest import suggest_with_report
 from autoplan.placements import candidate_specs, layout_problem, to_placements
 from autoplan.verify.numerics import NumericsJob, build_seeded, check_numerics, seeded_batch
 from autoplan.verify.observe import CollectiveCounter
-from conftest import EXAMPLES, example_module
-from zoo import verify_on_fake_world
 
 LLAMA = str(EXAMPLES / "llama.py")
 STRIDED = ("_S(0, 4)", "S(0)")  # dim 0 split by tp (4) first, each piece again by dp (2)

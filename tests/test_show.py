@@ -6,6 +6,7 @@ import io
 import json
 
 import pytest
+from conftest import EXAMPLES
 
 import autoplan
 from autoplan.cli import main
@@ -16,7 +17,6 @@ from autoplan.explain.show import ms, show_sections, summarize
 from autoplan.model_file import load_model_file
 from autoplan.pipeline.problem import prepare_problem
 from autoplan.placements import shard_dim
-from conftest import EXAMPLES
 
 
 @pytest.fixture(scope="module")
@@ -95,7 +95,8 @@ def test_words_for_the_layouts_people_write(tiny_baselines):
     # on tp), and the fsdp layout computes with its dim-0 shards (column-parallel on dp).
     for name, plan in tiny_baselines.items():
         rows = {r.name: r for r in module_rows(plan)}
-        for fqn, kind in ((f"model.layers.0.{m}.weight", "Linear") for m in ("self_attn.q_proj", "self_attn.o_proj", "mlp.up_proj", "mlp.down_proj")):
+        for fqn, _kind in ((f"model.layers.0.{m}.weight", "Linear") for m in ("self_attn.q_proj",
+            "self_attn.o_proj", "mlp.up_proj", "mlp.down_proj")):
             row = rows[fqn.replace("layers.0", "layers.0-1").rpartition(".")[0]]
             for axis in range(2):
                 expected = _expected_word(plan, fqn, axis)

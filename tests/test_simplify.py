@@ -6,6 +6,7 @@ again by every consumer.
 """
 
 import pytest
+from zoo import example_path
 
 from autoplan.choices.graph import build_choices
 from autoplan.cost.estimate import estimate_costs
@@ -14,7 +15,6 @@ from autoplan.model_file import load_model_file
 from autoplan.solve.ilp import solve
 from autoplan.solve.simplify import merge_followers
 from autoplan.trace.tracer import trace_model
-from zoo import example_path
 
 
 @pytest.mark.parametrize("name", ["llama", "gpt2"])

@@ -9,12 +9,12 @@ the answered sizes leave, and JetMoE plans, steps and matches one device.
 """
 
 import pytest
+from conftest import ROOT
+from zoo import forced_plan, verify_on_fake_world
 
 import autoplan
 from autoplan.model_file import import_model_file
 from autoplan.verify.numerics import NumericsJob, build_seeded, check_numerics, seeded_batch
-from conftest import ROOT
-from zoo import forced_plan, verify_on_fake_world
 
 MODEL_FILE = ROOT / "tests" / "models" / "hf_defaults.py"
 MESH, AXIS_NAMES = (2, 4), ("dp", "tp")

@@ -11,9 +11,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import EXAMPLES, ROOT
 
 from autoplan.plan.module_plan import Plan
-from conftest import EXAMPLES, ROOT
 
 WORLD = 8
 SCRIPT = ROOT / "tests" / "scripts" / "suggest_every_rank.py"

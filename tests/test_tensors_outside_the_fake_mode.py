@@ -14,12 +14,12 @@
 
 import pytest
 import torch
+from conftest import ROOT
+from zoo import verify_on_fake_world
 
 import autoplan
 from autoplan.model_file import import_model_file
 from autoplan.verify.numerics import build_seeded, seeded_batch
-from conftest import ROOT
-from zoo import verify_on_fake_world
 
 MODEL_FILE = ROOT / "tests" / "models" / "hf_defaults.py"
 MESH, AXIS_NAMES = (2, 4), ("dp", "tp")

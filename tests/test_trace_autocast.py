@@ -13,16 +13,16 @@ import threading
 import pytest
 import torch
 import torch.amp.autocast_mode as autocast_mode
+from conftest import ROOT
 from torch import nn
 from torch.fx.experimental.proxy_tensor import make_fx
+from zoo import forced_plan, verify_on_fake_world
 
 import autoplan
 from autoplan.errors import TraceError
 from autoplan.model_file import import_model_file, load_model_file
 from autoplan.trace.meta_autocast import meta_autocast
 from autoplan.verify.numerics import build_seeded, seeded_batch
-from conftest import ROOT
-from zoo import forced_plan, verify_on_fake_world
 
 ROUTER = ROOT / "tests" / "models" / "autocast_router.py"
 # torch refuses "meta" when it looks up the default dtype, or, given one, by name.

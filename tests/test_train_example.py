@@ -11,9 +11,9 @@ import subprocess
 import sys
 
 import pytest
+from conftest import EXAMPLES, ROOT
 
 from autoplan.model_file import import_model_file
-from conftest import EXAMPLES, ROOT
 
 WORLD, STEPS = 8, 5
 TOLERANCE = 1e-4

@@ -65,12 +65,12 @@ def test_users_see_readable_batch_names(tmp_path, capsys):
     """``suggest``'s listing, ``show``'s batch table and ``score``'s mismatch name the
     batch inputs by name, and a pin may name them so; the plan keeps the key paths."""
     import pytest
+    from conftest import EXAMPLES
 
     import autoplan
     from autoplan.cli import main
     from autoplan.errors import PlanError
     from autoplan.model_file import load_model_file
-    from conftest import EXAMPLES
 
     llama, mlp = str(EXAMPLES / "llama.py"), str(EXAMPLES / "mlp.py")
     out = tmp_path / "mlp.json"

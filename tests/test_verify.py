@@ -20,22 +20,21 @@ import json
 
 import pytest
 import torch
-
-import autoplan
 import torch.distributed as dist
+from conftest import EXAMPLES
+from test_train_example import BUDGET_GIB
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import DTensor, Partial, Replicate, Shard, distribute_tensor
 from torch.testing._internal.distributed.fake_pg import FakeStore
+from zoo import MESHES, PUBLIC_ZOO, example_path, forced_plan, verify_on_fake_world
 
+import autoplan
 from autoplan.cli import main
 from autoplan.cost.comm import redistribute_collectives
 from autoplan.model_file import import_model_file
 from autoplan.placements import candidate_specs, is_partial, local_shape, to_placements
 from autoplan.verify.numerics import build_seeded, seeded_batch
 from autoplan.verify.observe import CollectiveCounter
-from conftest import EXAMPLES
-from test_train_example import BUDGET_GIB
-from zoo import MESHES, PUBLIC_ZOO, example_path, forced_plan, verify_on_fake_world
 
 TRAIN_BUDGET_GIB = float(BUDGET_GIB)  # examples/train.py's budget in its test
 
@@ -130,7 +129,7 @@ def test_cli_verify_passes_and_fails_on_an_edited_prediction(tmp_path, capsys):
 
     data = json.loads(good.read_text())
     module, per_axis = next(iter(sorted(data["predicted"]["module_collectives"].items())))
-    axis, per_kind = next(iter(sorted(per_axis.items())))
+    _axis, per_kind = next(iter(sorted(per_axis.items())))
     kind = next(iter(sorted(per_kind)))
     per_kind[kind]["count"] += 1
     edited = tmp_path / "edited.json"

@@ -10,9 +10,12 @@ import math
 import pytest
 import torch
 import torch.distributed as dist
+from conftest import EXAMPLES, ROOT
+from test_verify import CASES as ZOO_CASES
 from torch._subclasses.fake_tensor import FakeTensor
 from torch.distributed.device_mesh import init_device_mesh
 from torch.testing._internal.distributed.fake_pg import FakeStore
+from zoo import MESHES, example_path, forced_plan
 
 import autoplan
 from autoplan.cli import main
@@ -20,9 +23,6 @@ from autoplan.model_file import import_model_file, load_model_file
 from autoplan.verify.fake_model import fake_twin
 from autoplan.verify.numerics import build_seeded, seeded_batch
 from autoplan.verify.step_check import verify_plan
-from conftest import EXAMPLES, ROOT
-from test_verify import CASES as ZOO_CASES
-from zoo import MESHES, example_path, forced_plan
 
 
 @pytest.fixture

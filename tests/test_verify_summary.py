@@ -4,11 +4,11 @@ collectives, ``repr()`` the counts rather than a bare ``rows=()`` (``verify/step
 import math
 
 import pytest
+from conftest import EXAMPLES
 
 import autoplan
 from autoplan.model_file import import_model_file, load_model_file
 from autoplan.verify.step_check import compare, verify_plan
-from conftest import EXAMPLES
 
 
 def _table(**cells):

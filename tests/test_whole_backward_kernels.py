@@ -6,9 +6,9 @@ there on every axis. Qwen3-Next's gated delta rule solves its chunk's triangular
 
 import torch
 from torch import nn
+from zoo import verify_on_fake_world
 
 from autoplan.pipeline.suggest import suggest_with_report
-from zoo import verify_on_fake_world
 
 
 class TriangularSolve(nn.Module):

@@ -10,15 +10,15 @@ the mesh, a data-dependent mixture-of-experts) run on 2x4.
 import pytest
 import torch
 import torch.distributed as dist
+from conftest import EXAMPLES, ROOT
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
 from torch.testing._internal.distributed.fake_pg import FakeStore
+from zoo import HARD_CASES, MESHES, PUBLIC_ZOO, example_path
 
 import autoplan
 from autoplan.model_file import import_model_file, load_model_file
 from autoplan.placements import format_spec, spec_from_placements, to_placements
-from conftest import EXAMPLES, ROOT
-from zoo import HARD_CASES, MESHES, PUBLIC_ZOO, example_path
 
 CASES = [
     pytest.param(

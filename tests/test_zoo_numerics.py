@@ -11,10 +11,10 @@ a data-dependent region, and an op DTensor has no rule for.
 """
 
 import pytest
-
-from autoplan.verify.numerics import NumericsJob, check_numerics
 from conftest import ROOT
 from zoo import HARD_CASES, PUBLIC_ZOO, example_path, forced_plan
+
+from autoplan.verify.numerics import NumericsJob, check_numerics
 
 TOLERANCE = 1e-5
 MESH, AXIS_NAMES = (2, 4), ("dp", "tp")

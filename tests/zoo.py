@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from conftest import EXAMPLES
+
 import autoplan
 from autoplan.errors import InfeasibleError
 from autoplan.model_file import load_model_file
-from conftest import EXAMPLES
 
 PUBLIC_ZOO = ("mlp", "cnn", "transformer", "gpt2", "bert", "llama")
 """examples/<name>.py: MLP, CNN with BatchNorm, torch's test Transformer, GPT-2, BERT, Llama (GQA)."""

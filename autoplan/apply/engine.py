@@ -155,11 +155,13 @@ def _check_model(model: nn.Module, plan: Plan) -> None:
         raise PlanError(f"the plan does not match the model ({what})", hint="re-plan this model with `autoplan suggest`")
     stray_uses = sorted(set(plan.parameter_uses) - names)
     if stray_uses:
-        raise PlanError(f"plan parameter_uses name parameters not in the model: {stray_uses[:3]}", hint="re-plan this model with `autoplan suggest`")
+        raise PlanError(f"plan parameter_uses name parameters not in the model: {stray_uses[:3]}",
+            hint="re-plan this model with `autoplan suggest`")
     modules = dict(model.named_modules())
     stray_readers = sorted({m for readers in plan.parameter_readers.values() for m in readers} - set(modules))
     if stray_readers:
-        raise PlanError(f"plan parameter_readers name modules not in the model: {stray_readers[:3]}", hint="re-plan this model with `autoplan suggest`")
+        raise PlanError(f"plan parameter_readers name modules not in the model: {stray_readers[:3]}",
+            hint="re-plan this model with `autoplan suggest`")
     stray = sorted((set(plan.modules) | set(plan.opaque_modules)) - set(modules))
     if stray:
         raise PlanError(f"plan modules not in the model: {stray[:3]}", hint="re-plan this model with `autoplan suggest`")
@@ -174,7 +176,8 @@ def _check_model(model: nn.Module, plan: Plan) -> None:
     for fqn, name in plan.module_types.items():
         if fqn in modules and type(modules[fqn]).__name__ != name:
             raise PlanError(
-                f"the plan does not match the model: module {fqn or '<root>'} is a {type(modules[fqn]).__name__}, the plan was made for a {name}",
+                f"the plan does not match the model: module {fqn or '<root>'} is a {type(modules[fqn]).__name__}, "
+                    f"the plan was made for a {name}",
                 hint="apply the plan to the model it was made for, or re-plan this model with `autoplan suggest`",
             )
 
@@ -196,8 +199,8 @@ def _run_replicated(module: nn.Module) -> None:
         for leaf in leaves:
             if isinstance(leaf, DTensor):
                 mesh = leaf.device_mesh
-        state = {name: p for name, p in module.named_parameters()}
-        state.update({name: b for name, b in module.named_buffers()})
+        state = dict(module.named_parameters())
+        state.update(dict(module.named_buffers()))
         for value in state.values():
             if isinstance(value, DTensor):
                 mesh = value.device_mesh
@@ -280,24 +283,24 @@ def _settle_gradient(placements, mesh: DeviceMesh):
 
 
 def _redistribute_inputs(layouts: dict[str, Spec], mesh: DeviceMesh, running: _Running):
-    layouts = {key: to_placements(spec) for key, spec in layouts.items()}  # not in the traced hook
+    placements = {key: to_placements(spec) for key, spec in layouts.items()}  # not in the traced hook
 
     def hook(module, args, kwargs):
         if not running.depth:
             return None  # another model's call of a module it shares with this one
-        return _redistribute_tree((args, kwargs), layouts, mesh)
+        return _redistribute_tree((args, kwargs), placements, mesh)
 
     return hook
 
 
 def _redistribute_outputs(layouts: dict[str, Spec], mesh: DeviceMesh, running: _Running):
-    layouts = {key: to_placements(spec) for key, spec in layouts.items()}  # not in the traced hook
+    placements = {key: to_placements(spec) for key, spec in layouts.items()}  # not in the traced hook
 
     def hook(module, args, output):
         if not running.depth:
             return None
         # The trace keys a single-tensor output as "" and a structure by its paths.
-        return _redistribute_tree(output, layouts, mesh, settle_gradients=True)
+        return _redistribute_tree(output, placements, mesh, settle_gradients=True)
 
     return hook
 

@@ -101,7 +101,8 @@ def load_full_state_dict(model: nn.Module, state_dict: dict[str, torch.Tensor], 
                 continue
             value = state_dict[name]
             if tuple(value.shape) != tuple(target.shape):
-                raise PlanError(f"{name}: expected shape {list(target.shape)}, got {list(value.shape)}", hint="load a state dict of this model's config")
+                raise PlanError(f"{name}: expected shape {list(target.shape)}, got {list(value.shape)}",
+                    hint="load a state dict of this model's config")
             if isinstance(target, DTensor):
                 shape, offset = compute_local_shape_and_global_offset(target.shape, target.device_mesh, target.placements)
                 index = tuple(slice(o, o + n) for o, n in zip(offset, shape))

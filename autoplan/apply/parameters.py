@@ -12,11 +12,11 @@ from __future__ import annotations
 import torch
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
-from torch.distributed.tensor import DTensor, distribute_tensor
+from torch.distributed.tensor import DTensor, Placement, distribute_tensor
 
 from autoplan.apply.materialize import empty_shard
 from autoplan.errors import PlanError
-from autoplan.placements import Spec, format_spec, to_placements
+from autoplan.placements import format_spec, to_placements
 from autoplan.plan.module_plan import Plan
 
 
@@ -34,7 +34,8 @@ def distribute_parameters(model: nn.Module, plan: Plan, mesh: DeviceMesh) -> set
                 try:
                     data = empty_shard(param, mesh, placements) if param.is_meta else distribute_tensor(param.data, mesh, placements)
                 except Exception as err:
-                    raise PlanError(f"cannot place {fqn} (shape {list(param.shape)}) as {format_spec(plan.parameters[fqn])}: {err}", hint="re-plan this model") from err
+                    raise PlanError(f"cannot place {fqn} (shape {list(param.shape)}) as "
+                        f"{format_spec(plan.parameters[fqn])}: {err}", hint="re-plan this model") from err
                 new = nn.Parameter(data, requires_grad=param.requires_grad)
                 if new.requires_grad:
                     new.register_post_accumulate_grad_hook(_reduce_gradient)
@@ -61,7 +62,7 @@ def gather_parameters_for_use(modules: dict[str, nn.Module], plan: Plan, mesh: D
         for name, param in module._parameters.items():
             if param is not None:
                 holders.setdefault(id(param), []).append((module, name))
-    by_reader: dict[tuple[str, str], dict[str, Spec]] = {}
+    by_reader: dict[tuple[str, str], dict[str, tuple[Placement, ...]]] = {}
     for fqn, spec in plan.parameter_uses.items():
         owner, _, name = fqn.rpartition(".")
         if any(owner == region or owner.startswith(region + ".") for region in plan.opaque_modules):
@@ -102,6 +103,7 @@ def gather_parameters_for_use(modules: dict[str, nn.Module], plan: Plan, mesh: D
 
 def _reduce_gradient(param: torch.Tensor) -> None:
     """Bring the gradient to the parameter's placements (reduces Partial gradients)."""
+    assert isinstance(param, DTensor), type(param)  # registered on distributed parameters only
     grad = param.grad
     if isinstance(grad, DTensor) and grad.placements != param.placements:
         param.grad = grad.redistribute(param.device_mesh, param.placements)

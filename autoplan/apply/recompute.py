@@ -114,7 +114,7 @@ def _checkpoint_calls(module: nn.Module, mode: str, recompute_context) -> None:
             return checkpoint(call, *args, use_reentrant=False, context_fn=compiled_contexts, **kwargs)
         return eager_checkpoint(*args, **kwargs)
 
-    module._call_impl = checkpointed_call
+    setattr(module, "_call_impl", checkpointed_call)  # noqa: B010 - this instance's call, over the class's method
 
 
 class _entered:

@@ -30,8 +30,8 @@ the raw timings; the other ops of its class price it.
 from __future__ import annotations
 
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 import torch.nn.functional as F
@@ -80,11 +80,11 @@ class _Inputs:
     def activation(self, *shape: int) -> DTensor:
         """A value with a gradient that is not a leaf: the backward hands its gradient on and stops."""
         leaf = DTensor.from_local(torch.rand(*shape, device=self.device), self.mesh, self.split, run_check=False)
-        return leaf.requires_grad_() * 1.0
+        return leaf.requires_grad_() * 1.0  # type: ignore[return-value]  # typed Tensor, a DTensor at run time
 
     def parameter(self, *shape: int) -> DTensor:
         local = torch.rand(*shape, device=self.device)
-        return DTensor.from_local(local, self.mesh, self.replicate, run_check=False).requires_grad_()
+        return DTensor.from_local(local, self.mesh, self.replicate, run_check=False).requires_grad_()  # type: ignore[return-value]  # as above
 
     def indices(self, high: int, *shape: int) -> DTensor:
         local = torch.randint(0, high, shape, device=self.device)

@@ -23,8 +23,8 @@ relative RMS error, ``sqrt(mean(((model - t) / t) ** 2))``, over the points it w
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from autoplan.cost.profile import Saturation
 

@@ -64,7 +64,9 @@ def gather_cluster_info(device: torch.device) -> ClusterInfo:
     """Every rank's ``RankInfo``, combined (a collective: call it on every rank)."""
     infos: list[RankInfo | None] = [None] * dist.get_world_size()
     dist.all_gather_object(infos, local_rank_info(device))
-    return combine(infos, device.type)
+    gathered = [info for info in infos if info is not None]
+    assert len(gathered) == len(infos)  # all_gather_object fills every rank's slot
+    return combine(gathered, device.type)
 
 
 def combine(infos: list[RankInfo], device_type: str) -> ClusterInfo:

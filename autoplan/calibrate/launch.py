@@ -32,7 +32,7 @@ from pathlib import Path
 import torch
 
 from autoplan._files import check_outputs, write_atomic
-from autoplan._process_group import process_group
+from autoplan._process_group import free_port, process_group
 from autoplan._processes import die_with_parent, parent_alive
 from autoplan.calibrate.host import gather_cluster_info, versions
 from autoplan.calibrate.profile_writer import LinksSource, RunInfo, build_profile
@@ -42,7 +42,6 @@ from autoplan.calibrate.sweep import count_points, measure_all
 from autoplan.calibrate.timing import Timer
 from autoplan.cost.profile import profile_from_dict
 from autoplan.errors import AutoplanError
-from autoplan._process_group import free_port
 
 PROCESS_GROUP_TIMEOUT = timedelta(minutes=5)
 """A rank that hangs (rather than dies) fails its peers' collectives after this long.

@@ -63,7 +63,7 @@ class LinksSource:
     """Whether that profile's links were measured (a calibration) or are published figures."""
 
     @classmethod
-    def of(cls, profile: ClusterProfile) -> "LinksSource":
+    def of(cls, profile: ClusterProfile) -> LinksSource:
         links = {
             link: {
                 kind: {"latency_s": cost.latency_s, "bus_bandwidth_bytes_per_s": cost.bus_bandwidth_bytes_per_s}
@@ -153,7 +153,7 @@ def fit_all(measured: Measurements, mesh_shape: tuple[int, ...], axis_names: tup
             links[link] = links[other]
             sources[link] = f"not measured (no axis of this mesh uses it): copied from {other}"
 
-    peaks = {}
+    peaks: dict[str, float] = {}
     for sample in measured.matmuls:
         peaks[sample.dtype] = max(peaks.get(sample.dtype, 0.0), sample.flops / sample.seconds)
     matmul = fit_saturation(
@@ -176,7 +176,7 @@ def fit_all(measured: Measurements, mesh_shape: tuple[int, ...], axis_names: tup
 def dispatch_section(measured: Measurements, fits: Fits, device_type: str) -> dict:
     """The profile's ``dispatch`` object (see ``profile.DispatchCost``)."""
     slope = fits.optimizer.slope
-    section = {
+    section: dict[str, object] = {
         "forward_op_s": _sig(measured.dispatch.forward_op_s),
         "backward_op_s": _sig(measured.dispatch.backward_op_s),
         "optimizer_param_s": _sig(fits.optimizer.intercept),
@@ -191,6 +191,12 @@ def dispatch_section(measured: Measurements, fits: Fits, device_type: str) -> di
             for name, (forward, backward) in classes.items()
         }
     return section
+
+
+def _copied_links(run: RunInfo) -> dict[str, str]:
+    """Where no link was measured: each one copied from the profile given to copy them from."""
+    assert run.links_from is not None  # links are measured unless copied from a profile
+    return dict.fromkeys(LINKS, f"copied from profile {run.links_from.name!r}")
 
 
 def build_profile(run: RunInfo, measured: Measurements, cluster: ClusterInfo) -> dict:
@@ -247,8 +253,8 @@ def build_profile(run: RunInfo, measured: Measurements, cluster: ClusterInfo) ->
 
 def _provenance(run: RunInfo, measured: Measurements, cluster: ClusterInfo, fits: Fits) -> dict:
     notes = [
-        "peak_flops and memory_bandwidth_bytes_per_s are the best throughput measured in the sweep, "
-        "not datasheet figures; the efficiency curves are relative to them",
+        ("peak_flops and memory_bandwidth_bytes_per_s are the best throughput measured in the sweep, "
+        "not datasheet figures; the efficiency curves are relative to them"),
     ]
     if run.device_type == "cpu":
         notes.append("all_to_all on CPU: DTensor runs it as all_gather + chunk on gloo; measured as it runs")
@@ -279,7 +285,7 @@ def _provenance(run: RunInfo, measured: Measurements, cluster: ClusterInfo, fits
         "quick": run.quick,
         "wall_time_s": round(run.wall_time_s, 1),
         "sweep": run.sweep.to_dict(),
-        "links": dict(fits.link_sources) or {link: f"copied from profile {run.links_from.name!r}" for link in LINKS},
+        "links": dict(fits.link_sources) or _copied_links(run),
         "notes": notes,
         **extra,
         "fits": _fit_report(run, measured, fits),
@@ -292,7 +298,8 @@ def _fit_report(run: RunInfo, measured: Measurements, fits: Fits) -> dict:
         return {**fit.to_dict(), "rel_rms": _sig(fit.rel_rms, 3), "samples": fit.samples}
 
     def saturation(fit: SaturationFit, unit: str) -> dict:
-        return {"max": _sig(fit.curve.max), f"half_at_{unit}": _sig(fit.curve.half_at), "rel_rms": _sig(fit.rel_rms, 3), "samples": fit.samples}
+        return {"max": _sig(fit.curve.max), f"half_at_{unit}": _sig(fit.curve.half_at),
+            "rel_rms": _sig(fit.rel_rms, 3), "samples": fit.samples}
 
     return {
         "axes": {

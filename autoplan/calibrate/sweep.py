@@ -20,8 +20,10 @@ memory bandwidth are measured sharing them.
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -154,7 +156,7 @@ def measure_matmuls(sweep: Sweep, timer: Timer, progress: Progress) -> list[Matm
         for m, k, n in sweep.matmul_shapes:
             a = torch.randn(m, k, device=timer.device, dtype=dtype)
             b = torch.randn(k, n, device=timer.device, dtype=dtype)
-            seconds = timer.seconds(lambda: torch.mm(a, b))
+            seconds = timer.seconds(functools.partial(torch.mm, a, b))
             samples.append(MatmulSample(dtype_name, (m, k, n), 2.0 * m * k * n, seconds))
             progress.step(f"matmul {dtype_name} {m}x{k}x{n}")
             del a, b
@@ -167,12 +169,12 @@ def measure_memory_ops(sweep: Sweep, timer: Timer, progress: Progress) -> list[M
     for elements in sweep.memory_elements:
         x = torch.randn(elements, device=timer.device)
         y = torch.randn(elements, device=timer.device)
-        ops = {"add": (lambda: torch.add(x, y), 3), "clone": (lambda: x.clone(), 2)}
+        ops: dict[str, tuple[Callable[[], object], int]] = {"add": (functools.partial(torch.add, x, y), 3), "clone": (x.clone, 2)}
         for name in MEMORY_OPS:
             op, tensors = ops[name]
             samples.append(MemorySample(name, elements, tensors * elements * itemsize, timer.seconds(op)))
             progress.step(f"{name} {_format_bytes(elements * itemsize)} per tensor")
-        del x, y
+        del x, y, ops  # the partials hold the tensors too
     return samples
 
 
@@ -185,7 +187,7 @@ def _collective_op(mesh: DeviceMesh, axis: int, kind: str, nominal_bytes: int):
         elements = max(1, elements // n)  # nominal size is the gathered output
     local = torch.ones(_local_shape(elements, n), dtype=COMM_DTYPE, device=mesh.device_type)
     src, dst = _PLACEMENTS[kind]
-    placed = [Replicate()] * mesh.ndim
+    placed: list[Placement] = [Replicate()] * mesh.ndim
     source = DTensor.from_local(local, mesh, _with(placed, axis, src), run_check=False)
     target = _with(placed, axis, dst)
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import operator
 from dataclasses import dataclass
+from typing import TypeGuard
 
 import torch
 from torch import fx
@@ -200,7 +201,7 @@ def _keep_buffers_in_place(options: tuple[Strategy, ...], buffer_inputs: list[in
 
 def is_tensor_input(arg) -> bool:
     """Whether an fx argument counts as one of an op's tensor inputs (a getitem of a tuple too)."""
-    return isinstance(arg, fx.Node) and isinstance(arg.meta.get("val"), torch.Tensor) or (
+    return (isinstance(arg, fx.Node) and isinstance(arg.meta.get("val"), torch.Tensor)) or (
         isinstance(arg, fx.Node) and arg.target is operator.getitem
     )
 
@@ -213,7 +214,7 @@ def written_in_place(node: fx.Node) -> fx.Node | None:
         return None
     alias = schema.arguments[0].alias_info
     first = node.args[0]
-    return first if alias is not None and alias.is_write and hasattr(first, "name") else None
+    return first if alias is not None and alias.is_write and isinstance(first, fx.Node) else None
 
 
 def _floating(node: fx.Node) -> bool:
@@ -271,7 +272,7 @@ def _backward_ops_without_rule(node: fx.Node, cache: dict) -> frozenset[str]:
     return cache[key]
 
 
-def _needs_fallback(op) -> bool:
+def _needs_fallback(op) -> TypeGuard[torch._ops.OpOverload]:
     """An aten kernel, neither a view nor in place, that reaches DTensor as it is (not
     composite) and has no sharding rule."""
     return (
@@ -294,7 +295,7 @@ def _strategies_for(node: fx.Node, mesh: DeviceMesh, cache: dict) -> tuple[Strat
     kwargs = tree_map(lambda a: a.meta["val"] if isinstance(a, fx.Node) else a, node.kwargs)
     try:
         found = registry.enumerate_strategies(op, args, kwargs, node.meta["val"], mesh)
-    except Exception:  # a rule that cannot enumerate is treated like a missing rule
+    except Exception:  # noqa: BLE001 - a rule that cannot enumerate is treated like a missing rule
         found = None
     cache[key] = tuple(found) if found else None
     return cache[key]

@@ -74,12 +74,14 @@ def run(args: argparse.Namespace) -> int:
             f", replicate on {result.dp_axis} ({len(dp.replicate)} modules), "
             f"fully_shard on {result.dp_axis} ({len(result.fsdp_modules)} groups)" if dp else ""
         )
+        not_expressed = result.not_expressed
     else:
         from autoplan.interop.export_vescale import export_vescale
 
-        result = export_vescale(plan)
-        text = json.dumps(result.plan, indent=2) + "\n"
-        summary = f"{len(result.plan['parameter'])} parameters, {len(result.plan['forward'])} forward layouts"
+        exported = export_vescale(plan)
+        text = json.dumps(exported.plan, indent=2) + "\n"
+        summary = f"{len(exported.plan['parameter'])} parameters, {len(exported.plan['forward'])} forward layouts"
+        not_expressed = exported.not_expressed
     write_outputs({out: text}, {"--out": out})
     print(f"exported {args.plan} as {args.format}: {summary}")
     if args.format == "torch":
@@ -89,7 +91,7 @@ def run(args: argparse.Namespace) -> int:
     from autoplan.interop.module_groups import group_notes
 
     names = set(plan.parameters) | set(plan.modules) | set(plan.module_types)
-    for note in group_notes(result.not_expressed, names):
+    for note in group_notes(not_expressed, names):
         print(f"not expressed: {note}")
     if scored is not None:
         print(scored.summary())

@@ -6,6 +6,7 @@ import argparse
 import json
 import math
 import sys
+from typing import Any
 
 from autoplan._files import check_outputs, plan_default_path, write_outputs
 from autoplan.model_file import load_model_file, parse_axis_names, parse_mesh
@@ -50,12 +51,17 @@ def run(args: argparse.Namespace) -> int:
     outputs = {"--out": out, **({"--stats": args.stats} if args.stats else {})}
     check_outputs(outputs, {"the model file": loaded.path, "the --profile file": _profile_file(args.profile)})
     # Imported here so that flag and model-file errors are reported without loading the solver.
+    from autoplan.explain.progress import progress_on_stderr
     from autoplan.pipeline.cached import suggest_cached
     from autoplan.pipeline.suggest import suggest_with_report
 
-    from autoplan.explain.progress import progress_on_stderr
-
     plan_fn = suggest_with_report if args.no_cache else suggest_cached
+    # only the flags given are passed: the planners' defaults hold otherwise
+    flags: dict[str, Any] = {
+        **({"memory_gib": args.memory_gib} if args.memory_gib is not None else {}),
+        **({"tie": False} if args.no_tie else {}),
+        **({"recompute": False} if args.no_recompute else {}),
+    }
     with progress_on_stderr() as progress:  # None unless stderr is a terminal
         plan, report = plan_fn(
             loaded.model,
@@ -65,9 +71,7 @@ def run(args: argparse.Namespace) -> int:
             args.profile,
             args.memory_gb,
             args.time_limit,
-            **({"memory_gib": args.memory_gib} if args.memory_gib is not None else {}),
-            **({"tie": False} if args.no_tie else {}),
-            **({"recompute": False} if args.no_recompute else {}),
+            **flags,
             loss_fn=loaded.loss_fn,
             **({"progress": progress} if progress else {}),
         )

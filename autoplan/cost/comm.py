@@ -50,7 +50,15 @@ from torch.distributed.tensor._redistribute import _gen_transform_infos
 
 from autoplan.cost.profile import ClusterProfile, LinkCost
 from autoplan.placements import (
-    REPLICATE, Spec, is_partial, is_shard, runtime_placements, runtime_spec, shard_dim, shard_factor, strided_factor,
+    REPLICATE,
+    Spec,
+    is_partial,
+    is_shard,
+    runtime_placements,
+    runtime_spec,
+    shard_dim,
+    shard_factor,
+    strided_factor,
 )
 
 
@@ -130,7 +138,7 @@ def _dtensor_steps(
     from autoplan.choices.graph import planning_mesh  # the cost stage runs after choices
 
     mesh = planning_mesh(mesh_shape, tuple(f"axis{i}" for i in range(len(mesh_shape))))
-    ndim = 1 + max([shard_dim(p) for p in (*src, *dst) if is_shard(p)], default=0)
+    ndim = 1 + max([d for p in (*src, *dst) if (d := shard_dim(p)) is not None], default=0)
     shape = torch.Size(shape if shape is not None else [math.prod(mesh_shape)] * ndim)
     dtype = _DTYPE_OF_SIZE.get(item_bytes, torch.float32)
     meta = TensorMeta(shape, torch.empty(shape, device="meta").stride(), dtype)
@@ -138,7 +146,11 @@ def _dtensor_steps(
         DTensorSpec(mesh, runtime_placements(src), tensor_meta=meta),
         DTensorSpec(mesh, runtime_placements(dst), tensor_meta=meta),
     )
-    return tuple((info.mesh_dim, *runtime_spec(info.src_dst_placements)) for info in infos)
+    steps = []
+    for info in infos:
+        before, after = runtime_spec(info.src_dst_placements)
+        steps.append((info.mesh_dim, before, after))
+    return tuple(steps)
 
 
 def redistribute_collectives(
@@ -189,9 +201,9 @@ def _moves(
     src: Spec, dst: Spec, global_bytes: float, mesh_shape: tuple[int, ...], shape: tuple[int, ...] | None = None
 ) -> list[tuple[str, int, float]]:
     several = bool(shape) and (splits_a_dim_twice(src) or splits_a_dim_twice(dst))
-    if several:
+    if several and shape:
         item_bytes = global_bytes / max(1, math.prod(shape))
-        steps = _dtensor_steps(tuple(src), tuple(dst), tuple(mesh_shape), tuple(shape), round(item_bytes))
+        steps = list(_dtensor_steps(tuple(src), tuple(dst), tuple(mesh_shape), tuple(shape), round(item_bytes)))
     else:
         steps = transform_steps(src, dst, mesh_shape)
     current = list(src)
@@ -215,8 +227,8 @@ def _first_share(shape, spec, mesh_shape, scattered: int | None = None, axis: in
     reduce-scattered over ``axis``, padded to a multiple of that axis (as DTensor pads it)."""
     sizes = list(shape)
     for placement, n in zip(spec, mesh_shape):
-        if is_shard(placement):
-            dim = shard_dim(placement)
+        dim = shard_dim(placement)
+        if dim is not None:
             sizes[dim] = -(-sizes[dim] // n)
     if scattered is not None:
         n = mesh_shape[axis]

@@ -35,6 +35,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 import torch
+from torch import fx
 from torch.utils.flop_counter import flop_registry, sdpa_flop_count
 
 from autoplan.choices.decision import Decision
@@ -58,6 +59,7 @@ from autoplan.cost.profile import ClusterProfile
 from autoplan.cost.values import VIEW_OPS, is_view, output_values, tensor_bytes  # noqa: F401 (re-exported)
 from autoplan.dtensor.fused_attention import FUSED_FORWARD
 from autoplan.dtensor.loss_parallel import own_collectives
+from autoplan.dtensor.strategies import Strategy
 from autoplan.dtensor.view_rules import RESHAPING_VIEWS, splits_back
 from autoplan.placements import REPLICATE, Spec, is_shard, shard_dim, shard_factor
 from autoplan.recompute_policy import selective_keeps
@@ -278,14 +280,16 @@ def _unsplittable_back(view: Decision, value, rows, cols, seconds, mesh_shape):
     """``seconds`` with ``NOT_RUN_S`` added where a reader slices the reshaping ``view``'s
     output on a dim whose gradient the view's backward cannot split back evenly
     (``view_rules.splits_back``): DTensor fails there in the backward."""
-    source = tuple(view.fx_node.args[0].meta["val"].shape)
+    viewed = view.fx_node.args[0]
+    assert isinstance(viewed, fx.Node), viewed  # a view reads a traced value
+    source = tuple(viewed.meta["val"].shape)
     shape = tuple(value.shape)
 
     def fails(src: Spec, dst: Spec) -> bool:
         ways: dict[int, int] = {}
         for axis, (a, b) in enumerate(zip(src, dst)):
-            if is_shard(b) and a != b:
-                ways[shard_dim(b)] = ways.get(shard_dim(b), 1) * mesh_shape[axis]
+            if (dim := shard_dim(b)) is not None and a != b:
+                ways[dim] = ways.get(dim, 1) * mesh_shape[axis]
         return any(not splits_back(shape, source, dim, n) for dim, n in ways.items())
 
     return tuple(
@@ -383,7 +387,7 @@ def _flops(node) -> float:
     kwargs = {k: (a.meta["val"] if hasattr(a, "meta") else a) for k, a in node.kwargs.items()}
     try:
         return float(formula(*args, **kwargs, out_val=node.meta.get("val")))
-    except Exception:  # a formula that cannot read these arguments counts no flops
+    except Exception:  # noqa: BLE001 - a formula that cannot read these arguments counts no flops
         return 0.0
 
 
@@ -422,6 +426,13 @@ def regathered_weights(choices, decision: Decision, strategy) -> float:
     return held
 
 
+def _placed(strategy: Strategy) -> Spec:
+    """The layout a placeholder's ``strategy`` gives its one tensor."""
+    spec = strategy.outputs[0]
+    assert spec is not None, strategy
+    return spec
+
+
 def _node_cost(choices, profile, decision: Decision, reducers, saved=(), transient: bool = False) -> NodeCost:
     """``saved``: the output indices autograd keeps; ``transient``: the op whose backward
     gradients are counted at the backward's start (``cost/memory.py``)."""
@@ -432,7 +443,7 @@ def _node_cost(choices, profile, decision: Decision, reducers, saved=(), transie
     if kind in (PARAMETER, INPUT, BUFFER):
         value = outputs[0]
         full = tensor_bytes(value)
-        local = [full / shard_factor(s.outputs[0], mesh_shape) for s in strategies]
+        local = [full / shard_factor(_placed(s), mesh_shape) for s in strategies]
         if kind == PARAMETER and decision.requires_grad:
             opt = [optimizer_seconds(profile, b) for b in local]
             zeros = (0.0,) * len(local)
@@ -477,8 +488,8 @@ def _node_cost(choices, profile, decision: Decision, reducers, saved=(), transie
         if decision.requires_grad:
             factor = max(1, grad_matrices) if node.target in MATMUL_OPS else 2
             backward = dispatch.op_seconds(backward_fixed, factor * profile.kernel_overhead_s, factor * work)
-            back_parts = _op_parts(dispatch, factor * profile.kernel_overhead_s,
-                                   tuple(factor * w for w in work_parts), backward)
+            scaled = (factor * work_parts[0], factor * work_parts[1], factor * work_parts[2])
+            back_parts = _op_parts(dispatch, factor * profile.kernel_overhead_s, scaled, backward)
             op_parts = tuple(a + b for a, b in zip(op_parts, back_parts))
         compute.append(forward + backward)
         parts.append((*op_parts, 0.0))
@@ -491,12 +502,13 @@ def _node_cost(choices, profile, decision: Decision, reducers, saved=(), transie
                 if spec[axis] != "R" or size == 1:
                     continue
                 if splits_work(strategy, axis):
-                    local = nbytes / shard_factor(spec, mesh_shape)
-                    reduce += collective_seconds(profile, "all_reduce", local, mesh_shape, axis) / reducers[u]
+                    local_bytes = nbytes / shard_factor(spec, mesh_shape)
+                    reduce += collective_seconds(profile, "all_reduce", local_bytes, mesh_shape, axis) / reducers[u]
         for kind, axis, nbytes, _ in own_collectives(node, outputs, strategy, mesh_shape, decision.requires_grad):
             reduce += collective_seconds(profile, kind, nbytes, mesh_shape, axis)
         comm.append(reduce)
-        held = sum(out_bytes[i] / shard_factor(strategy.outputs[i], mesh_shape) for i in saved if i < len(out_bytes) and strategy.outputs[i])
+        held = sum(out_bytes[i] / shard_factor(strategy.outputs[i], mesh_shape)
+                   for i in saved if i < len(out_bytes) and strategy.outputs[i])
         freed.append(held)
         if kept_by_selective:  # selective checkpointing stores every output of the op, saved by autograd or not
             stored.append(-sum(b / shard_factor(s, mesh_shape) for i, (b, s) in enumerate(zip(out_bytes, strategy.outputs))

@@ -161,8 +161,10 @@ def sharded_dropout_attention(args: tuple, kwargs: dict):
     batch or heads dim): the call then runs as written."""
     call = sdpa_call(args, kwargs)
     query, key, value, mask, dropout_p = call[:5]
+    if not (isinstance(query, DTensor) and isinstance(key, DTensor) and isinstance(value, DTensor)):
+        return None
     operands = (query, key, value)
-    if not dropout_p or not all(isinstance(x, DTensor) and x.dim() == 4 for x in operands):
+    if not dropout_p or not all(x.dim() == 4 for x in operands):
         return None
     mesh, placements = query.device_mesh, tuple(query.placements)
     if mesh.device_type != "cpu" or any(tuple(x.placements) != placements or x.device_mesh != mesh for x in operands[1:]):
@@ -174,8 +176,7 @@ def sharded_dropout_attention(args: tuple, kwargs: dict):
         if not isinstance(mask, DTensor) or mask.requires_grad:
             return None
         wanted = [attention_mask_placement(p, tuple(mask.shape)) for p in placements]
-        if tuple(mask.placements) != tuple(wanted):
-            mask = mask.redistribute(mesh, wanted)
-        local_mask = mask.to_local()
+        placed = mask.redistribute(mesh, wanted) if tuple(mask.placements) != tuple(wanted) else mask
+        local_mask = placed.to_local()
     local = call._replace(query=query.to_local(), key=key.to_local(), value=value.to_local(), attn_mask=local_mask)
     return DTensor.from_local(local.run(), mesh, placements, run_check=False)

@@ -71,7 +71,9 @@ def _dim_order(shape: tuple, stride: tuple) -> tuple[int, ...] | None:
     """The dims from outermost to innermost where a tensor of ``shape`` and ``stride`` is
     dense in that order (no gaps, no overlap); None where it is not."""
     order = tuple(sorted(range(len(shape)), key=lambda d: (-stride[d], d)))
-    return order if _has_strides(shape, stride, _strides_in_order(shape, order)) else None
+    strides = _strides_in_order(shape, order)
+    assert strides is not None  # an order is given
+    return order if _has_strides(shape, stride, strides) else None
 
 
 def _strides_in_order(shape: tuple, order: tuple[int, ...] | None) -> tuple[int, ...] | None:

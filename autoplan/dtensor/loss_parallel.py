@@ -42,6 +42,7 @@ import torch
 import torch.distributed._functional_collectives as funcol
 from torch.distributed.tensor import DTensor, Replicate, Shard, _dispatch
 from torch.distributed.tensor._dtensor_spec import DTensorSpec
+from torch.distributed.tensor._op_schema import OutputSharding
 
 from autoplan.dtensor.strategy import Strategy
 from autoplan.placements import REPLICATE, Spec, is_partial, local_shape, shard, shard_dim
@@ -119,7 +120,9 @@ def own_collectives(node, outputs, strategy, mesh_shape, requires_grad: bool) ->
     out = outputs[0]
     local = local_shape(tuple(out.shape), strategy.outputs[0], mesh_shape)
     if op is LOG_SOFTMAX:
-        rows = math.prod(local) // local[class_dim(op, args)]  # one max and one sum per row
+        dim = class_dim(op, args)
+        assert dim is not None  # split_axis found the classes split
+        rows = math.prod(local) // local[dim]  # one max and one sum per row
         nbytes = float(rows * max(_LEAST_PRECISION.itemsize, out.element_size()))
         found = [("all_reduce", axis, nbytes, False), ("all_reduce", axis, nbytes, False)]
         return found + ([("all_reduce", axis, nbytes, True)] if requires_grad else [])
@@ -149,6 +152,7 @@ def runtime_layout(node, arrived: list[Spec], propagate) -> tuple[tuple, tuple] 
     dim = class_dim(op, args)
     if op is LOG_SOFTMAX:
         return (arrived[0],), (arrived[0],)
+    assert dim is not None  # split_axis found the classes split
     whole = propagate([_with(arrived[0], axis, REPLICATE)] + list(arrived[1:]))
     if whole is None:
         return None
@@ -242,7 +246,7 @@ def _nll_loss_backward_handler(op_call, args, kwargs):
     axis = _class_axis(x, args[3] if len(args) > 3 else None, kwargs)
     if axis is None:
         return _as_dtensor_runs(op_call, args, kwargs)
-    whole, specs = _whole_on(op_call, args, axis, position=1)
+    _whole, specs = _whole_on(op_call, args, axis, position=1)
     grad, x = _to_spec(args[0], specs[0]), _to_spec(x, specs[1], axis, 1)
     target, total_weight = _to_spec(args[2], specs[2]), _to_spec(args[6], specs[-1])
     reduction, ignore_index = args[4], args[5]
@@ -282,7 +286,9 @@ def _whole_on(op_call, args, axis: int, position: int = 0):
     whole_args[position] = DTensor.from_local(x._local_tensor, x.device_mesh, spec.placements, run_check=False,
                                               shape=x.shape, stride=x.stride())
     info = dispatcher.unwrap_to_op_info(op_call, tuple(whole_args), {})
-    sharding = dispatcher.sharding_propagator.propagate_op_sharding(info.schema)
+    assert info.schema is not None, op_call  # DTensor arguments: DTensor's op has a schema
+    # the propagator's LRU cache is typed as returning object; it returns an OutputSharding
+    sharding: OutputSharding = dispatcher.sharding_propagator.propagate_op_sharding(info.schema)  # type: ignore[assignment]
     wanted = sharding.redistribute_schema.args_spec if sharding.redistribute_schema is not None else info.schema.args_spec
     return sharding, list(wanted)
 

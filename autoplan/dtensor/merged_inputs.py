@@ -22,7 +22,7 @@ batch, left a bias labelled split whose local tensor was the whole one).
 
 from __future__ import annotations
 
-from torch.distributed.tensor import Replicate, Shard
+from torch.distributed.tensor import Placement, Replicate, Shard
 from torch.distributed.tensor._dtensor_spec import DTensorSpec
 from torch.distributed.tensor._op_schema import OpSchema, OpSpec, OpStrategy, TupleStrategy
 from torch.distributed.tensor._ops.utils import generate_redistribute_costs
@@ -93,7 +93,7 @@ def _merged_placements(arrivals: list[OpStrategy]) -> tuple | None:
     if len({spec.ndim for spec in specs}) != 1 or len({tuple(s.placements) for s in specs}) == 1:
         return None
     mesh = specs[0].mesh
-    merged = []
+    merged: list[Placement] = []
     for axis in range(mesh.ndim):
         splits = {spec.placements[axis] for spec in specs} - {Replicate()}
         if not splits:

@@ -126,16 +126,28 @@ def _diverged() -> None:
 def _changes() -> list[tuple[object, object, object]]:
     """(container, key, new value) for every change, every internal looked up first."""
     from autoplan.dtensor import (
-        convolution, fake_kernels, local_strides, loss_parallel, merged_inputs, rules, saved_inputs, strategy_choice,
-        view_rules, zero_fill,
+        convolution,
+        fake_kernels,
+        local_strides,
+        loss_parallel,
+        merged_inputs,
+        rules,
+        saved_inputs,
+        strategy_choice,
+        view_rules,
+        zero_fill,
     )
 
-    propagator = _internal(lambda: torch.distributed.tensor.DTensor._op_dispatcher.sharding_propagator, "DTensor._op_dispatcher.sharding_propagator")
-    sharding_prop = _internal(lambda: __import__("torch.distributed.tensor._sharding_prop", fromlist=["_"]), "torch.distributed.tensor._sharding_prop")
+    propagator = _internal(lambda: torch.distributed.tensor.DTensor._op_dispatcher.sharding_propagator,
+        "DTensor._op_dispatcher.sharding_propagator")
+    sharding_prop = _internal(lambda: __import__("torch.distributed.tensor._sharding_prop", fromlist=["_"]),
+        "torch.distributed.tensor._sharding_prop")
     dispatch = _internal(lambda: __import__("torch.distributed.tensor._dispatch", fromlist=["_"]), "torch.distributed.tensor._dispatch")
-    redistribute = _internal(lambda: __import__("torch.distributed.tensor._redistribute", fromlist=["_"]), "torch.distributed.tensor._redistribute")
+    redistribute = _internal(lambda: __import__("torch.distributed.tensor._redistribute", fromlist=["_"]),
+        "torch.distributed.tensor._redistribute")
     api = _internal(lambda: __import__("torch.distributed.tensor._api", fromlist=["_"]), "torch.distributed.tensor._api")
-    fake_impls = _internal(lambda: __import__("torch._subclasses.fake_impls", fromlist=["_"]).op_implementations_dict, "fake_impls.op_implementations_dict")
+    fake_impls = _internal(lambda: __import__("torch._subclasses.fake_impls", fromlist=["_"]).op_implementations_dict,
+        "fake_impls.op_implementations_dict")
     for owner, name in (
         (sharding_prop, "_select_min_cost_strategy"), (dispatch, "redistribute_local_tensor"),
         (propagator, "op_strategy_funcs"), (propagator, "op_single_dim_strategy_funcs"),
@@ -146,7 +158,7 @@ def _changes() -> list[tuple[object, object, object]]:
         (dispatch.OpDispatcher, "wrap"), (dispatch.OpDispatcher, "unwrap_to_op_info"),
         (torch.distributed.tensor.DTensor._op_dispatcher, "_custom_op_handlers"),
     ):
-        _internal(lambda: getattr(owner, name), f"{getattr(owner, '__name__', type(owner).__name__)}.{name}")
+        _internal(lambda: getattr(owner, name), f"{getattr(owner, '__name__', type(owner).__name__)}.{name}")  # noqa: B023 - called in this iteration
 
     def has_rule(op) -> bool:
         return op in propagator.op_strategy_funcs or op in propagator.op_single_dim_strategy_funcs
@@ -170,11 +182,12 @@ def _changes() -> list[tuple[object, object, object]]:
         info = propagator.op_single_dim_strategy_funcs.get(op)
         if info is not None:
             changes.append((propagator.op_single_dim_strategy_funcs, op, zero_fill.with_zero_fill_partials(info, _diverged)))
-    changes.append((sharding_prop, "_select_min_cost_strategy", strategy_choice.selection(sharding_prop._select_min_cost_strategy, _diverged)))
+    changes.append((sharding_prop, "_select_min_cost_strategy",
+        strategy_choice.selection(sharding_prop._select_min_cost_strategy, _diverged)))
     move = local_strides.laid_out_as_global(dispatch.redistribute_local_tensor)
     changes.append((dispatch, "redistribute_local_tensor", saved_inputs.reusing(move)))
     for module in (redistribute, api):  # ``DTensor.redistribute`` and ``from_local``'s backward
-        own = _internal(lambda: module.redistribute_local_tensor, f"{module.__name__}.redistribute_local_tensor")
+        own = _internal(lambda: module.redistribute_local_tensor, f"{module.__name__}.redistribute_local_tensor")  # noqa: B023 - called in this iteration
         changes.append((module, "redistribute_local_tensor", local_strides.laid_out_as_global(own)))
     for op, kernel in fake_kernels.KERNELS.items():
         if op not in fake_impls:  # never replace a kernel torch registered

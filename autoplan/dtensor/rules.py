@@ -30,7 +30,7 @@ from __future__ import annotations
 import functools
 
 import torch
-from torch.distributed.tensor import Replicate, Shard
+from torch.distributed.tensor import Placement, Replicate, Shard
 from torch.distributed.tensor._op_schema import OpSchema, OpSpec, OpStrategy, RuntimeSchemaInfo
 
 from autoplan.errors import PlanError
@@ -48,8 +48,8 @@ def _attention_rows(num_outputs: int, num_inputs: int, mask_shape: tuple | None)
     """Per-axis placements (outputs, inputs, then the mask): all replicated, batch-sharded,
     head-sharded. The mask (``attn_mask``, broadcast against the scores) follows a sharded
     dim where it has that dim whole, and is read replicated where it broadcasts over it."""
-    extra = [] if mask_shape is None else [Replicate()]
-    rows = [[Replicate()] * (num_outputs + num_inputs) + extra]
+    extra: list[Placement] = [] if mask_shape is None else [Replicate()]
+    rows: list[list[Placement]] = [[Replicate()] * (num_outputs + num_inputs) + extra]
     for dim in (_BATCH_DIM, _HEADS_DIM):
         if mask_shape is not None:
             extra = [attention_mask_placement(Shard(dim), mask_shape)]
@@ -57,7 +57,7 @@ def _attention_rows(num_outputs: int, num_inputs: int, mask_shape: tuple | None)
     return rows
 
 
-def attention_mask_placement(scores: Shard | Replicate, mask_shape: tuple):
+def attention_mask_placement(scores: Placement, mask_shape: tuple):
     """Where an attention mask goes when the scores (batch, heads, q, k) are placed
     ``scores`` on an axis: split on the same dim where the mask has it whole, replicated
     where it broadcasts over it (fewer dims, or size 1)."""
@@ -69,7 +69,14 @@ def attention_mask_placement(scores: Shard | Replicate, mask_shape: tuple):
 
 def _mask_shape(op_schema: OpSchema) -> tuple | None:
     mask = op_schema.kwargs_schema.get("attn_mask")
-    return tuple(mask.strategies[0].output_spec.tensor_meta.shape) if isinstance(mask, OpStrategy) else None
+    return _shape(mask) if isinstance(mask, OpStrategy) else None
+
+
+def _shape(strategy: OpStrategy) -> tuple:
+    """The shape of the value ``strategy`` places (planning runs on traced values: it is known)."""
+    meta = strategy.strategies[0].output_spec.tensor_meta
+    assert meta is not None, strategy
+    return tuple(meta.shape)
 
 
 def _cpu_attention(op_schema: OpSchema, num_outputs: int, input_index: int) -> OpStrategy:
@@ -93,6 +100,7 @@ def _fill_with_tensor(op_schema: OpSchema) -> OpStrategy:
     from torch.distributed.tensor._dtensor_spec import DTensorSpec
 
     target, value = op_schema.args_schema[:2]
+    assert isinstance(target, OpStrategy) and isinstance(value, OpStrategy), op_schema  # fill_(Tensor, Tensor)
     mesh = op_schema.get_mesh_from_args()
     strategies = []
     for option in target.strategies:
@@ -116,9 +124,9 @@ def _elementwise(op_schema: OpSchema) -> OpStrategy:
 
     mesh = op_schema.get_mesh_from_args()
     tensors = _tensor_args(op_schema)
-    shapes = {tuple(arg.strategies[0].output_spec.tensor_meta.shape) for arg in tensors}
+    shapes = {_shape(arg) for arg in tensors}
     width = 1 + len(tensors)
-    rows = [[Replicate()] * width]
+    rows: list[list[Placement | None]] = [[Replicate()] * width]
     if len(shapes) == 1:
         rows += [[Shard(dim)] * width for dim in range(len(next(iter(shapes))))]
     return expand_to_full_mesh_op_strategy(mesh, op_schema, rows, input_index=1)

@@ -29,13 +29,22 @@ from torch.utils._pytree import tree_flatten, tree_map
 
 from autoplan.dtensor import loss_parallel
 from autoplan.dtensor.strategy import Strategy
-from autoplan.placements import candidate_specs, fits_evenly, is_partial, spec_from_placements, to_placements, to_string
+from autoplan.placements import (
+    Spec,
+    candidate_specs,
+    fits_evenly,
+    is_partial,
+    spec_from_placements,
+    to_placements,
+    to_string,
+)
 
 _PROPAGATOR = DTensor._op_dispatcher.sharding_propagator
 
 
 def tensor_meta(value: torch.Tensor) -> TensorMeta:
-    return TensorMeta(tuple(value.shape), tuple(value.stride()), value.dtype)
+    # TensorMeta says torch.Size; DTensor reads any tuple, and a plain one keeps reprs as they were
+    return TensorMeta(tuple(value.shape), tuple(value.stride()), value.dtype)  # type: ignore[arg-type]
 
 
 def has_rule(op) -> bool:
@@ -56,12 +65,13 @@ def enumerate_strategies(op, args, kwargs, out_value, mesh: DeviceMesh) -> list[
     if single_dim is not None:
         raw = _from_single_dim_rule(op, args, kwargs, out_value, mesh, single_dim)
     elif op in _PROPAGATOR.op_strategy_funcs:
-        raw = [_to_strategy(op_spec, len(leaves)) for op_spec in _from_strategy_func(op, args, kwargs, out_value, mesh)]
+        raw = [s for op_spec in _from_strategy_func(op, args, kwargs, out_value, mesh)
+               if (s := _to_strategy(op_spec, len(leaves))) is not None]
     else:
         return None
     raw = [s for s in raw if s is not None]
     raw += loss_parallel.split_strategies(op, args, raw)  # cross-entropy on logits split by class
-    out_leaves = [t for t in tree_flatten(out_value)[0]] if out_value is not None else []
+    out_leaves = list(tree_flatten(out_value)[0]) if out_value is not None else []
     strategies: dict[Strategy, None] = {}
     for strategy in raw:
         if strategy is None:
@@ -203,7 +213,7 @@ def _expand_over_mesh(single_axis_rules, num_outputs: int, ndim: int, num_inputs
             continue
     found: list[Strategy] = []
     for combo in itertools.product(rules, repeat=ndim):
-        specs = []
+        specs: list[Spec | None] = []
         for column in zip(*combo):
             if None in column:
                 if any(p is not None for p in column):
@@ -241,12 +251,12 @@ def _from_strategy_func(op, args, kwargs, out_value, mesh) -> list[OpSpec]:
     found: list[OpSpec] = []
     for spec in candidates:
         placements = to_placements(spec)
-        seen_first = []
+        seen_first: list[bool] = []
 
         def one_spec(t: torch.Tensor) -> OpStrategy:
-            chosen = placements if (t is first and not seen_first) else replicate
+            chosen = placements if (t is first and not seen_first) else replicate  # noqa: B023 - called in this iteration
             if t is first:
-                seen_first.append(True)
+                seen_first.append(True)  # noqa: B023 - called in this iteration
             return OpStrategy([OpSpec(DTensorSpec(mesh, chosen, tensor_meta(t)))])
 
         wrapped_args, wrapped_kwargs = _wrap(args, kwargs, one_spec)
@@ -258,6 +268,7 @@ def _from_strategy_func(op, args, kwargs, out_value, mesh) -> list[OpSpec]:
         if isinstance(result, TupleStrategy):
             # Ops returning a list of tensors: the planner treats the list as one value.
             result = result.children[0]
+        assert isinstance(result, OpStrategy), result
         found.extend(result.strategies)
     return found
 
@@ -273,6 +284,7 @@ def _to_strategy(op_spec: OpSpec, num_inputs: int) -> Strategy | None:
             inputs = tuple(spec_from_placements(s.placements) for s in op_spec.input_specs)
     except ValueError:
         return None  # strided shards, max/min partials: outside our vocabulary
-    if len(inputs) != num_inputs or any(s is None for s in inputs):
+    given = tuple(s for s in inputs if s is not None)
+    if len(inputs) != num_inputs or len(given) != len(inputs):
         return None
-    return Strategy(outputs, inputs)
+    return Strategy(outputs, given)

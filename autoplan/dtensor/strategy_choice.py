@@ -28,6 +28,7 @@ from torch.distributed.tensor._op_schema import OpSchema, OpSpec, OpStrategy
 
 
 def _cost(spec: OpSpec) -> float:
+    assert spec.redistribute_cost is not None, spec  # DTensor's strategy functions fill it
     return sum(sum(costs) for costs in spec.redistribute_cost)
 
 

@@ -66,6 +66,7 @@ def _strided_axes(op_spec: OpSpec) -> set[int]:
 
 def _with_axes_replicated(rule, op_schema: OpSchema, source: OpStrategy, op_spec: OpSpec, axes: set[int]) -> list[OpSpec]:
     """The rule's strategies for the view's input replicated on ``axes`` (its cost from ``source``)."""
+    assert op_spec.input_specs is not None, op_spec  # a view rule's strategies name their input
     given = op_spec.input_specs[0]
     placements = tuple(Replicate() if axis in axes else p for axis, p in enumerate(given.placements))
     replicated = DTensorSpec(given.mesh, placements, tensor_meta=given.tensor_meta)
@@ -97,7 +98,7 @@ def splits_back(view_shape: tuple, source_shape: tuple, dim: int, ways: int) -> 
     later one would need a strided shard, and cannot go back."""
     from torch.distributed.tensor._ops._view_ops import Flatten, InputDim, Split, view_groups
 
-    for rule in view_groups(list(view_shape), list(source_shape)):
+    for rule in view_groups(tuple(view_shape), tuple(source_shape)):
         if not isinstance(rule, Split) or rule.split_id != 0:
             continue
         merged = rule.input_dim.input_dims if isinstance(rule.input_dim, Flatten) else (rule.input_dim,)

@@ -50,7 +50,8 @@ from dataclasses import dataclass
 from torch import nn
 
 from autoplan.errors import NotApplicableError
-from autoplan.evaluate.projections import COLUMN_PARALLEL, ROW_PARALLEL, WEIGHT_DIMS, projection_role as _role  # noqa: F401
+from autoplan.evaluate.projections import COLUMN_PARALLEL, ROW_PARALLEL, WEIGHT_DIMS
+from autoplan.evaluate.projections import projection_role as _role
 from autoplan.evaluate.score import pins_for_plan
 from autoplan.evaluate.sequence_parallel import HEADS, pin_sequence_parallel
 from autoplan.pipeline.pinning import Pins
@@ -157,7 +158,7 @@ def baseline_layout(name: str, problem: Problem) -> tuple[dict[str, Spec], tuple
         raise NotApplicableError(
             "megatron_fsdp needs a 2-D mesh (dp x tp)", hint="use a mesh such as 2x4, or the megatron or fsdp baseline"
         )
-    active = {a for a in ((dp,) if uses_dp else ()) + ((tp,) if uses_tp else ())}
+    active = set(((dp,) if uses_dp else ()) + ((tp,) if uses_tp else ()))
     idle = tuple(a for a in range(len(mesh)) if a not in active)
     notes: list[str] = []
     shapes = _placeholder_shapes(problem)
@@ -165,7 +166,7 @@ def baseline_layout(name: str, problem: Problem) -> tuple[dict[str, Spec], tuple
     layout: dict[str, Spec] = {}
     for node, key in problem.traced.inputs.items():
         spec = list(replicated(len(mesh)))
-        if uses_dp:
+        if dp is not None:
             size = shapes[node][0] if shapes[node] else 0
             if not size or size % mesh[dp]:
                 raise NotApplicableError(
@@ -190,10 +191,10 @@ def baseline_layout(name: str, problem: Problem) -> tuple[dict[str, Spec], tuple
         shape = shapes[node]
         if node in tensor_parallel:
             spec[tp] = shard(tensor_parallel[node])
-        fsdp2 = _fsdp_over_tp(spec[tp], shape, mesh, dp, tp) if name == "torchtitan" and uses_dp and shape else None
-        if fsdp2 is not None:
+        fsdp2 = _fsdp_over_tp(spec[tp], shape, mesh, dp, tp) if name == "torchtitan" and dp is not None and shape else None
+        if fsdp2 is not None and dp is not None:
             spec[dp] = fsdp2
-        elif name in _FULLY_SHARDED and uses_dp:
+        elif name in _FULLY_SHARDED and dp is not None:
             taken = tensor_parallel.get(node)
             dim = next((d for d in range(len(shape)) if d != taken and shape[d] % mesh[dp] == 0), None)
             if dim is None:

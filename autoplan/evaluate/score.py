@@ -72,8 +72,8 @@ class Score:
         mesh = "x".join(map(str, self.plan.mesh_shape))
         lines = [
             f"mesh {mesh} ({', '.join(self.plan.axis_names)}), profile {self.profile}",
-            f"predicted step time {self.step_time_s * 1e3:.3f} ms "
-            f"(compute {self.compute_s * 1e3:.3f} ms, communication {self.comm_s * 1e3:.3f} ms)",
+            (f"predicted step time {self.step_time_s * 1e3:.3f} ms "
+            f"(compute {self.compute_s * 1e3:.3f} ms, communication {self.comm_s * 1e3:.3f} ms)"),
             *peak_memory_lines(self.plan),
             ("fits" if self.fits else "does NOT fit") + f" the per-device budget of {budget_words(self.budget_bytes, self.budget)}",
             f"pinned {self.pinned_values} parameters and batch inputs, {self.pinned_boundaries} module boundary layouts"
@@ -148,7 +148,7 @@ def score_problem(problem: Problem, plan: Plan, time_limit_s: float | None = Non
     _check_model(problem.trace, plan, fingerprints or {problem.trace.fingerprint})
     if tuple(problem.choices.mesh_shape) != tuple(plan.mesh_shape):
         _check_mesh(plan, problem.choices.mesh_shape)
-    if not laid_out_alike(problem.blocks, plan.parameters, plan.modules):
+    if problem.blocks is not None and not laid_out_alike(problem.blocks, plan.parameters, plan.modules):
         raise PlanError(
             f"the plan lays out the layers of {problem.blocks.fqn} differently, and the problem plans them as one",
             hint="prepare the problem with tie=False, or score with autoplan.score",
@@ -222,7 +222,8 @@ def _check_model(trace: ModelTrace, plan: Plan, accepted: set[str], command: str
     missing = sorted(names - set(plan.parameters))
     if unknown or missing:
         what = f"plan parameters not in the model: {unknown[:3]}" if unknown else f"model parameters missing from the plan: {missing[:3]}"
-        raise PlanError(f"the plan does not match the model ({what})", hint=f"{command} the model the plan was made for, or re-plan it with `autoplan suggest`")
+        raise PlanError(f"the plan does not match the model ({what})",
+                        hint=f"{command} the model the plan was made for, or re-plan it with `autoplan suggest`")
     keys = set(traced.inputs.values())
     if set(plan.inputs) != keys:
         raise PlanError(

@@ -71,10 +71,10 @@ def units_of(plan, module: str | None = None) -> list[Unit]:
         else:
             singles.setdefault(fqn.rpartition(".")[0], []).append(fqn)
     units = []
-    for head, names in stacks.items():
-        indices = sorted({int(_INDEX.search(f).group(1)) for f in names})
+    for head, fqns in stacks.items():
+        indices = sorted({int(match.group(1)) for f in fqns if (match := _INDEX.search(f))})  # each matched above
         label = f"{head}.{indices[0]}-{indices[-1]}" if len(indices) > 1 else f"{head}.{indices[0]}"
-        units.append(Unit(label, tuple(names)))
+        units.append(Unit(label, tuple(fqns)))
     units += [Unit(owner or "<root>", tuple(names)) for owner, names in singles.items()]
     from autoplan.explain.patterns import natural_key
 

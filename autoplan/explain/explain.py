@@ -17,8 +17,8 @@ binds: the memory budget (the best plan without it is faster) or time (it is not
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from autoplan.errors import AutoplanError
 from autoplan.evaluate.score import Score, check_plan_for_model, pins_for_plan, plan_profile, score_problem
@@ -299,6 +299,7 @@ def explain_sections(e: Explanation) -> list:
         if a.error:
             rows.append((a.unit, a.name, "-", "-", "-", "-", "-", f"cannot be pinned: {a.error}"))
             continue
+        assert a.delta_s is not None  # an alternative that could be pinned was priced
         delta = "0 (the plan)" if a.name.startswith(PLAN_OWN) and abs(a.delta_s) < 5e-7 else f"{a.delta_s * 1e3:+.3f}"
         rows.append((
             a.unit, a.name, ms(a.step_time_s), delta, ms(a.compute_s), ms(a.comm_s),

@@ -45,7 +45,7 @@ def parameter_dtype(plan) -> str | None:
     counts: dict[str, int] = {}
     for fqn, dtype in plan.parameter_dtypes.items():
         counts[dtype] = counts.get(dtype, 0) + parameter_numel(plan, fqn)
-    return max(counts, key=counts.get) if counts else None
+    return max(counts, key=lambda dtype: counts[dtype]) if counts else None
 
 
 def model_flops(plan) -> tuple[float | None, str]:

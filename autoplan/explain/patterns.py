@@ -26,7 +26,6 @@ read the same is folded into one row, "model.layers.0-31".
 from __future__ import annotations
 
 import math
-
 import re
 from dataclasses import dataclass, replace
 
@@ -216,7 +215,7 @@ def fold(rows: list, key=lambda row: row.key()) -> list:
     return sorted(folded, key=lambda r: natural_key(r.name))
 
 
-def _merge(place: tuple, run: list[tuple[int, object]]):
+def _merge(place: tuple, run: list[tuple[int, ModuleRow]]):
     first, last = run[0][0], run[-1][0]
     if len(run) == 1:
         return run[0][1]

@@ -49,8 +49,8 @@ def to_text(sections: list[Section]) -> str:
 
             def line(row):
                 cells = [
-                    cell.rjust(w) if i in section.right else cell.ljust(w)
-                    for i, (cell, w) in enumerate(zip(row, widths))
+                    cell.rjust(w) if i in section.right else cell.ljust(w)  # noqa: B023 - called in this iteration
+                    for i, (cell, w) in enumerate(zip(row, widths))  # noqa: B023 - called in this iteration
                 ]
                 return ("  " + "  ".join(cells)).rstrip()
 

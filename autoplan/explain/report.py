@@ -68,6 +68,7 @@ def figures_for(plan, summary: Summary, explanation: Explanation, profile, fidel
     )]
     m = summary.memory
     if m.parameters is not None:
+        assert m.gradients is not None and m.optimizer is not None  # memory_split gives the three together
         parts = {"parameters": m.parameters, "gradients": m.gradients, "optimizer state": m.optimizer}
     else:
         parts = {"model state": m.model_state}
@@ -77,9 +78,9 @@ def figures_for(plan, summary: Summary, explanation: Explanation, profile, fidel
     largest = max({a.unit for a in explanation.alternatives},
                   key=lambda u: sum(1 for a in explanation.alternatives if a.unit == u), default=None)
     others = {
-        f"{a.unit}: {a.name}"[:48]: a.peak_memory_bytes / GIB
+        f"{a.unit}: {a.name}"[:48]: peak / GIB
         for a in explanation.alternatives
-        if a.unit == largest and a.peak_memory_bytes is not None and not a.name.startswith("the plan's own")
+        if a.unit == largest and (peak := a.peak_memory_bytes) is not None and not a.name.startswith("the plan's own")
     }
     figures.append((
         "memory per device against the budget (grey: peaks of the alternatives of the largest block)",
@@ -101,7 +102,8 @@ def read_fidelity(path) -> dict[str, list[tuple[float, float, str]]]:
         with open(path) as f:
             data = json.load(f)
     except (OSError, ValueError) as err:
-        raise OptionError(f"cannot read the --fidelity file {path}: {err}", hint="pass benchmarks/results/fidelity.json from benchmarks/fidelity.py") from None
+        raise OptionError(f"cannot read the --fidelity file {path}: {err}",
+            hint="pass benchmarks/results/fidelity.json from benchmarks/fidelity.py") from None
     plans = data.get("plans") if isinstance(data, dict) else None
     if not isinstance(plans, list):
         raise OptionError(f"--fidelity file {path}: expected an object with a \"plans\" list, got {type(data).__name__}",

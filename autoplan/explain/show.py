@@ -40,7 +40,7 @@ from autoplan.explain.patterns import ModuleRow, fold, module_rows, parameter_nu
 from autoplan.pipeline.budget import budget_words
 from autoplan.placements import format_spec, is_shard, shard_factor
 from autoplan.tree_paths import readable_path
-from autoplan.units import GIB, ms, nbytes  # noqa: F401 (ms, nbytes: re-exported for the other explain modules)
+from autoplan.units import GIB, ms, nbytes
 
 _ELEMENT_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "float64": 8}
 
@@ -121,7 +121,7 @@ def summarize(plan, profile=None, one_device_s: float | None = None) -> Summary:
     p = plan.predicted
     cluster, note = _profile(plan, profile)
     comm = _comm_rows(plan, cluster)
-    priced = sum(r.seconds for r in comm) if cluster is not None else None
+    priced = sum(s for r in comm if (s := r.seconds) is not None) if cluster is not None else None  # all priced
     by_module = _comm_by_module(plan, cluster) if cluster is not None else ()
     memory = memory_split(plan, cluster)
     flops, mfu, mfu_note, at_peak = mfu_of(plan, cluster, memory.element_bytes)
@@ -264,9 +264,9 @@ def peak_memory_lines(plan) -> list[str]:
     p = plan.predicted
     if m.temporaries is None:
         return [
-            f"peak memory per device {nbytes(m.peak)}: activations {nbytes(m.activations)} at the peak; "
+            (f"peak memory per device {nbytes(m.peak)}: activations {nbytes(m.activations)} at the peak; "
             f"model state {nbytes(m.model_state)} over the step (parameters, gradients, AdamW state), "
-            "not all of it held at the peak (this plan file predates the split at the peak)"
+            "not all of it held at the peak (this plan file predates the split at the peak)")
         ]
     parts = (("parameters", m.parameters), ("gradients", m.gradients), ("optimizer state", m.optimizer),
              ("activations kept for backward", m.activations), ("temporaries and buffers", m.temporaries))
@@ -403,6 +403,7 @@ def time_section(s: Summary):
 def table_above_charge(s: Summary) -> str:
     """The note on a negative "other" row: how far the two predictions of the step's
     communication lie apart, and where the table's time is."""
+    assert s.comm_other_s is not None  # there is an "other" row
     table, gap = s.comm_s - s.comm_other_s, -s.comm_other_s
     share = f" ({gap / s.comm_s:.0%})" if s.comm_s > 0 else ""
     note = (

@@ -43,8 +43,8 @@ class ExportScore:
         e, p = self.exported, self.plan
         plan_text = f"{p.step_time_s * 1e3:.1f} ms, {_bytes(p.peak_memory_bytes)} peak"
         if self.exact:
-            return f"exported layout: exactly the plan ({plan_text}; the export scores {e.step_time_s * 1e3:.1f} ms, " \
-                   f"{_bytes(e.peak_memory_bytes)})"
+            return (f"exported layout: exactly the plan ({plan_text}; the export scores {e.step_time_s * 1e3:.1f} ms, "
+                    f"{_bytes(e.peak_memory_bytes)})")
         return (
             f"exported layout: {e.step_time_s * 1e3:.1f} ms, {_bytes(e.peak_memory_bytes)} peak; "
             f"the plan: {plan_text} ({_percent(e.step_time_s, p.step_time_s)}, "

@@ -159,15 +159,18 @@ def _tensor_parallel(plan: Plan, axis: int, notes: list[str], details: list[str]
                         f"{pname}: the plan gathers it to {use[axis]} on {name} for use; the style computes on its {stored[axis]} shards")
                 continue
             if stored[axis] != use[axis]:
-                notes.append(f"{fqn}: stored {stored[axis]} on {name} and gathered to {use[axis]} for use (FSDP-style); exported as {use[axis]}")
-                differences.setdefault(owner, []).append(f"{pname}: stored {stored[axis]} on {name} in the plan (gathered for use); exported {use[axis]}")
+                notes.append(f"{fqn}: stored {stored[axis]} on {name} and gathered to {use[axis]} for use (FSDP-style); "
+                             f"exported as {use[axis]}")
+                differences.setdefault(owner, []).append(
+                    f"{pname}: stored {stored[axis]} on {name} in the plan (gathered for use); exported {use[axis]}")
             used[pname] = _split(use, axis)
         if all(d is None for d in used.values()):
             continue
         kind = _style_kind(plan.module_types.get(owner, "?"), used)
         if kind is None:
             layout = ", ".join(f"{p} {'R' if d is None else f'S({d})'}" for p, d in sorted(used.items()))
-            notes.append(f"{owner or '<root>'} ({plan.module_types.get(owner, 'unknown type')}): {layout} on {name} has no ParallelStyle; exported replicated")
+            notes.append(f"{owner or '<root>'} ({plan.module_types.get(owner, 'unknown type')}): {layout} on {name} "
+                         "has no ParallelStyle; exported replicated")
             differences.setdefault(owner, []).append(f"{layout} on {name}: no ParallelStyle; exported replicated")
             continue
         kinds[owner] = kind
@@ -195,7 +198,7 @@ def _style_kind(module_type: str, dims: dict[str, int | None]) -> str | None:
         if weight == 1 and bias is None:
             return "rowwise"
     if module_type in EMBEDDING_TYPES and "bias" not in dims:
-        return {1: "colwise", 0: "rowwise"}.get(weight)
+        return {1: "colwise", 0: "rowwise"}.get(weight) if weight is not None else None
     return None
 
 
@@ -232,7 +235,10 @@ def _note_activations(plan: Plan, axis: int, paired: set[str], kinds: dict[str, 
     """List module boundaries whose layout on ``axis`` the export replaces by Replicate."""
     name = plan.axis_names[axis]
     # parent module -> the dim its Colwise/Rowwise pair hands over split
-    regions = {fqn.rpartition(".")[0]: _split(_output(plan, fqn), axis) for fqn in paired if kinds[fqn] == "colwise"}
+    regions = {
+        fqn.rpartition(".")[0]: _split(out, axis) if (out := _output(plan, fqn)) else None  # a paired colwise has one
+        for fqn in paired if kinds[fqn] == "colwise"
+    }
     changed = []
     for fqn, layout in sorted(plan.modules.items()):
         parent = fqn.rpartition(".")[0]
@@ -242,7 +248,8 @@ def _note_activations(plan: Plan, axis: int, paired: set[str], kinds: dict[str, 
                     continue
                 if fqn not in kinds and parent in regions and _split(spec, axis) == regions[parent]:
                     continue  # e.g. the activation between the pair: local shards there too
-                if fqn in paired and ((side == "output" and kinds[fqn] == "colwise") or (side == "input" and kinds[fqn] == "rowwise" and key == "[0][0]")):
+                if fqn in paired and ((side == "output" and kinds[fqn] == "colwise")
+                                      or (side == "input" and kinds[fqn] == "rowwise" and key == "[0][0]")):
                     continue
                 changed.append(f"{fqn or '<root>'} {side} {key or '<output>'} {spec[axis]}")
                 changed_keys.append((fqn, side, key))

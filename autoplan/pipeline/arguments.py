@@ -71,7 +71,7 @@ def check_positive(name: str, value) -> float | None:
         return None
     if not isinstance(value, numbers.Real) or isinstance(value, bool):
         raise ArgumentTypeError(f"expected {name} as a number, got {type(value).__name__} {value!r}", f"pass e.g. {name}=40")
-    if not (math.isfinite(value) and value > 0):
+    if not (math.isfinite(value) and float(value) > 0):
         raise OptionError(f"expected {name} > 0, got {value!r}", f"pass a positive {name}, or None for the default")
     return float(value)
 

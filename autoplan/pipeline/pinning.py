@@ -23,7 +23,7 @@ layout untied (``prepare_problem(..., tie=False)``; ``trace/repeats.laid_out_ali
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 
@@ -97,7 +97,8 @@ class Pins:
         when it cannot."""
         node = self.problem.node_of(name)
         if node is None:
-            raise PlanError(f"pinned name {name!r} is neither a parameter nor a batch input", hint="use FQNs from named_parameters() or batch inputs by name (input_ids, args[0]) or key path")
+            raise PlanError(f"pinned name {name!r} is neither a parameter nor a batch input",
+                            hint="use FQNs from named_parameters() or batch inputs by name (input_ids, args[0]) or key path")
         decision = self.problem.choices.graph.decision(node)
         shape = tuple(decision.fx_node.meta["val"].shape)
         problem = layout_problem(tuple(spec), shape, self.problem.choices.mesh_shape, several_axes=decision.kind == PARAMETER)
@@ -149,7 +150,8 @@ class Pins:
             specs = [s for s in strategy.outputs if s] + list(strategy.inputs)
             return all(spec[a] == "R" for spec in specs for a in axes)
 
-        free, stray = [], []
+        free: list[str] = []
+        stray: list[str] = []
         for leader, group in members.items():
             options = graph.decision(leader).strategies
             keep = {
@@ -159,8 +161,8 @@ class Pins:
             if not keep:  # hold the leader at least; some followers split anyway
                 keep = {i for i, strategy in enumerate(options) if replicated(strategy)}
                 stray.extend(
-                    n for n, pick in group[1:]
-                    if any(not replicated(graph.decision(n).strategies[pick[i]]) for i in keep)
+                    n for n, pick in group[1:]  # followers: each has its pick
+                    if pick is not None and any(not replicated(graph.decision(n).strategies[pick[i]]) for i in keep)
                 )
             if not self._narrow(leader, keep):
                 free.append(leader)
@@ -231,7 +233,7 @@ class Pins:
                 what = f"module {call.fqn} output {key or '<out>'}"
                 # Read only by reshaping views: handed over as they read it, whatever made it.
                 readers = reshaping_readers(graph, owners, source, out_index, call.fqn)
-                ok = all([self.consumed(v, k, spec, what) for v, k in readers]) if readers else \
+                ok = all(self.consumed(v, k, spec, what) for v, k in readers) if readers else \
                     self.value(source, out_index, spec, what)
                 pinned, skipped = pinned + ok, skipped + (not ok)
         return pinned, skipped

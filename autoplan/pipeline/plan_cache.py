@@ -209,5 +209,5 @@ def _ortools_version() -> str:
         from importlib.metadata import version
 
         return version("ortools")
-    except Exception:  # not installed as a distribution: the source hash still guards the planner
+    except Exception:  # noqa: BLE001 - not installed as a distribution: the source hash still guards the planner
         return "unknown"

@@ -155,7 +155,7 @@ class Problem:
         parameter of a layer that was not traced is the last traced layer's: they are tied."""
         blocks = self.blocks
         layer = blocks.layer_of(name) if blocks else None
-        if layer is not None and layer >= KEPT_LAYERS:
+        if blocks and layer is not None and layer >= KEPT_LAYERS:
             name = blocks.rename(name, KEPT_LAYERS - 1)
         for node, fqns in self.traced.parameters.items():
             if name in fqns:
@@ -207,18 +207,18 @@ def prepare_problem(
         choices = build_choices(trace.traced, mesh, axis_names)
     blocks = trace.blocks
     regions = block_regions(choices, blocks) if blocks else None
-    twins = match_blocks(choices, regions) if blocks else None
+    twins = match_blocks(choices, regions) if regions is not None else None
     if blocks and twins is None:  # the two traced layers differ: plan the whole model untied
         blocks, regions = None, None
         with timed(seconds, "trace", progress):
             trace = ModelTrace(trace_model(model, example_inputs, loss_fn), None)
         with timed(seconds, "choices", progress):
             choices = build_choices(trace.traced, mesh, axis_names)
-    node_weight, reads = weights(regions, blocks.count) if blocks else (None, None)
+    node_weight, reads = weights(regions, blocks.count) if blocks and regions is not None else (None, None)
     with timed(seconds, "cost", progress):
         costed = estimate_costs(choices, cluster, reads)
     with timed(seconds, "simplify", progress):
-        if blocks:
+        if blocks and regions is not None and twins is not None:
             tied = tie_costs(simplify_alike(costed, regions, twins), twins, node_weight)
             simplified, twins, reduced = tied.simplified, tied.twins, tied.costed
             costed = scale_costs(costed, node_weight)
@@ -272,7 +272,7 @@ def solve_problem(
     over_budget: bool = False,
     seconds: dict[str, float] | None = None,
     progress=None,
-    recompute: bool | str = False,
+    recompute: bool | str | tuple[str, int] = False,
 ) -> tuple[Plan, Solution, bool]:
     """The cheapest plan under ``pins`` (a ``pinning.Pins``; ``Pins(problem)`` pins only
     what every plan pins): (plan of the whole model, solution, fits the memory budget).
@@ -319,6 +319,7 @@ def _checkpointed(problem: Problem, solution: Solution) -> Checkpointed | None:
     """The solution's checkpointing in the terms of the whole traced graph, or None."""
     if solution.recompute is None:
         return None
+    assert problem.layers is not None  # a solution checkpoints only the problem's layer stack
     layers, unit, k = problem.layers, problem.layers.unit, solution.recompute_layers
     return Checkpointed(solution.recompute, layers.decisions, layers.freed, unit.freed_share(k), unit.modules[:k],
                         rerun_share=unit.rerun_share(k), layers=k, inputs=layers.inputs)

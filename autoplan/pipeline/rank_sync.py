@@ -9,7 +9,7 @@ rank raises instead of waiting forever for a plan that will not come.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 import torch.distributed as dist

@@ -71,8 +71,8 @@ class SuggestReport:
         s = self.plan.solver
         stages = ", ".join(f"{k} {v:.2f} s" for k, v in self.stage_seconds.items())
         lines = [
-            f"solver {s.status}, gap {s.gap:.2%}; {self.graph_nodes} graph nodes, {self.decisions} decisions "
-            f"({self.decisions_after_merge} after merging followers), {self.variables} ILP variables",
+            (f"solver {s.status}, gap {s.gap:.2%}; {self.graph_nodes} graph nodes, {self.decisions} decisions "
+            f"({self.decisions_after_merge} after merging followers), {self.variables} ILP variables"),
             f"time: {stages}",
         ]
         if self.budget:

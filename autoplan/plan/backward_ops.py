@@ -21,7 +21,7 @@ from autoplan.trace.backward_run import BackwardOp, backward_run
 
 _aten = torch.ops.aten
 
-_LINEAR_IN_ONE = {  # op -> the argument positions a partial may come in by
+_LINEAR_IN_ONE: dict[object, tuple[int, ...]] = {  # op -> the argument positions a partial may come in by
     _aten.mul.Tensor: (0, 1), _aten.mul.Scalar: (0,), _aten.div.Tensor: (0,), _aten.div.Scalar: (0,),
     _aten.neg.default: (0,), _aten._to_copy.default: (0,), _aten.expand.default: (0,), _aten.sum.dim_IntList: (0,),
     _aten.sum.default: (0,), _aten.view.default: (0,), _aten._unsafe_view.default: (0,),

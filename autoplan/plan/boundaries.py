@@ -22,7 +22,7 @@ class Boundary:
     value: tuple[str, int]
     fqn: str
     spec: tuple
-    parent: "Boundary | None" = None
+    parent: Boundary | None = None
 
     @property
     def depth(self) -> int:

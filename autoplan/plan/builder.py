@@ -12,7 +12,17 @@ from autoplan.cost.memory import STATE_COPIES_END, transient_node
 from autoplan.dtensor.strategies import is_inplace
 from autoplan.placements import format_spec
 from autoplan.plan.collectives import module_table, step_collectives
-from autoplan.plan.module_plan import COMPUTE_SPLIT, MEMORY_CATEGORIES, BatchInput, ModuleLayout, Plan, Predicted, SolverReport, rounded, total_table
+from autoplan.plan.module_plan import (
+    COMPUTE_SPLIT,
+    MEMORY_CATEGORIES,
+    BatchInput,
+    ModuleLayout,
+    Plan,
+    Predicted,
+    SolverReport,
+    rounded,
+    total_table,
+)
 from autoplan.plan.parameter_uses import parameter_uses, through_views
 from autoplan.plan.views import reshaping_readers, within
 from autoplan.solve.ilp import Solution
@@ -66,7 +76,7 @@ def build_plan(
             parameters[fqn] = output_spec(node)
             shapes[fqn] = tuple(value.shape)
             dtypes[fqn] = str(value.dtype).removeprefix("torch.")
-        tied.update({fqn: fqns[0] for fqn in fqns[1:]})
+        tied.update(dict.fromkeys(fqns[1:], fqns[0]))
     uses, readers = parameter_uses(choices, choice, parameters)
     inputs = {}
     for node, key in traced.inputs.items():
@@ -218,11 +228,11 @@ def memory_split(costed: CostedGraph, choice: dict[str, int], checkpointed: Chec
     for name, cost in costed.nodes.items():
         if cost.forward_bytes and graph.decision(name).kind in (OP, INPUT):
             forward["activations"] += cost.forward_bytes[choice[name]]
-    moved = [(u, v, edge) for (u, v, _), edge in costed.edges.items() if edge.forward_bytes]
+    moved = [(u, v, edge, edge.forward_bytes) for (u, v, _), edge in costed.edges.items() if edge.forward_bytes]
     order = {name: i for i, name in enumerate(graph.nodes)}
-    heaviest = max((v for _, v, _ in moved), key=order.__getitem__, default=None)  # every other reader runs before it
-    for u, v, edge in moved:
-        held = edge.forward_bytes[edge.row_of[choice[u]]][edge.col_of[choice[v]]]
+    heaviest = max((v for _, v, _, _ in moved), key=order.__getitem__, default=None)  # every other reader runs before it
+    for u, v, edge, forward_bytes in moved:
+        held = forward_bytes[edge.row_of[choice[u]]][edge.col_of[choice[v]]]
         forward["temporaries" if v == heaviest else "activations"] += held
     if checkpointed is not None:
         freed = freed_bytes(costed, choice, checkpointed.freed, checkpointed.share, checkpointed.mode, checkpointed.decisions,
@@ -243,7 +253,7 @@ def _call_layout(costed: CostedGraph, choice, call: ModuleCall, output_spec, ord
         return within(owners.get(node, ""), call.fqn)
 
     inputs = {}
-    passed = {}  # value -> the layout the module's input hook gives it
+    passed: dict[tuple[str, int], tuple] = {}  # value -> the layout the module's input hook gives it
     for key, node in call.inputs:
         source, out_index = costed.choices.traced.value_of(node)
         if source not in graph:

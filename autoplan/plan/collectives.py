@@ -98,40 +98,70 @@ import torch
 
 from autoplan.choices.graph import OP, PARAMETER, planning_mesh
 from autoplan.cost.comm import (
-    gradient_collectives, redistribute_collectives, without_partial,
+    gradient_collectives,
+    redistribute_collectives,
+    without_partial,
 )
 from autoplan.cost.estimate import CostedGraph, output_values, tensor_bytes
 from autoplan.dtensor import overrides
 from autoplan.dtensor.loss_parallel import own_collectives
 from autoplan.dtensor.strategies import SHAPE_ONLY_OPS, Strategy
 from autoplan.placements import REPLICATE, is_partial
-from autoplan.plan.gradient_rules import (
-    gradient_reads, partial_axes, passes_gradient, views_follow,
-)
-from autoplan.plan.loss_reductions import loss_output, loss_reductions
-from autoplan.plan.module_plan import ROOT_MODULE as ROOT, collective_table
-from autoplan.plan.split_gradients import (
-    matmul_split_axes, resplit_moves, resplit_through, split_through,
-)
 from autoplan.plan.boundaries import (
-    Boundary, crossed_boundary, module_boundaries, output_hooks, output_nodes,
+    Boundary,
+    crossed_boundary,
+    module_boundaries,
+    output_hooks,
+    output_nodes,
     rejoined_outputs,
 )
+from autoplan.plan.gradient_rules import (
+    gradient_reads,
+    partial_axes,
+    passes_gradient,
+    views_follow,
+)
+from autoplan.plan.loss_reductions import loss_output, loss_reductions
+from autoplan.plan.module_plan import ROOT_MODULE as ROOT
+from autoplan.plan.module_plan import collective_table
 from autoplan.plan.parameter_uses import (
-    gathered_parameters, hook_calls, hook_gather, hooked_reads, parameter_module,
+    gathered_parameters,
+    hook_calls,
+    hook_gather,
+    hooked_reads,
+    parameter_module,
 )
 from autoplan.plan.reached import reached_by_backward
 from autoplan.plan.recompute import recompute_collectives
 from autoplan.plan.runtime_backward import (
-    elementwise_backward, embedding_backward, grouped_backward_moves, product_backward,
-    recentred_mean_moves, runs_elementwise_backward, runs_product_backward,
-    runs_saved_value_backward, saved_value_backward,
+    elementwise_backward,
+    embedding_backward,
+    grouped_backward_moves,
+    product_backward,
+    recentred_mean_moves,
+    runs_elementwise_backward,
+    runs_product_backward,
+    runs_saved_value_backward,
+    saved_value_backward,
 )
 from autoplan.plan.runtime_choice import (
-    JOINS, added_gradients, joined_gradient, replicated_gradient, runtime_strategy,
+    JOINS,
+    added_gradients,
+    joined_gradient,
+    replicated_gradient,
+    runtime_strategy,
+)
+from autoplan.plan.split_gradients import (
+    matmul_split_axes,
+    resplit_moves,
+    resplit_through,
+    split_through,
 )
 from autoplan.plan.value_gradient import (
-    StepBackward, count_move, value_gradient, value_size,
+    StepBackward,
+    count_move,
+    value_gradient,
+    value_size,
 )
 from autoplan.plan.views import within
 
@@ -180,7 +210,7 @@ def step_collectives(
             return runs[name].output(index)
         return planned_out(name, index)
 
-    def parent_spec(b: "Boundary"):
+    def parent_spec(b: Boundary):
         return b.parent.spec if b.parent is not None else made(*b.value, b.fqn)
 
     def arrival(u: str, out_index: int, reader: str):
@@ -283,14 +313,15 @@ def step_collectives(
     # returns its input) is moved by that module's hook where DTensor made it otherwise
     # than the plan: the move is charged where the value was made.
     for name in exits - {name for name, _ in hooked_outputs}:
-        ran, planned = (runs[name].output(0), planned_out(name, 0)) if name in runs else (None, None)
-        if ran != planned:
+        ran, wanted = (runs[name].output(0), planned_out(name, 0)) if name in runs else (None, None)
+        if ran != wanted:
+            assert ran is not None and wanted is not None  # both ran: a module's output is a tensor
             nbytes, shape = value_size(graph, (name, 0))
-            for kind, axis, size, _ in redistribute_collectives(ran, planned, nbytes, mesh_shape, backward=False, shape=shape):
+            for kind, axis, size, _ in redistribute_collectives(ran, wanted, nbytes, mesh_shape, backward=False, shape=shape):
                 found[(module_of(name), kind, axis, round(size))] += 1
                 forward.append((("exit", name), (module_of(name), kind, axis, round(size))))
             if name in reached:  # and its backward brings the gradient back to the layout DTensor made
-                for kind, axis, size in gradient_collectives(without_partial(planned), ran, nbytes, mesh_shape, shape):
+                for kind, axis, size in gradient_collectives(without_partial(wanted), ran, nbytes, mesh_shape, shape):
                     found[(module_of(name), kind, axis, round(size))] += 1
 
     # A module output its hook moves, read inside the module too: nothing settles its
@@ -320,6 +351,7 @@ def step_collectives(
             return None
         layout, reads = answer
         for index, (part, read) in enumerate(zip(parts, reads)):
+            assert part is not None  # joined_gradient answers only where every part came
             nbytes, shape = value_size(graph, (name, index))
             count_move(found, module_of(name), part, read, nbytes, shape, mesh_shape)
         joined.add(name)

@@ -35,9 +35,9 @@ from torch import fx
 from autoplan.choices.graph import OP
 from autoplan.cost.comm import _moves, splits_a_dim_twice, without_partial
 from autoplan.cost.estimate import is_view, output_values
-from autoplan.plan.backward_ops import backward_keeps_partial, backward_reads_only_gradient
 from autoplan.dtensor.strategies import is_pointwise
 from autoplan.placements import PARTIAL, PARTIAL_AVG, REPLICATE, is_partial, is_shard, shard_dim
+from autoplan.plan.backward_ops import backward_keeps_partial, backward_reads_only_gradient
 
 
 def views_follow(graph, name: str) -> bool:

@@ -169,13 +169,13 @@ class Plan:
         return path
 
     @classmethod
-    def load(cls, path: str | Path) -> "Plan":
+    def load(cls, path: str | Path) -> Plan:
         """Read and validate a plan file; every problem is a PlanError naming the file and field."""
         data = read_json(path, PlanError, "plan file", "run `autoplan suggest` to write one", _FIX)
         return cls.from_dict(data, source=str(path))
 
     @classmethod
-    def from_dict(cls, data: dict, source: str = "<dict>") -> "Plan":
+    def from_dict(cls, data: dict, source: str = "<dict>") -> Plan:
         """Validate plan data (``plan.schema.json``, then ``check_plan_data``) and build the Plan."""
         check_schema(data, "plan", PlanError, f"plan {source}", _FIX)
         check_plan_data(data, source)

@@ -69,7 +69,7 @@ def recompute_collectives(choices, forward: list, recompute: dict[str, str]) -> 
                 continue
             kind, at = where
             if kind in ("boundary", "gather"):  # the module's hooks, before its first op
-                runs_at = first.get(at)
+                runs_at: float | None = first.get(at)
             elif kind == "read":
                 runs_at = order[at]
                 if mode == "selective" and graph.decision(at).fx_node.target in KEPT_BY_SELECTIVE:

@@ -17,6 +17,8 @@ quotient's (``elementwise_backward``), a pointwise op's that reads its saved res
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import fx
 from torch.distributed.device_mesh import DeviceMesh
@@ -27,7 +29,13 @@ from autoplan.choices.decision import Decision
 from autoplan.choices.graph import OP, is_tensor_input
 from autoplan.dtensor.strategies import is_pointwise, tensor_meta
 from autoplan.placements import (
-    PARTIAL_AVG, REPLICATE, Spec, is_partial, is_shard, runtime_placements, shard,
+    PARTIAL_AVG,
+    REPLICATE,
+    Spec,
+    is_partial,
+    is_shard,
+    runtime_placements,
+    shard,
     shard_dim,
 )
 from autoplan.plan.gradient_rules import broadcast_dims
@@ -48,10 +56,11 @@ def grouped_backward_moves(decision: Decision, grad: Spec, saved: dict[int, Spec
     node = decision.fx_node
     if node.target is not torch.ops.aten._grouped_mm.default or len(node.args) < 3 or 0 not in saved or 1 not in saved:
         return None
-    x, w, offs = (arg.meta.get("val") if isinstance(arg, fx.Node) else None for arg in node.args[:3])
-    out = node.meta.get("val")
-    if any(not isinstance(t, torch.Tensor) for t in (x, w, offs, out)) or x.dim() != 2 or w.dim() != 3:
+    values = _all_tensors(*(arg.meta.get("val") if isinstance(arg, fx.Node) else None for arg in node.args[:3]),
+                          node.meta.get("val"))
+    if values is None or values[0].dim() != 2 or values[1].dim() != 3:
         return None
+    x, w, offs, out = values
     offs_spec = (REPLICATE,) * len(grad)
     asks = (  # (the product's operands, their layouts, the input index of the saved one it reads)
         ((out, w.transpose(-2, -1), offs), (grad, _transposed(saved[1], 3), offs_spec), 1),
@@ -72,7 +81,7 @@ def grouped_backward_moves(decision: Decision, grad: Spec, saved: dict[int, Spec
     return moves
 
 
-_PRODUCTS = {
+_PRODUCTS: dict[object, int] = {
     torch.ops.aten.mm.default: 0, torch.ops.aten.addmm.default: 1, torch.ops.aten.bmm.default: 0,
     torch.ops.aten._grouped_mm.default: 0,
 }
@@ -160,9 +169,10 @@ def embedding_backward(decision: Decision, k: int, grad: Spec, operands: dict[in
     if decision.kind != OP or node.target is not torch.ops.aten.embedding.default or k != 0 or 1 not in operands:
         return None
     saved, read = operands[1]
-    weight, indices, out = (node.args[0].meta.get("val"), node.args[1].meta.get("val"), node.meta.get("val"))
-    if saved == read or any(not isinstance(t, torch.Tensor) for t in (weight, indices, out)):
+    values = _all_tensors(_recorded(node.args[0]), _recorded(node.args[1]), node.meta.get("val"))
+    if saved == read or values is None:
         return None
+    weight, indices, out = values
     padding_idx = node.args[2] if len(node.args) > 2 else -1
     scale_grad_by_freq = node.args[3] if len(node.args) > 3 else False
     specs = [dtensor_spec(mesh, grad, out), dtensor_spec(mesh, saved, indices)]
@@ -181,9 +191,10 @@ def _backward_product_operands(node: fx.Node, first: int, k: int, grad: Spec, sa
     the product reads it transposed, else 0)`` of the backward product that makes operand
     ``k``'s gradient of the matrix product ``node``, as autograd runs it; None for shapes
     it is not asked of."""
-    a, b, out = (node.args[first].meta.get("val"), node.args[first + 1].meta.get("val"), node.meta.get("val"))
-    if any(not isinstance(t, torch.Tensor) for t in (a, b, out)):
+    values = _all_tensors(_recorded(node.args[first]), _recorded(node.args[first + 1]), node.meta.get("val"))
+    if values is None:
         return None
+    a, b, out = values
     if node.target is torch.ops.aten.bmm.default:  # per batch: its backward products are bmms too
         return _plain_backward_product(torch.ops.aten.bmm.default, 3, a, b, out, first, k, grad, saved)
     if node.target is not torch.ops.aten._grouped_mm.default:
@@ -256,9 +267,12 @@ def elementwise_backward(decision: Decision, k: int, grad: Spec, operands: dict[
     if k not in (0, 1) or other not in operands:
         return None
     saved, read = operands[other]
-    out, mine, theirs = node.meta.get("val"), node.args[k].meta.get("val"), node.args[other].meta.get("val")
+    values = _all_tensors(node.meta.get("val"), _recorded(node.args[k]), _recorded(node.args[other]))
+    if values is None:  # DTensor cannot run it either
+        return None
+    out, mine, theirs = values
 
-    moves = []
+    moves: list[tuple[int | str, Spec, Spec]] = []
     try:
         if node.target is torch.ops.aten.div.Tensor and k == 1:
             # ``-grad * ((a / b) / b)``: the quotient made again from the saved operands
@@ -301,9 +315,9 @@ def _summed_to(layout: Spec, out: tuple, shape: tuple, mesh: DeviceMesh, meta) -
         return layout, []
     spec = DTensorSpec(mesh, runtime_placements(layout), tensor_meta=meta)
     made, (read,) = dtensor_runs(torch.ops.aten.sum.dim_IntList, [spec], (spec, dims, True))
-    if any(is_shard(p) and shard_dim(p) < lead for p in made):
+    if any((d := shard_dim(p)) is not None and d < lead for p in made):
         return None
-    viewed = tuple(shard(shard_dim(p) - lead) if is_shard(p) else p for p in made)
+    viewed = tuple(shard(d - lead) if (d := shard_dim(p)) is not None else p for p in made)
     return viewed, ([("gradient", layout, read)] if read != layout else [])
 
 
@@ -381,10 +395,10 @@ def recentred_mean_moves(decision: Decision, saved: Spec | None, mesh: DeviceMes
     node = decision.fx_node
     if decision.kind != OP or node.target not in _RECENTRED or saved is None:
         return None
-    x = node.args[0].meta.get("val")
+    x = _recorded(node.args[0])
     if not isinstance(x, torch.Tensor):
         return None
-    dims = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim")
+    dims: Any = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim")  # the schema's int[1]? dim
     reduced = {d % x.dim() for d in dims} if dims else set(range(x.dim()))
     mean = tuple(PARTIAL_AVG if is_shard(p) and shard_dim(p) in reduced else p for p in saved)
     if not any(is_partial(p) for p in mean):
@@ -406,4 +420,16 @@ def _transposed(spec: Spec, dims: int) -> Spec:
     """The layout of a tensor of ``dims`` dims laid out ``spec``, as its transpose of the
     last two dims is laid out (the same the other way)."""
     last = (dims - 2, dims - 1)
-    return tuple(shard(2 * dims - 3 - shard_dim(p)) if is_shard(p) and shard_dim(p) in last else p for p in spec)
+    return tuple(shard(2 * dims - 3 - d) if (d := shard_dim(p)) is not None and d in last else p for p in spec)
+
+
+def _recorded(arg: fx.node.Argument) -> object:
+    """The value tracing recorded for ``arg``, an operand the op reads as a tensor (a node)."""
+    assert isinstance(arg, fx.Node), arg
+    return arg.meta.get("val")
+
+
+def _all_tensors(*values: object) -> tuple[torch.Tensor, ...] | None:
+    """``values`` where each is a tensor, else None."""
+    tensors = tuple(v for v in values if isinstance(v, torch.Tensor))
+    return tensors if len(tensors) == len(values) else None

@@ -33,7 +33,11 @@ from autoplan.choices.graph import OP, is_tensor_input
 from autoplan.dtensor import loss_parallel, overrides
 from autoplan.dtensor.strategies import Strategy, runtime_schema_info, tensor_meta
 from autoplan.placements import (
-    REPLICATE, Spec, runtime_placements, runtime_spec, spec_from_placements,
+    REPLICATE,
+    Spec,
+    runtime_placements,
+    runtime_spec,
+    spec_from_placements,
 )
 from autoplan.trace.backward_run import gradient_makers, input_gradients, signature
 
@@ -91,13 +95,14 @@ def joined_gradient(decision: Decision, parts: list[Spec | None], mesh: DeviceMe
     split, reduce-scattering the key's. None where DTensor cannot say, or a part has no
     gradient (autograd joins zeros for it)."""
     node = decision.fx_node
-    if decision.kind != OP or node.target not in JOINS or any(p is None for p in parts):
+    given = [p for p in parts if p is not None]
+    if decision.kind != OP or node.target not in JOINS or len(given) != len(parts):
         return None
     values = node.meta.get("val")
     if not isinstance(values, (tuple, list)) or len(values) != len(parts):
         return None
     dim = node.args[2] if len(node.args) > 2 else node.kwargs.get("dim", 0)
-    specs = [dtensor_spec(mesh, p, v) for p, v in zip(parts, values)]
+    specs = [dtensor_spec(mesh, p, v) for p, v in zip(given, values)]
     op = torch.ops.aten.cat.default
     try:
         joined, reads = dtensor_runs(op, specs, (specs, dim))

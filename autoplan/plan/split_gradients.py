@@ -68,8 +68,8 @@ def split_through(graph, name: str, exits, grad: tuple, made: tuple, mesh_shape,
     node = graph.decision(name).fx_node
     if _is_repeat(graph, name):
         return tuple(
-            is_shard(g) and _made_whole(q) and not splits_a_dim_twice(grad)
-            and repeated_split(node, shard_dim(g), ways) is not None
+            (d := shard_dim(g)) is not None and _made_whole(q) and not splits_a_dim_twice(grad)
+            and repeated_split(node, d, ways) is not None
             for g, q, ways in zip(grad, made, mesh_shape)
         )
     pointwise = is_elementwise(graph, name)
@@ -246,7 +246,10 @@ def matmul_input_gradient(graph, name: str, k: int, after: tuple, made: tuple, e
     if any(split) and graph.decision(name).fx_node.target is _aten.convolution.default:
         return tuple((shard(0) if k == 0 else PARTIAL) if through else g for through, g in zip(split, grad))
     first = _MATMULS.get(graph.decision(name).fx_node.target)
-    if not any(split) or k not in (first, first + 1):
+    if not any(split):
+        return grad
+    assert first is not None  # only a matrix product splits through (matmul_split_axes)
+    if k not in (first, first + 1):
         return grad
     rows = graph.decision(name).fx_node.meta["val"].dim() - 2
     own = rows if k == first else rows + 1  # the output dim this operand's gradient keeps
@@ -254,6 +257,7 @@ def matmul_input_gradient(graph, name: str, k: int, after: tuple, made: tuple, e
     for axis, through in enumerate(split):
         if through:
             dim = shard_dim(after[axis])
+            assert dim is not None  # split through: a shard
             result[axis] = shard(dim) if dim < rows or dim == own else PARTIAL
     return tuple(result)
 
@@ -295,7 +299,9 @@ def _input_dim(graph, name: str, out_dim: int, in_shape: tuple, out_shape: tuple
     are its input's others; a pointwise op's inputs broadcast from the right."""
     node = graph.decision(name).fx_node
     if _JOINS.get(node.target):
-        return out_dim - (out_dim > _joined_dim(graph, name))
+        joined = _joined_dim(graph, name)
+        assert joined is not None  # a stack's op joins along a dim
+        return out_dim - (out_dim > joined)
     reduced = _reduced_dims(graph, name)
     if reduced is not None:
         dims, keepdim = reduced
@@ -326,6 +332,7 @@ def split_input_gradient(
         if not split:
             continue
         out_dim = shard_dim(after[axis])
+        assert out_dim is not None  # split through: a shard
         if _is_repeat(graph, name):
             result[axis] = repeated_split(node, out_dim, mesh_shape[axis])
             continue
@@ -333,7 +340,7 @@ def split_input_gradient(
             result[axis] = gradient_only_split(graph, name, after, axis, mesh_shape)
             continue
         dim = _input_dim(graph, name, out_dim, in_shape, out_shape)
-        result[axis] = shard(dim) if 0 <= dim and in_shape[dim] == out_shape[out_dim] else PARTIAL
+        result[axis] = shard(dim) if dim >= 0 and in_shape[dim] == out_shape[out_dim] else PARTIAL
     return tuple(result)
 
 

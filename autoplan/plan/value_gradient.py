@@ -15,23 +15,36 @@ step.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from autoplan.choices.graph import ChoiceGraph
 from autoplan.cost.comm import (
-    gradient_collectives, moves_locally, redistribute_collectives, without_partial,
+    gradient_collectives,
+    moves_locally,
+    redistribute_collectives,
+    without_partial,
 )
 from autoplan.cost.estimate import output_values, splits_work, tensor_bytes
 from autoplan.placements import PARTIAL, REPLICATE, is_partial
 from autoplan.plan.boundaries import Boundary, through_output_hook
 from autoplan.plan.gradient_rules import (
-    averaged_product_axes, averaged_product_summed, averaged_sum_axes, output_gradient,
-    passes_gradient_to, summed, through_view, views_follow, whole_product_gradient,
+    averaged_product_axes,
+    averaged_product_summed,
+    averaged_sum_axes,
+    output_gradient,
+    passes_gradient_to,
+    summed,
+    through_view,
+    views_follow,
+    whole_product_gradient,
 )
 from autoplan.plan.gradient_strides import copies_gradient
 from autoplan.plan.split_gradients import (
-    matmul_input_gradient, reshaped_gradient, sliced_gradient, split_input_gradient,
+    matmul_input_gradient,
+    reshaped_gradient,
+    sliced_gradient,
+    split_input_gradient,
 )
 
 

@@ -133,6 +133,7 @@ def solve(
                 return _with_totals(fastest, tried, started)
         best = attempt(memory_budget_bytes)
     for mode, layers in first_counts(recompute):
+        assert recompute is not None  # first_counts is empty without it
         found = attempt(memory_budget_bytes, mode, layers)
         while found is not None and recompute.forced is None:
             freed_all = freed_bytes(costed, found.choice, recompute.freed, 1.0, mode, recompute.decisions, recompute.inputs,
@@ -192,7 +193,8 @@ def _grid_terms(costed, s, e, keys, scale: float, grid_of, whole: bool = False) 
     def scaled(value: float) -> float:
         return round(value * scale) if whole else value * scale
 
-    terms, constant = [], 0.0
+    terms: list = []
+    constant = 0.0
     for key in keys:
         edge, (u, v, _) = costed.edges[key], key
         grid = grid_of(edge)
@@ -236,7 +238,8 @@ def _solve_mode(costed, memory_budget_bytes, time_limit_s, allowed, recompute, m
     search_s, search_cpu_s = time.perf_counter() - searching, time.process_time() - searching_cpu
     reason = result.termination.reason
     stopped = result.termination.limit == mathopt.Limit.TIME
-    if reason in (mathopt.TerminationReason.INFEASIBLE, mathopt.TerminationReason.INFEASIBLE_OR_UNBOUNDED) or not result.has_primal_feasible_solution():
+    if reason in (mathopt.TerminationReason.INFEASIBLE,
+        mathopt.TerminationReason.INFEASIBLE_OR_UNBOUNDED) or not result.has_primal_feasible_solution():
         status = "out_of_time" if reason == mathopt.TerminationReason.NO_SOLUTION_FOUND else "infeasible"
         return Solution({}, status, math.inf, math.inf, 0.0, 0, 0, 0.0, search_s, search_cpu_s, stopped, mode, layers)
     values = result.variable_values()
@@ -309,7 +312,8 @@ def least_memory_bytes(
     e = _add_edge_vars(model, costed, s)
     peak = model.add_variable(lb=0.0, name="peak_gib")
     leanest_choice = leanest(recompute)
-    checkpoint = _checkpoint_terms(costed, s, e, recompute, *leanest_choice) if leanest_choice is not None else None
+    checkpoint = (_checkpoint_terms(costed, s, e, recompute, *leanest_choice)
+                  if recompute is not None and leanest_choice is not None else None)
     for terms, constant in _memory_rows(costed, s, e, checkpoint):
         model.add_linear_constraint(mathopt.fast_sum(terms) + constant / 2**30 <= peak)
     model.minimize(peak)
@@ -431,7 +435,8 @@ def _memory_rows(costed, s, e, checkpoint=None) -> list[tuple[list, float]]:
         if row == "forward_bytes" and not any(cost.forward_bytes for cost in costed.nodes.values()):
             continue
         folds = _grid_folds(costed, s, grid_of) if grid_of else None
-        terms, constant = [], 0.0
+        terms: list = []
+        constant = 0.0
         for name, cost in costed.nodes.items():
             per = getattr(cost, row)
             if not per:

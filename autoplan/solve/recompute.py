@@ -99,7 +99,8 @@ class _Linear:
 
 def _linear(costed, s, names, row: int, scale: float, whole: bool = False) -> _Linear:
     """sum over ``names`` of s[v,i] * row[v][i] * scale (rounded to integers with ``whole``)."""
-    terms, constant = [], 0.0
+    terms: list = []
+    constant = 0.0
     for name in sorted(names):
         if name not in costed.nodes:
             continue
@@ -191,6 +192,7 @@ def rerun_parts(costed: CostedGraph, choice: dict[str, int], decisions, mode: st
     moves = 0.0
     for key in rerun_edges(costed, decisions, mode):
         edge = costed.edges[key]
+        assert edge.rerun_seconds is not None  # rerun_edges lists only these
         moves += edge.rerun_seconds[edge.row_of[choice[key[0]]]][edge.col_of[choice[key[1]]]]
     return share * ops, share * moves
 
@@ -225,6 +227,7 @@ def kept_inside_bytes(costed: CostedGraph, choice: dict[str, int], inside) -> fl
     total = 0.0
     for key in inside_edges(costed, inside):
         edge = costed.edges[key]
+        assert edge.kept_bytes is not None  # inside_edges lists only these
         total += edge.kept_bytes[edge.row_of[choice[key[0]]]][edge.col_of[choice[key[1]]]]
     return total
 

@@ -131,7 +131,7 @@ def merge_followers(costed: CostedGraph, regions: dict | None = None, keep=froze
     return Simplified(reduced, followers)
 
 
-def layer_regions(choices) -> dict[str, str] | None:
+def layer_regions(choices) -> dict[str, str | None] | None:
     """Decision -> the numbered layer it lives in (``model.layers.3``), for ``regions``.
 
     Keeping merges inside each layer of a stack of three or more is what tied planning
@@ -148,7 +148,7 @@ def layer_regions(choices) -> dict[str, str] | None:
             sizes[stack] = sizes.get(stack, 0) + 1
     if not any(n >= 3 for n in sizes.values()):
         return None
-    regions = {}
+    regions: dict[str, str | None] = {}
     for decision in choices.graph.decisions():
         name = decision.name
         if name in traced.parameters:

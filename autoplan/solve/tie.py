@@ -197,7 +197,7 @@ def scale_costs(costed: CostedGraph, node_weight) -> CostedGraph:
     for name, c in costed.nodes.items():
         w = node_weight(name)
         nodes[name] = NodeCost(
-            *(tuple(w * x for x in values) for values in (c.compute_s, c.comm_s, c.memory_bytes)), c.memory_kind,
+            tuple(w * x for x in c.compute_s), tuple(w * x for x in c.comm_s), tuple(w * x for x in c.memory_bytes), c.memory_kind,
             tuple(w * x for x in c.end_bytes), tuple(tuple(w * x for x in row) for row in c.recompute),
             tuple(w * x for x in c.forward_bytes), tuple(tuple(w * x for x in row) for row in c.compute_parts),
         )
@@ -231,7 +231,8 @@ def _same_value(da: Decision, db: Decision) -> bool:
     if fa.op != fb.op or (fa.op != "placeholder" and fa.target != fb.target):
         return False
     va, vb = fa.meta.get("val"), fb.meta.get("val")
-    shape = lambda v: (tuple(v.shape), v.dtype) if hasattr(v, "shape") else repr(type(v))
+    def shape(v):
+        return (tuple(v.shape), v.dtype) if hasattr(v, "shape") else repr(type(v))
     if isinstance(va, (tuple, list)) and isinstance(vb, (tuple, list)):
         return len(va) == len(vb) and all(shape(x) == shape(y) for x, y in zip(va, vb))
     return shape(va) == shape(vb)

@@ -17,7 +17,7 @@ from autoplan.cost.estimate import CostedGraph
 def greedy_start(costed: CostedGraph, budget_bytes: float, allowed: dict[str, set[int]] | None = None) -> dict[str, int]:
     allowed = allowed or {}
     inputs: dict[str, list] = {}
-    for (u, v, k), edge in costed.edges.items():
+    for (u, v, _k), edge in costed.edges.items():
         inputs.setdefault(v, []).append((u, edge))
     choice: dict[str, int] = {}
     for name, cost in costed.nodes.items():
@@ -28,8 +28,8 @@ def greedy_start(costed: CostedGraph, budget_bytes: float, allowed: dict[str, se
             continue
 
         def seconds(i: int) -> float:
-            total = cost.compute_s[i] + cost.comm_s[i]
-            for u, edge in ins:
+            total = cost.compute_s[i] + cost.comm_s[i]  # noqa: B023 - called in this iteration
+            for u, edge in ins:  # noqa: B023 - called in this iteration
                 if u in choice:
                     total += edge.seconds[edge.row_of[choice[u]]][edge.col_of[i]]
             return total

@@ -147,6 +147,7 @@ def _backward(node: fx.Node, mode_for) -> list | None:
         return tensor
 
     args, kwargs = tree_map(stand_in, (node.args, node.kwargs), is_leaf=lambda a: isinstance(a, fx.Node))
+    assert callable(node.target), node  # an op node
     outputs = [x for x in tree_flatten(node.target(*args, **kwargs))[0] if isinstance(x, torch.Tensor) and x.requires_grad]
     if not outputs:
         return None

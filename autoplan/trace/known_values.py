@@ -35,7 +35,9 @@ from __future__ import annotations
 
 import sys
 import threading
+from collections.abc import Callable
 from contextlib import contextmanager
+from typing import Any
 
 import torch
 from torch.multiprocessing.reductions import StorageWeakRef
@@ -77,7 +79,7 @@ _local = threading.local()
 """``mode``: the ``_KnownValues`` mode of this thread's trace, or absent."""
 _lock = threading.Lock()
 _users = 0
-_original_is_fake = None
+_original_is_fake: Callable[[object], bool] | None = None
 
 
 @contextmanager
@@ -187,7 +189,7 @@ def _cheap(func, tensors, out: torch.Tensor) -> bool:
 
 def _written(func, args, kwargs) -> list[torch.Tensor]:
     """The tensors ``func`` writes into (in place, or ``out=``)."""
-    written = []
+    written: list[torch.Tensor] = []
     for index, argument in enumerate(func._schema.arguments):
         if argument.is_write:
             value = args[index] if index < len(args) else kwargs.get(argument.name)
@@ -228,6 +230,7 @@ def _is_fake_unless_known(tensor) -> bool:
     mode = getattr(_local, "mode", None)
     if mode is not None and mode.is_known(tensor):
         return False
+    assert _original_is_fake is not None  # installed before this replaces it
     return _original_is_fake(tensor)
 
 
@@ -235,7 +238,7 @@ def _patch_transformers() -> None:
     global _users, _original_is_fake
     with _lock:
         _users += 1
-        module = sys.modules.get("transformers.utils.import_utils")
+        module: Any = sys.modules.get("transformers.utils.import_utils")
         if _users == 1 and module is not None and hasattr(module, "is_fake_tensor"):
             _original_is_fake = module.is_fake_tensor
             module.is_fake_tensor = _is_fake_unless_known
@@ -245,7 +248,7 @@ def _unpatch_transformers() -> None:
     global _users, _original_is_fake
     with _lock:
         _users -= 1
-        module = sys.modules.get("transformers.utils.import_utils")
+        module: Any = sys.modules.get("transformers.utils.import_utils")
         if _users == 0 and _original_is_fake is not None:
             if module is not None:
                 module.is_fake_tensor = _original_is_fake

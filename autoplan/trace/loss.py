@@ -130,7 +130,7 @@ def with_value_at(output, where: str, value):
     if where == ".loss":
         if _is_namedtuple(output):
             return output._replace(loss=value)
-        if dataclasses.is_dataclass(output):
+        if dataclasses.is_dataclass(output) and not isinstance(output, type):
             return dataclasses.replace(output, loss=value)
         new = copy.copy(output)
         new.loss = value

@@ -54,7 +54,8 @@ def _install() -> None:
             return
         cls = autocast_mode.autocast
         _originals.update(__init__=cls.__init__, __enter__=cls.__enter__, __exit__=cls.__exit__)
-        cls.__init__, cls.__enter__, cls.__exit__ = _init, _enter, _exit
+        for name, patched in (("__init__", _init), ("__enter__", _enter), ("__exit__", _exit)):
+            setattr(cls, name, patched)
 
 
 def _uninstall() -> None:
@@ -63,7 +64,8 @@ def _uninstall() -> None:
         _users -= 1
         if _users == 0:
             cls = autocast_mode.autocast
-            cls.__init__, cls.__enter__, cls.__exit__ = (_originals[name] for name in ("__init__", "__enter__", "__exit__"))
+            for name in ("__init__", "__enter__", "__exit__"):
+                setattr(cls, name, _originals[name])
             _originals.clear()
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import sys
 from contextlib import contextmanager
+from types import FrameType
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -50,7 +51,7 @@ class _NoGradOps(TorchDispatchMode):
 def _in_function_forward() -> bool:
     """Whether an ``autograd.Function``'s ``apply`` is on the Python stack (its forward runs
     with autograd off, and reentrant checkpointing is one)."""
-    frame = sys._getframe(2)
+    frame: FrameType | None = sys._getframe(2)
     while frame is not None:
         if frame.f_code.co_name == "apply" and frame.f_code.co_filename.replace("\\", "/").endswith(_FUNCTION_FILE):
             return True

@@ -35,14 +35,16 @@ from __future__ import annotations
 
 import inspect
 import re
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from torch import nn
 from torch._subclasses.fake_tensor import FakeTensor, unset_fake_temporarily
 from torch.nn.utils.stateless import _reparametrize_module
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_flatten, tree_unflatten
+from torch.utils._pytree import TreeSpec, tree_flatten, tree_unflatten
 from torch.utils.flop_counter import FlopCounterMode
 
 aten = torch.ops.aten
@@ -67,12 +69,12 @@ class Region:
     fqn: str
     state_names: tuple[str, ...]
     """The module's parameter and buffer names, in the order they follow the inputs."""
-    in_spec: object = None
+    in_spec: TreeSpec | None = None
     in_constants: list = field(default_factory=list)
     out_spec: object = None
     out_constants: list = field(default_factory=list)
     flops: float = 0.0
-    original_forward: object = None
+    original_forward: Callable[..., Any] | None = None
 
 
 _REGIONS: dict[str, Region] = {}
@@ -87,7 +89,7 @@ RESTRIDING_OPS = frozenset({aten.as_strided.default, aten.as_strided_.default})
 change nothing (its ``as_strided`` handler), and their backward restrides the gradient."""
 
 
-def takes_local_shards(cls: type) -> bool:
+def takes_local_shards(cls: type[nn.Module]) -> bool:
     """Whether ``cls.forward`` calls ``to_local()`` on one of its module's own attributes."""
     try:
         source = inspect.getsource(cls.forward)
@@ -118,6 +120,7 @@ def _fake(key: str, tensors: list[torch.Tensor]) -> list[torch.Tensor]:
 def _run(region: Region, tensors: list[torch.Tensor], hints: bool) -> list[torch.Tensor]:
     n_state = len(region.state_names)
     inputs, state = list(tensors[: len(tensors) - n_state]), tensors[len(tensors) - n_state:]
+    assert region.in_spec is not None and region.original_forward is not None  # set by install and the traced call
     leaves = list(region.in_constants)
     tensor_iter = iter(inputs)
     leaves = [next(tensor_iter) if leaf is _TENSOR else leaf for leaf in leaves]
@@ -205,7 +208,7 @@ def _sizes_summing_to_the_dim(source, sizes, dim=0):
     return source, sizes, dim
 
 
-def install(model: nn.Module, classes: set[type]) -> list[Region]:
+def install(model: nn.Module, classes: Collection[type]) -> list[Region]:
     """Route every module of ``classes`` through ``autoplan::opaque_region``; undo with ``uninstall``."""
     installed = []
     for fqn, module in model.named_modules():
@@ -243,7 +246,7 @@ def _traced_forward(key: str, found: Region):
 
 def is_data_dependent(error: BaseException) -> bool:
     """Whether a tracing error comes from shapes that depend on tensor values."""
-    seen = error
+    seen: BaseException | None = error
     while seen is not None:
         if type(seen).__name__ in DATA_DEPENDENT_ERRORS or "data-dependent" in str(seen):
             return True

@@ -26,7 +26,6 @@ from dataclasses import dataclass
 
 from torch import nn
 
-
 KEPT_LAYERS = 2
 MIN_LAYERS = 3  # with two layers, cutting saves nothing
 

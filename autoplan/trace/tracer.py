@@ -19,11 +19,13 @@ import functools
 import hashlib
 import operator
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from torch import fx, nn
 from torch.fx.experimental.proxy_tensor import get_proxy_mode, get_proxy_slot, make_fx
 from torch.utils._pytree import keystr, tree_flatten, tree_flatten_with_path, tree_unflatten
+from torch.utils.hooks import RemovableHandle
 
 from autoplan.dtensor.fused_attention import FusedAttention
 from autoplan.dtensor.overrides import installed as dtensor_overrides
@@ -271,12 +273,12 @@ def _autocast_warnings(enabled: list[bool]) -> tuple[str, ...]:
     if not count:
         return ()
     return (
-        f"{count} autocast region(s) on the meta device (torch.autocast(device_type=x.device.type)) were traced "
-        "in the model's own dtypes: the plan's costs do not include their lower precision",
+        (f"{count} autocast region(s) on the meta device (torch.autocast(device_type=x.device.type)) were traced "
+        "in the model's own dtypes: the plan's costs do not include their lower precision"),
     )
 
 
-def _module_to_isolate(gm: fx.GraphModule, recorder: "_CallRecorder", model: nn.Module):
+def _module_to_isolate(gm: fx.GraphModule, recorder: _CallRecorder, model: nn.Module):
     """(the innermost module to trace again as an opaque region, why), or (None, None):
     one that made a value whose size depends on the data (``torch.where`` traced with an
     unbacked size), as one whose trace fails on such a size is; or one that restrides a
@@ -296,8 +298,9 @@ def _module_to_isolate(gm: fx.GraphModule, recorder: "_CallRecorder", model: nn.
 def _restrides_as_it_is(node: fx.Node) -> bool:
     """Whether an ``as_strided`` node asks for the size, strides and offset its input has
     (DTensor runs that as an alias)."""
-    source, size, stride = node.args[0].meta.get("val"), node.args[1], node.args[2]
-    offset = node.args[3] if len(node.args) > 3 else None
+    args: tuple[Any, ...] = node.args  # as_strided(Tensor, SymInt[], SymInt[], SymInt?): fx types them loosely
+    source, size, stride = args[0].meta.get("val"), args[1], args[2]
+    offset = args[3] if len(args) > 3 else None
     return isinstance(source, torch.Tensor) and (tuple(source.shape), source.stride()) == (tuple(size), tuple(stride)) \
         and offset in (None, source.storage_offset())
 
@@ -318,7 +321,7 @@ class _CallRecorder:
         self.calls: list[ModuleCall] = []
         self._ranges: list[tuple[str, int, int]] = []
         self._stack: list[tuple[str, int, tuple]] = []
-        self._handles = []
+        self._handles: list[RemovableHandle] = []
 
     def __enter__(self):
         for fqn, module in self.model.named_modules():

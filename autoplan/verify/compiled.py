@@ -28,7 +28,8 @@ def compile_model(model: nn.Module, mode: str, backend: str = "inductor"):
         raise PlanError("the model has no repeated blocks to compile (no nn.ModuleList of one module class)", hint="use --compile whole")
     for blocks in lists:
         for index, block in enumerate(blocks):
-            blocks[index] = torch.compile(block, backend=backend)
+            # torch.compile of a module returns a module (OptimizedModule); torch types it as a callable
+            blocks[index] = torch.compile(block, backend=backend)  # type: ignore[assignment]
     return model
 
 

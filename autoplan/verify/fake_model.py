@@ -68,7 +68,7 @@ def is_fake(tensor: torch.Tensor) -> bool:
 def needs_real_values(err: BaseException) -> str:
     """Why a step on fake tensors failed, in words: a read of a value (``DATA_DEPENDENT``,
     anywhere in the exception's chain) or another error a fake tensor raised."""
-    seen = err
+    seen: BaseException | None = err
     while seen is not None:
         if isinstance(seen, DATA_DEPENDENT):
             op = getattr(seen, "func", None)

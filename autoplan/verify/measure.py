@@ -47,14 +47,14 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from autoplan._process_group import process_group
-from autoplan._process_group import free_port
+from autoplan._process_group import free_port, process_group
 
 COLLECTIVE_TIMEOUT_S = 120
 """A collective that waits this long means a rank is lost: the launch ends."""
@@ -172,7 +172,7 @@ def _worker(rank: int, world: int, port: int, jobs: list[MeasureJob], config: Me
         for job in jobs:
             try:
                 result = _time_job(job, config, meshes)
-            except Exception as err:  # the same layout fails the same way on every rank
+            except Exception as err:  # noqa: BLE001 - the same layout fails the same way on every rank
                 if os.environ.get("AUTOPLAN_MEASURE_DEBUG"):
                     import traceback
 
@@ -251,7 +251,7 @@ def _time_steps(step, config: MeasureConfig, per_op: bool = False) -> dict:
     count = config.steps
     if slowest.item() > 0:
         count = max(config.min_steps, min(config.steps, int(config.budget_s / slowest.item())))
-    best = None
+    best: tuple[list[float], float] | None = None
     for attempt in range(1 + config.retries):
         if attempt:
             time.sleep(config.quiet_wait_s)
@@ -261,6 +261,7 @@ def _time_steps(step, config: MeasureConfig, per_op: bool = False) -> dict:
             best = (steps, foreign)
         if not foreign > config.max_foreign_share:  # NaN (no /proc) is taken as undisturbed
             break
+    assert best is not None  # the loop ran at least once
     steps, foreign = best
     counter = _OpCounter()
     with counter:
@@ -289,7 +290,7 @@ def _timed_steps(step, count: int) -> tuple[list[float], float]:
     host_before, own_before = _host_cpu(), _own_cpu()
     spans = _spans(step, count)
     host_after, own_after = _host_cpu(), _own_cpu()
-    gathered = [None] * dist.get_world_size()
+    gathered: list[Any] = [None] * dist.get_world_size()  # each rank's (spans, own CPU, host CPU before, after)
     dist.all_gather_object(gathered, (spans, own_after - own_before, host_before, host_after))
     # Step i runs from the first rank's start to the last rank's end.
     steps = [

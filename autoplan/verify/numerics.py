@@ -41,11 +41,10 @@ import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_map
 
-from autoplan.dtensor.fused_attention import sdpa_call
-from autoplan.trace.loss import model_loss
 from autoplan._process_group import free_port
 from autoplan._processes import start_ranks
-
+from autoplan.dtensor.fused_attention import sdpa_call
+from autoplan.trace.loss import model_loss
 
 COLLECTIVE_TIMEOUT_S = 300
 ZERO_GRADIENT_FLOOR = 1e-4

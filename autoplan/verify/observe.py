@@ -24,13 +24,14 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 from torch import nn
-from torch.distributed.distributed_c10d import ProcessGroup, _resolve_process_group
 from torch.distributed.device_mesh import DeviceMesh
+from torch.distributed.distributed_c10d import GroupName, ProcessGroup, _resolve_process_group
 from torch.distributed.tensor import DTensor
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-from autoplan.plan.module_plan import ROOT_MODULE as ROOT, collective_table
+from autoplan.plan.module_plan import ROOT_MODULE as ROOT
+from autoplan.plan.module_plan import collective_table
 
 _TAG = "autoplan_module"
 
@@ -120,7 +121,7 @@ class CollectiveCounter(TorchDispatchMode):
             return self._stack[-1]
         node = torch._C._current_autograd_node()
         if node is not None:
-            return node.metadata.get(_TAG, ROOT)
+            return node.metadata.get(_TAG, ROOT)  # type: ignore[attr-defined]  # a dict property; torch types it a method
         return ROOT
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
@@ -167,8 +168,9 @@ def _axis_groups(mesh: DeviceMesh) -> dict[frozenset, str]:
     flattens axes to reduce over several at once), by the ranks it holds."""
     names = _axis_names(mesh)
     coordinate = mesh.get_coordinate()
+    assert coordinate is not None  # this rank is in the mesh
     ranks = mesh.mesh
-    groups = {}
+    groups: dict[frozenset, str] = {}
     for first in range(mesh.ndim):
         for last in range(first, mesh.ndim):
             index = tuple(
@@ -183,7 +185,7 @@ def _axis_of(group: str | None, axes: dict[frozenset, str]) -> str:
     if group is None:
         return "?"
     try:
-        members = frozenset(dist.get_process_group_ranks(_resolve_process_group(group)))
+        members = frozenset(dist.get_process_group_ranks(_resolve_process_group(GroupName(group))))
     except (RuntimeError, ValueError, KeyError):
         return group
     return axes.get(members, group)

@@ -236,7 +236,8 @@ def step_error(err: Exception, model: nn.Module) -> StepError:
     backward), the exception, and what the user can change."""
     culprit = failing_module(err, model)
     names = {id(m): fqn for fqn, m in model.named_modules()}
-    where = f"module {names[id(culprit)] or '<root>'} ({type(culprit).__name__})" if culprit is not None else "the backward or optimizer step"
+    where = (f"module {names[id(culprit)] or '<root>'} ({type(culprit).__name__})" if culprit is not None
+             else "the backward or optimizer step")
     first = str(err).strip().splitlines()[0] if str(err).strip() else ""
     return StepError(
         f"the planned training step failed in {where}: {type(err).__name__}: {first}",

@@ -8,7 +8,12 @@ no rule either. Each step failed in the backward before.
 """
 
 import torch
-from transformers import MobileNetV2Config, MobileNetV2ForImageClassification, PoolFormerConfig, PoolFormerForImageClassification
+from transformers import (
+    MobileNetV2Config,
+    MobileNetV2ForImageClassification,
+    PoolFormerConfig,
+    PoolFormerForImageClassification,
+)
 
 BATCH, IMAGE, LABELS = 8, 32, 4
 

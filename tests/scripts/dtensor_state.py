@@ -72,7 +72,8 @@ def mlp_program() -> dict:
 
     torch.manual_seed(0)
     mesh = init_device_mesh("cpu", (8,))
-    model = parallelize_module(MLP(), mesh, {"up": ColwiseParallel(use_local_output=False), "down": RowwiseParallel(use_local_output=False)})
+    model = parallelize_module(MLP(), mesh,
+        {"up": ColwiseParallel(use_local_output=False), "down": RowwiseParallel(use_local_output=False)})
     with CommDebugMode() as comm:
         out = model(torch.randn(4, 8, 16))
         # Flattening (batch, seq) with seq split: DTensor makes a strided shard here, without a collective.
@@ -87,12 +88,11 @@ def mlp_program() -> dict:
 def plan_and_step() -> bool:
     """Plan the tiny Llama example under a budget that shards its weights, apply it, run a step."""
     sys.path[:0] = [str(ROOT / "tests")]
+    from torch.distributed.device_mesh import init_device_mesh
     from zoo import example_path, forced_plan
 
     import autoplan
     from autoplan.model_file import import_model_file
-
-    from torch.distributed.device_mesh import init_device_mesh
 
     plan = forced_plan(example_path("llama"), (2, 4), ("dp", "tp"))
     example = import_model_file(Path(example_path("llama")))
@@ -109,12 +109,11 @@ def failed_backward() -> str:
     on the token embedding, the last parameter the backward reaches, fails as a device out
     of memory would): the error the training loop sees."""
     sys.path[:0] = [str(ROOT / "tests")]
+    from torch.distributed.device_mesh import init_device_mesh
     from zoo import example_path, forced_plan
 
     import autoplan
     from autoplan.model_file import import_model_file
-
-    from torch.distributed.device_mesh import init_device_mesh
 
     plan = forced_plan(example_path("llama"), (2, 4), ("dp", "tp"))
     example = import_model_file(Path(example_path("llama")))
@@ -138,7 +137,8 @@ def main(mode: str, *rest: str) -> dict:
 
     dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=8)
     if mode == "moved":  # an internal autoplan changes is gone from this torch
-        delattr(sharding_prop if rest[0] == "select" else dispatch, {"select": "_select_min_cost_strategy", "move": "redistribute_local_tensor"}[rest[0]])
+        delattr(sharding_prop if rest[0] == "select" else dispatch,
+            {"select": "_select_min_cost_strategy", "move": "redistribute_local_tensor"}[rest[0]])
     before = snapshot()
     found: dict = {}
     if mode == "import":
@@ -169,7 +169,7 @@ def main(mode: str, *rest: str) -> dict:
 
         try:
             overrides.install()
-        except Exception as err:  # the test reads the message
+        except Exception as err:  # noqa: BLE001 - the test reads the message
             found["error"] = f"{type(err).__name__}: {err}"
     found["changed"] = changed(before)
     return found
