@@ -17,6 +17,11 @@ def example_module(filename: str):
     return import_model_file(EXAMPLES / filename)
 
 
+# Bound now, before any test puts benchmarks/ (which has a zoo.py of its own) ahead of tests/ on
+# sys.path: which file ``from zoo import ...`` found depended on the order files were collected in.
+import zoo  # noqa: E402,F401
+
+
 def pytest_collection_modifyitems(items):
     """Tests that spawn gloo processes belong to the slow lane too."""
     for item in items:
