@@ -1,14 +1,12 @@
 """A tensor the forward makes a leaf that needs a gradient (``trace/grad_leaves.py``): the
 backward reaches it through what reads it, and nothing through what it was made from."""
 
-import pytest
 import torch
 from torch import nn
 
 from autoplan.choices.graph import build_choices
 from autoplan.plan.reached import reached_by_backward
 from autoplan.trace.tracer import trace_model
-from coverage_row import assert_row_runs_the_predicted_collectives
 
 
 class AttentionWithoutKernel(nn.Module):
@@ -52,10 +50,3 @@ def test_no_leaf_without_requires_grad():
     with torch.device("meta"):
         traced = trace_model(Plain(), (torch.randn(4, 16),), loss_fn=lambda out, batch: out.sum())
     assert not traced.grad_leaves
-
-
-@pytest.mark.slow  # plans the model three times
-def test_mra_row_runs_the_predicted_collectives(tmp_path):
-    """MRA without its CUDA kernel: before, the prediction left out the gradient its
-    attention's output hook moves back (to the zeros, through the output projection)."""
-    assert_row_runs_the_predicted_collectives(tmp_path, "masked_lm", "mra", "float32")
