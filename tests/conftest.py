@@ -22,6 +22,13 @@ def example_module(filename: str):
 import zoo  # noqa: E402,F401
 
 
+def pytest_configure(config):
+    """Each test file's line as it finishes, the slowest files at the end (``file_progress.py``)."""
+    from file_progress import FileProgress
+
+    config.pluginmanager.register(FileProgress(config), "file_progress")
+
+
 def pytest_collection_modifyitems(items):
     """Tests that spawn gloo processes belong to the slow lane too."""
     for item in items:
