@@ -52,10 +52,14 @@ def pytest_unconfigure(config):
 
 
 def pytest_collection_modifyitems(items):
-    """Tests that spawn gloo processes belong to the slow lane too."""
+    """Tests that spawn gloo processes belong to the slow lane too, and to tests/integration:
+    the unit lane stays a lane of seconds."""
+    unit = Path(__file__).resolve().parent / "unit"
     for item in items:
         if item.get_closest_marker("gloo") is not None:
             item.add_marker(pytest.mark.slow)
+            if unit in item.path.parents:
+                raise pytest.UsageError(f"{item.nodeid} spawns gloo processes: move it under tests/integration/")
 
 
 @pytest.fixture
