@@ -5,7 +5,7 @@ Columns: traced graph nodes, decisions, fallback ops (no DTensor rule), opaque r
 plan applied on a fake process group of 8 ranks with forward + backward run ("ok"), and,
 for the tiny configs, loss and gradients on 8 gloo processes equal to the single-device
 model's within 1e-5 (the worst relative error is printed). Tiny configs are planned under
-a budget that forces half of the model state to be sharded (as in tests/test_zoo_numerics.py)
+a budget that forces half of the model state to be sharded (as in tests/integration/zoo/test_zoo_numerics.py)
 so the numerics exercise real sharding (where no plan gets that low on a mesh, halfway
 between the least any plan needs and the unconstrained peak; the budget is printed). "big" rows plan each file's real-shape builder
 (``make_big``, where the file has one; on --big-meshes) and skip execution.

@@ -1,4 +1,5 @@
 import os
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -7,6 +8,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
+_RUN_CACHE = pytest.StashKey[tuple]()
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
@@ -17,11 +19,47 @@ def example_module(filename: str):
     return import_model_file(EXAMPLES / filename)
 
 
+# Bound now, before any test puts benchmarks/ (which has a zoo.py of its own) ahead of tests/ on
+# sys.path: which file ``from zoo import ...`` found depended on the order files were collected in.
+import zoo  # noqa: E402,F401
+
+
+def pytest_configure(config):
+    """Every test run starts with an empty plan cache of its own, outside the checkout: tests
+    that plan must really plan, and must not leave entries in plans_out/. Made here, before
+    xdist starts its workers, so that they all inherit it: a question one file's worker
+    solved (the zoo's forced plans, asked by several files) is answered from the cache in
+    another's, as it is within one worker. Tests that must solve pass ``cache=False``.
+
+    Also: each test file's line as it finishes, the slowest files at the end
+    (``file_progress.py``)."""
+    from file_progress import FileProgress
+
+    config.pluginmanager.register(FileProgress(config), "file_progress")
+    if not hasattr(config, "workerinput"):  # the xdist controller, or a run without xdist
+        config.stash[_RUN_CACHE] = (tempfile.mkdtemp(prefix="autoplan-cache-"), os.environ.get("AUTOPLAN_CACHE_DIR"))
+        os.environ["AUTOPLAN_CACHE_DIR"] = config.stash[_RUN_CACHE][0]
+
+
+def pytest_unconfigure(config):
+    if _RUN_CACHE in config.stash:
+        directory, previous = config.stash[_RUN_CACHE]
+        shutil.rmtree(directory, ignore_errors=True)
+        if previous is None:
+            os.environ.pop("AUTOPLAN_CACHE_DIR", None)
+        else:
+            os.environ["AUTOPLAN_CACHE_DIR"] = previous
+
+
 def pytest_collection_modifyitems(items):
-    """Tests that spawn gloo processes belong to the slow lane too."""
+    """Tests that spawn gloo processes belong to the slow lane too, and to tests/integration:
+    the unit lane stays a lane of seconds."""
+    unit = Path(__file__).resolve().parent / "unit"
     for item in items:
         if item.get_closest_marker("gloo") is not None:
             item.add_marker(pytest.mark.slow)
+            if unit in item.path.parents:
+                raise pytest.UsageError(f"{item.nodeid} spawns gloo processes: move it under tests/integration/")
 
 
 @pytest.fixture
@@ -38,18 +76,10 @@ def fake_mesh_2x4():
         dist.destroy_process_group()
 
 
-@pytest.fixture(autouse=True, scope="session")
+@pytest.fixture(scope="session")
 def fresh_plan_cache():
-    """Every test session starts with an empty plan cache of its own, outside the checkout:
-    tests that plan must really plan, and must not leave entries in plans_out/."""
-    with tempfile.TemporaryDirectory(prefix="autoplan-cache-") as directory:
-        previous = os.environ.get("AUTOPLAN_CACHE_DIR")
-        os.environ["AUTOPLAN_CACHE_DIR"] = directory
-        yield Path(directory)
-        if previous is None:
-            os.environ.pop("AUTOPLAN_CACHE_DIR", None)
-        else:
-            os.environ["AUTOPLAN_CACHE_DIR"] = previous
+    """The test run's plan cache (``pytest_configure``)."""
+    return Path(os.environ["AUTOPLAN_CACHE_DIR"])
 
 
 @pytest.fixture(autouse=True)

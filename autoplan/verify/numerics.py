@@ -50,7 +50,7 @@ COLLECTIVE_TIMEOUT_S = 300
 ZERO_GRADIENT_FLOOR = 1e-4
 """Gradients smaller than this fraction of the model's largest are judged against that size."""
 ROUNDING_SHARE = 1e-5
-"""The tolerance the checks hold gradients to (``tests/test_zoo_numerics.py``); see the docstring."""
+"""The tolerance the checks hold gradients to (``tests/integration/zoo/test_zoo_numerics.py``); see the docstring."""
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """A small Llama with four layers, as a user writes one: ``LlamaConfig`` with the sizes
 changed, the rest as shipped. Four identical layers are planned as one stack, which the
-planner may checkpoint (``tests/test_recompute_choice.py``)."""
+planner may checkpoint (``tests/integration/solve/test_recompute_choice.py``)."""
 
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM

@@ -1,7 +1,7 @@
 """A small Llama whose vocabulary is 32 times its width, as in Llama 3 (128256 over 4096):
 ``LlamaConfig`` with the sizes changed, the rest as shipped. Its logits are its largest
 activation, so a budget that forces sharding has the loss computed on logits split by
-class (``tests/test_loss_parallel.py``)."""
+class (``tests/integration/models/test_loss_parallel.py``)."""
 
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM

@@ -1,4 +1,4 @@
-"""What autoplan leaves changed in DTensor, seen from a fresh interpreter (``test_dtensor_untouched.py``).
+"""What autoplan leaves changed in DTensor, seen from a fresh interpreter (``tests/integration/apply/test_dtensor_untouched.py``).
 
     python tests/scripts/dtensor_state.py import|install|mlp|plan-then-mlp|failed-backward|moved WHAT
 

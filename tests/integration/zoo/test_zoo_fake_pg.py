@@ -3,7 +3,7 @@ plan applies on a fake process group of 8 ranks: every parameter holds the plan'
 and its local shard's shape, forward and backward run, and every parameter gets a gradient
 of its shard's shape. (That a gradient ends in its parameter's placements is not asserted:
 the apply engine's gradient hook makes it so; which collectives that takes is checked
-against the prediction by ``test_verify.py``.) The hard cases (sizes that do not divide
+against the prediction by ``tests/integration/zoo/test_verify_zoo.py``.) The hard cases (sizes that do not divide
 the mesh, a data-dependent mixture-of-experts) run on 2x4.
 """
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "benchmarks"))  # tests/integration/models/ -> the checkout
 
 from hf_tiny import build_tiny_model, tiny_config, tiny_inputs
 

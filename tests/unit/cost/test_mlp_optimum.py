@@ -2,7 +2,7 @@
 
 The profile is made so that the objective is pure arithmetic: matmuls run at
 ``PEAK`` flop/s, memory traffic, kernel launches and eager dispatch are free (the
-dispatch costs are tested in ``test_cost_dispatch.py``), and every collective
+dispatch costs are tested in ``tests/unit/cost/test_dispatch_costs.py``), and every collective
 costs ``ALPHA + factor * bytes / BETA``. The model is ``Linear(d, 4d) -> ReLU ->
 Linear(4d, d)`` (no biases) with a mean-square loss ``mean(out**2)``: a loss that is
 not linear in ``out``, so a row-parallel output (partial sums) must be all-reduced

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parents[1] / "autoplan"
+PACKAGE = Path(__file__).resolve().parents[2] / "autoplan"  # tests/unit/ -> the checkout
 STAGES = ("trace", "choices", "cost", "solve", "plan", "apply", "verify")
 BELOW_STAGES = ("<shared>", "dtensor")
 ABOVE_STAGES = ("pipeline", "evaluate", "explain", "interop", "calibrate", "cli")

@@ -2,7 +2,6 @@
 HRM runs all but the last of its recurrent cycles under ``torch.no_grad()``. The ops inside
 an ``autograd.Function``'s forward, which autograd always runs so, still get theirs."""
 
-import pytest
 import torch
 from coverage_row import hf_row
 from torch import nn
@@ -81,17 +80,3 @@ def test_the_fingerprint_tells_the_two_apart():
     with_region, without = _trace(Recurrent()), _trace(RecurrentWithGrad())
     assert [n.target for n in with_region.graph_module.graph.nodes] == [n.target for n in without.graph_module.graph.nodes]
     assert with_region.fingerprint != without.fingerprint
-
-
-@pytest.mark.slow  # plans the model three times
-def test_hrm_row_runs_the_predicted_collectives(tmp_path):
-    """Before, the prediction gave the cycles run without autograd a backward, and their
-    module calls the gradient moves of one (9 all_gathers on tp per projection, 6 ran).
-    (HRM's forcing-budget plan splits only about a quarter of its weight bytes on both
-    axes, so the row is checked here without ``coverage_row``'s sharding assertion.)"""
-    model_file = tmp_path / "hrm_text.py"
-    model_file.write_text(hf_row.hf_model_file_text("causal_lm", "hrm_text"))
-    row = {"task": "causal_lm", "model_type": "hrm_text", "class": "hrm_text"}
-    row = hf_row.run_row(row, model_file, ["float32"], numerics=False, numerics_max_step_s=0.0, out=tmp_path / "row.json")
-    for budget in ("default", "forced"):
-        assert row["stages"][f"collectives float32/{budget}"]["ok"], row["stages"][f"collectives float32/{budget}"]

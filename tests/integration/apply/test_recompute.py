@@ -4,7 +4,7 @@
   a bad mode is one line naming the field, an unknown module, the root or a module inside
   another named one is refused at apply;
 - ``export --format torch`` wraps the named modules with ``checkpoint_wrapper`` (its gloo
-  run: ``tests/test_export_torch_gloo.py``);
+  run: ``tests/integration/interop/test_export_torch_gloo.py``);
 - ``apply_plan`` reruns each named module's call in the backward (full or selective), with
   FQNs, state_dict keys and the class untouched, and the same gradients;
 - the collectives of a step with recompute are as predicted (``plan/recompute.py``): the tiny

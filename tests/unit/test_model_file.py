@@ -12,7 +12,7 @@ from autoplan._files import plan_default_path, write_atomic
 from autoplan.errors import MeshError, ModelFileError
 from autoplan.model_file import load_model_file, parse_axis_names, parse_mesh
 
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"  # tests/unit/ -> the checkout
 
 GOOD_MODEL = """
 import torch

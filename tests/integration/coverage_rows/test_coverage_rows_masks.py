@@ -1,6 +1,6 @@
 """Rows of the coverage benchmark whose forced-budget step once ran other collectives than
 predicted because the trace built an attention mask that the training step skips, run as
-``tests/test_coverage_rows.py`` runs its rows.
+``tests/integration/coverage_rows/test_coverage_rows.py`` runs its rows.
 
 With no attention mask in the batch, these models make one of ones and hand it to
 transformers' mask functions, which skip a mask that is all ones, but read it only when

@@ -1,6 +1,6 @@
 """Rows of the coverage benchmark whose forced-budget step once ran other collectives than
 predicted in the backward of a matrix product (experts' grouped and batched products, and
-attention scores), run as ``tests/test_coverage_rows.py`` runs its rows:
+attention scores), run as ``tests/integration/coverage_rows/test_coverage_rows.py`` runs its rows:
 
 - Zaya, float32: its experts (transformers' grouped form) read both weights split by the
   contracted dim on tp. The down projection gathers its weight inside the forward

@@ -1,5 +1,5 @@
 """A row of the coverage benchmark whose forced-budget step once ran other collectives than
-predicted where autograd sums a value's gradient parts, run as ``tests/test_coverage_rows.py``
+predicted where autograd sums a value's gradient parts, run as ``tests/integration/coverage_rows/test_coverage_rows.py``
 runs its rows (a file of its own: the row plans for over a minute):
 
 - DeepSeek V4, bfloat16: a value of the second layer is read once by the layer and twice

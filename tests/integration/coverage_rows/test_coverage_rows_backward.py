@@ -1,5 +1,5 @@
 """More rows of the coverage benchmark whose forced-budget step once ran other collectives
-than predicted, run as ``tests/test_coverage_rows.py`` runs its rows (a file of their own,
+than predicted, run as ``tests/integration/coverage_rows/test_coverage_rows.py`` runs its rows (a file of their own,
 so that the test workers share the rows out). All went wrong in the backward:
 
 - Segformer, float32: its MLP's output projection reads its weight gathered on tp inside

@@ -1,7 +1,7 @@
 """Rows of the coverage benchmark whose forced-budget step once ran other collectives than
 predicted where DTensor, at run time, made or moved a layout otherwise than the planner's
-rules said (``tests/test_runtime_layouts.py`` has the small cases), run as
-``tests/test_coverage_rows.py`` runs its rows:
+rules said (``tests/unit/plan/test_runtime_layouts.py`` has the small cases), run as
+``tests/integration/coverage_rows/test_coverage_rows.py`` runs its rows:
 
 - SwiftFormer, float32: its attention normalizes the query and key (``F.normalize``), made
   split by channels on tp; DTensor runs the vector norm on the split and leaves each rank

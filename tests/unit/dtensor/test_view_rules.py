@@ -1,6 +1,6 @@
 """Reshapes stay in the planner's vocabulary (``dtensor/view_rules.py``): flattening a dim split on
 one axis behind a dim split on another gathers the later one's axis, as the plan prices it,
-instead of making a ``_StridedShard``. (Numerics: ``test_train_example.py`` trains the
+instead of making a ``_StridedShard``. (Numerics: ``tests/integration/zoo/test_train_example.py`` trains the
 tiny Llama, whose attention does this, on 8 gloo processes.)"""
 
 import pytest

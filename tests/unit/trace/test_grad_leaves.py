@@ -1,7 +1,6 @@
 """A tensor the forward makes a leaf that needs a gradient (``trace/grad_leaves.py``): the
 backward reaches it through what reads it, and nothing through what it was made from."""
 
-import pytest
 import torch
 from coverage_row import assert_row_runs_the_predicted_collectives
 from torch import nn
@@ -52,10 +51,3 @@ def test_no_leaf_without_requires_grad():
     with torch.device("meta"):
         traced = trace_model(Plain(), (torch.randn(4, 16),), loss_fn=lambda out, batch: out.sum())
     assert not traced.grad_leaves
-
-
-@pytest.mark.slow  # plans the model three times
-def test_mra_row_runs_the_predicted_collectives(tmp_path):
-    """MRA without its CUDA kernel: before, the prediction left out the gradient its
-    attention's output hook moves back (to the zeros, through the output projection)."""
-    assert_row_runs_the_predicted_collectives(tmp_path, "masked_lm", "mra", "float32")

@@ -1,5 +1,5 @@
 """Rows of the coverage benchmark whose forced-budget step once ran other collectives than
-predicted because of a module's output hook, run as ``tests/test_coverage_rows.py`` runs
+predicted because of a module's output hook, run as ``tests/integration/coverage_rows/test_coverage_rows.py`` runs
 its rows:
 
 - Switch Transformers, float32: the first layer's attention returns its attention weights,
