@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parents[1] / "autoplan"
+PACKAGE = Path(__file__).resolve().parents[2] / "autoplan"
 
 
 def module_files(package: Path = PACKAGE) -> dict[str, tuple[Path, bool]]:

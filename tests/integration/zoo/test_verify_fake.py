@@ -11,7 +11,7 @@ import pytest
 import torch
 import torch.distributed as dist
 from conftest import EXAMPLES, ROOT
-from test_verify import CASES as ZOO_CASES
+from test_verify_zoo import CASES as ZOO_CASES
 from torch._subclasses.fake_tensor import FakeTensor
 from torch.distributed.device_mesh import init_device_mesh
 from torch.testing._internal.distributed.fake_pg import FakeStore
@@ -73,7 +73,7 @@ def test_bert_counts_on_fake_tensors_exactly_what_real_ones_run(fake_world):
 
 @pytest.mark.parametrize("name,mesh", ZOO_CASES)
 def test_every_zoo_plan_counts_on_fake_tensors_what_real_ones_run(name, mesh):
-    """``test_verify.py``'s cases: no fallback, and row by row the counts of the real step."""
+    """``test_verify_zoo.py``'s cases: no fallback, and row by row the counts of the real step."""
     plan = forced_plan(example_path(name), mesh, MESHES[mesh])
     example = import_model_file(EXAMPLES / f"{name}.py")
     dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=math.prod(mesh))

@@ -2,7 +2,6 @@
 backward reaches it through what reads it, and nothing through what it was made from."""
 
 import torch
-from coverage_row import assert_row_runs_the_predicted_collectives
 from torch import nn
 
 from autoplan.choices.graph import build_choices

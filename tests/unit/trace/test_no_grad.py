@@ -3,7 +3,6 @@ HRM runs all but the last of its recurrent cycles under ``torch.no_grad()``. The
 an ``autograd.Function``'s forward, which autograd always runs so, still get theirs."""
 
 import torch
-from coverage_row import hf_row
 from torch import nn
 
 from autoplan.choices.graph import build_choices
