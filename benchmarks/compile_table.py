@@ -16,7 +16,7 @@ losses compare only eager with compiled; the gloo losses are real.
 Models are ``examples/NAME.py``; ``nanogpt`` is ``tests/models/nanogpt.py`` (a nanoGPT-style
 GPT in plain PyTorch); ``torchtitan:FAMILY`` and ``litgpt:NAME`` are the rows of
 ``plain_coverage.py`` (``plain_models.py``: built tiny, with their library's training loss;
-torchtitan and litgpt installed as the README says), e.g. ``torchtitan:llama3+sdpa``.
+torchtitan and litgpt installed as docs/models.md, "Measuring it", says), e.g. ``torchtitan:llama3+sdpa``.
 """
 
 from __future__ import annotations

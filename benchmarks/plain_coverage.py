@@ -17,7 +17,7 @@ where the float32 step took at most ``--numerics-max-step`` seconds.
                                         [--timeout 1800] [--json benchmarks/results/plain_coverage.json]
 
 torchtitan and litgpt are installed with ``pip install --no-deps`` (their requirements would
-pull another torch); the README says what else to add by hand.
+pull another torch); docs/models.md ("Measuring it") says what else to add by hand.
 """
 
 from __future__ import annotations

@@ -32,6 +32,7 @@ from autoplan._files import write_atomic  # noqa: E402
 from autoplan.errors import InfeasibleError  # noqa: E402
 from autoplan.evaluate.score import score_problem  # noqa: E402
 from autoplan.model_file import import_model_file  # noqa: E402
+from autoplan.pipeline.pinning import Pins  # noqa: E402
 from autoplan.pipeline.problem import prepare_problem, solve_problem  # noqa: E402
 
 GIB = 2**30
@@ -59,7 +60,7 @@ def run(batch: int, seq: int, measure: bool) -> dict:
     problem = prepare_problem(model, example, MESH, AXES, PROFILE)
     row = {"tokens_per_sequence": seq, "sequences": batch, "budget_gib": problem.budget_bytes / GIB}
     try:
-        plan, _, _ = solve_problem(problem, recompute=True)
+        plan, _, _ = solve_problem(problem, Pins(problem), recompute=True)
     except InfeasibleError as err:
         row["failed"] = str(err)
         return row

@@ -212,7 +212,7 @@ def _internal(lookup, name: str):
     except (AttributeError, ImportError) as err:
         raise DTensorInternalsError(
             f"this torch ({torch.__version__}) has no {name}, which autoplan changes while it plans and runs plans",
-            hint="use a torch version autoplan supports (see the README's requirements)",
+            hint="use a torch version autoplan supports (see docs/getting-started.md#install)",
         ) from err
 
 

@@ -144,7 +144,7 @@ def suggest(
     recompute: bool = True,
     memory_gib: float | None = None,
 ) -> Plan:
-    """Plan ``model`` (built on any device, meta included) for a device mesh; see README.
+    """Plan ``model`` (built on any device, meta included) for a device mesh; see docs/training.md.
 
     ``cache``: reuse the plan ``plans_out/cache/`` holds for the same model, mesh,
     profile and options (``cache_dir`` moves it; ``cache=False`` always solves).

@@ -3,7 +3,7 @@ it (``llama3.model_registry("8B")``), for the baselines benchmark on 8x8 and 2x4
 
     python benchmarks/baselines.py benchmarks/models/torchtitan_llama3_8b.py --mesh 8x8
 
-Needs torchtitan, installed with ``--no-deps`` (README, "Plain-PyTorch models"). The inner
+Needs torchtitan, installed with ``--no-deps`` (docs/models.md, "Measuring it"). The inner
 attention is torchtitan's own ``ScaledDotProductAttention`` module instead of the flavour's
 FlexAttention: the same shapes and weights, and the module a CPU can run. The batch is
 8 x 1024 tokens, as ``examples/llama3.py``: one sequence per rank of a data-parallel axis of 8.
