@@ -17,7 +17,11 @@ from autoplan.model_file import import_model_file
 
 WORLD, STEPS = 8, 5
 TOLERANCE = 1e-4
-BUDGET_GIB = "0.0009"  # the replicated tiny Llama's model state needs about 2 MiB
+# The replicated tiny Llama's model state needs about 2 MiB. The smallest plan needs 0.00086 GiB
+# on torch 2.13 and 0.00092 on 2.14 (whose DTensor has no rule running a mean nll_loss on a
+# batch split, so the loss reads its logits whole over the batch): this budget fits both and
+# still shards most weights on both axes.
+BUDGET_GIB = "0.00095"
 
 
 @pytest.mark.gloo
