@@ -8,6 +8,8 @@ order, and the reshape copies it: ``clone``, then a view. Attention splits heads
 view's backward copies. torch 2.13's DTensor rules ``clone`` pointwise with no partial
 placement, so a partial gradient is all-reduced at that copy (DeBERTa-v2's and XGLM's
 attention, whose value gradients are partial on dp), where a view would carry it on.
+torch 2.14's rule carries a partial input on to the copy, as a view does: whether the
+copy reduces is asked of DTensor's registry (``clone_reduces_partial``), not of a version.
 
 The strides are followed back from the ops that make the gradients, on meta tensors
 (torch's own view arithmetic decides whether the reshape is a view): a compute op's
@@ -20,10 +22,13 @@ applied to its output's; a value read by several ops gets autograd's sum, a new 
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from autoplan.cost.estimate import is_view, output_values
 from autoplan.dtensor.fused_attention import FUSED_FORWARD
+from autoplan.dtensor.overrides import installed
 from autoplan.plan.gradient_rules import is_elementwise
 
 _aten = torch.ops.aten
@@ -51,6 +56,25 @@ def copies_gradient(graph, name: str) -> bool:
     except RuntimeError:  # not expressible as a view of that memory
         return True
     return False
+
+
+@functools.cache
+def clone_reduces_partial() -> bool:
+    """Whether DTensor's ``clone`` of a partial tensor reduces it (torch 2.13) or carries
+    the pending sum on to the copy (2.14): its rule asked, with autoplan's changes in
+    force as when a plan runs, on a one-axis planning mesh."""
+    from torch.distributed.tensor import DTensor, Partial
+    from torch.distributed.tensor._dtensor_spec import DTensorSpec, TensorMeta
+    from torch.distributed.tensor._op_schema import OpSchema
+
+    from autoplan.choices.graph import planning_mesh
+
+    mesh = planning_mesh((2,), ("probe",))
+    spec = DTensorSpec(mesh, (Partial(),), tensor_meta=TensorMeta((2, 2), (2, 1), torch.float32))
+    with installed():
+        propagator = DTensor._op_dispatcher.sharding_propagator
+        decided = propagator.propagate_op_sharding(OpSchema(_aten.clone.default, (spec,), {}))
+    return not decided.output_spec.placements[0].is_partial()
 
 
 def _gradient_like(graph, value: tuple[str, int], memo: dict) -> torch.Tensor | None:

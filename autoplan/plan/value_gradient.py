@@ -39,7 +39,7 @@ from autoplan.plan.gradient_rules import (
     views_follow,
     whole_product_gradient,
 )
-from autoplan.plan.gradient_strides import copies_gradient
+from autoplan.plan.gradient_strides import clone_reduces_partial, copies_gradient
 from autoplan.plan.split_gradients import (
     matmul_input_gradient,
     reshaped_gradient,
@@ -116,8 +116,8 @@ def value_gradient(
                 grad = without_partial(dst)
             elif views_follow(graph, v):
                 out_bytes, out_shape = value_size(graph, (v, 0))
-                if any(is_partial(a) for a in after) and copies_gradient(graph, v):
-                    # the backward's reshape copies the gradient: DTensor's clone reduces it
+                if any(is_partial(a) for a in after) and copies_gradient(graph, v) and clone_reduces_partial():
+                    # the backward's reshape copies the gradient: DTensor's clone reduces it (torch 2.13)
                     whole = without_partial(after)
                     for kind, axis, size in gradient_collectives(after, whole, out_bytes, mesh_shape):
                         found[(module_of(v), kind, axis, round(size))] += 1
