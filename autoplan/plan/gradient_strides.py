@@ -23,6 +23,7 @@ applied to its output's; a value read by several ops gets autograd's sum, a new 
 from __future__ import annotations
 
 import functools
+from typing import cast
 
 import torch
 
@@ -65,16 +66,19 @@ def clone_reduces_partial() -> bool:
     force as when a plan runs, on a one-axis planning mesh."""
     from torch.distributed.tensor import DTensor, Partial
     from torch.distributed.tensor._dtensor_spec import DTensorSpec, TensorMeta
-    from torch.distributed.tensor._op_schema import OpSchema
+    from torch.distributed.tensor._op_schema import OpSchema, OutputSharding
 
     from autoplan.choices.graph import planning_mesh
 
     mesh = planning_mesh((2,), ("probe",))
-    spec = DTensorSpec(mesh, (Partial(),), tensor_meta=TensorMeta((2, 2), (2, 1), torch.float32))
+    spec = DTensorSpec(mesh, (Partial(),), tensor_meta=TensorMeta(torch.Size((2, 2)), (2, 1), torch.float32))
     with installed():
         propagator = DTensor._op_dispatcher.sharding_propagator
-        decided = propagator.propagate_op_sharding(OpSchema(_aten.clone.default, (spec,), {}))
-    return not decided.output_spec.placements[0].is_partial()
+        decided: OutputSharding = propagator.propagate_op_sharding(  # type: ignore[assignment]  # a cached wrapper torch types as object
+            OpSchema(_aten.clone.default, (spec,), {}))
+    out = decided.output_spec
+    assert isinstance(out, DTensorSpec), out  # clone has one tensor output
+    return not cast(DTensorSpec, out).placements[0].is_partial()
 
 
 def _gradient_like(graph, value: tuple[str, int], memo: dict) -> torch.Tensor | None:
