@@ -107,6 +107,8 @@ _PRODUCTS = (_aten.mul.Tensor, _aten._grouped_mm.default)
 Not ``mm`` or ``bmm`` yet: the one row that seemed to ask for them (Bloom's attention,
 whose gradient was reduced before it reached ``v``) was a view's backward copying it
 (``plan/gradient_strides.py``), and listing them changes no row of the coverage sample."""
+_READ_TWICE = (_aten.mul.Tensor, _aten._grouped_mm.default)
+"""Products whose backward reads the output's gradient once per trained operand (``gradient_reads``)."""
 _PADS_AND_FILLS = (_aten.constant_pad_nd.default, _aten.masked_fill.Scalar)
 """A pad's backward slices the gradient (a pad by negative widths), a scalar fill's fills it
 with zeros where the mask says: DTensor runs either on a partial gradient as partial
@@ -244,13 +246,16 @@ def gradient_reads(graph, name: str) -> int:
     (``cat_tensors_backward``): its backward slices (selects) each input's part of the
     gradient apart, and each slice of a gradient split along the joined dim gathers it
     (Doge's rotary ``cat(-x2, x1)``, with the query's gradient split by head dim; LED pads
-    its embeddings to the attention window with a ``cat`` on the sequence dim); one for
-    every other op."""
+    its embeddings to the attention window with a ``cat`` on the sequence dim); for an
+    experts' grouped matrix product with both operands trained, ``grad @ w.T`` and
+    ``grad.T @ x``, per group (DTensor moves the gradient inside each: the MoE example's
+    gate-up projection, made split by columns on tp, gets its gradient split by tokens on
+    tp from the chunk's backward and runs two all_to_alls there); one for every other op."""
     decision = graph.decision(name)
     if decision.kind == OP and decision.fx_node.target in _JOINED:
         parts = decision.fx_node.args[0]
         return max(1, sum(tuple(part.meta["val"].shape) != (0,) for part in parts if isinstance(part, fx.Node)))
-    if decision.kind != OP or decision.fx_node.target is not _aten.mul.Tensor:
+    if decision.kind != OP or decision.fx_node.target not in _READ_TWICE:
         return 1
     return max(1, sum(graph.decision(u).requires_grad for u, _, _ in graph.inputs_of(name)))
 
