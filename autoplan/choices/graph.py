@@ -26,6 +26,7 @@ from torch.utils._pytree import tree_flatten, tree_map
 from autoplan.choices.decision import Decision, DecisionGraph
 from autoplan.dtensor import strategies as registry
 from autoplan.dtensor.overrides import while_installed
+from autoplan.dtensor.planning_mesh import planning_mesh
 from autoplan.dtensor.rules import backward_op
 from autoplan.dtensor.strategies import Strategy
 from autoplan.placements import candidate_specs, replicated
@@ -55,12 +56,6 @@ class ChoiceGraph:
 
     def strategies(self, name: str) -> tuple[Strategy, ...]:
         return self.graph.decision(name).strategies
-
-
-def planning_mesh(mesh_shape: tuple[int, ...], axis_names: tuple[str, ...]) -> DeviceMesh:
-    """A DeviceMesh for strategy queries only: no process group, no communication."""
-    ranks = torch.arange(int(torch.tensor(mesh_shape).prod())).reshape(mesh_shape)
-    return DeviceMesh("cpu", ranks, mesh_dim_names=axis_names, _init_backend=False, _rank=0)
 
 
 @while_installed  # DTensor's registry, with autoplan's rules and views in it

@@ -22,7 +22,10 @@ forward and backward can each hold them without knowing about the others:
 - fake-tensor kernels for what the device kernels accept (``fake_kernels.py``);
 - cross-entropy on logits split by class (``loss_parallel.py``): DTensor custom op handlers;
 - DTensor's convolution handlers, set aside so that its ordinary dispatch runs the
-  convolution strategies the planner reads (``convolution.py``).
+  convolution strategies the planner reads (``convolution.py``);
+- where DTensor refuses a rule row that lays out an output the op was asked not to make
+  (torch 2.14, a bias-free convolution's backward), that output left out of every row
+  (``masked_outputs.py``).
 
 Sharding decisions DTensor caches depend on these rules, so each side keeps its own. The
 Python-level propagation (cached and uncached entry points alike) answers from autoplan's
@@ -130,6 +133,7 @@ def _changes() -> list[tuple[object, object, object]]:
         fake_kernels,
         local_strides,
         loss_parallel,
+        masked_outputs,
         merged_inputs,
         rules,
         saved_inputs,
@@ -182,6 +186,12 @@ def _changes() -> list[tuple[object, object, object]]:
         info = propagator.op_single_dim_strategy_funcs.get(op)
         if info is not None:
             changes.append((propagator.op_single_dim_strategy_funcs, op, zero_fill.with_zero_fill_partials(info, _diverged)))
+    if masked_outputs.refuses_mixed_outputs():  # torch 2.14: asked of DTensor, before any change is in force
+        for op in masked_outputs.OUTPUT_MASKS:
+            info = propagator.op_single_dim_strategy_funcs.get(op)
+            if info is not None:
+                changes.append((propagator.op_single_dim_strategy_funcs, op,
+                                masked_outputs.without_masked_outputs(op, info, _diverged)))
     changes.append((sharding_prop, "_select_min_cost_strategy",
         strategy_choice.selection(sharding_prop._select_min_cost_strategy, _diverged)))
     move = local_strides.laid_out_as_global(dispatch.redistribute_local_tensor)

@@ -89,3 +89,40 @@ def test_forced_plans_match_one_device_on_gloo(plans):
         assert result.loss <= 1e-5, (name, result.loss)
         worst = max(result.gradients.items(), key=lambda item: item[1])
         assert worst[1] <= 1e-5, (name, worst)
+
+
+def test_a_bias_free_convolution_backward_runs_on_a_2d_mesh_while_installed():
+    """A convolution without bias asks its backward for no bias gradient. Torch 2.14's
+    DTensor refuses its own rule for that on a 2-D mesh (the rows lay the bias gradient out
+    ``Partial`` where the all-replicate row leaves it ``None``); torch 2.13's runs it.
+    Asked of DTensor alone, ``refuses_mixed_outputs`` says which; with autoplan's changes
+    installed the backward runs on either, making exactly the gradients asked for."""
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Replicate, distribute_tensor
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    from autoplan.dtensor.masked_outputs import refuses_mixed_outputs
+
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=8)
+    try:
+        mesh = init_device_mesh("cpu", MESH, mesh_dim_names=AXIS_NAMES)
+        whole = [Replicate(), Replicate()]
+        grad, image, weight = (
+            distribute_tensor(torch.randn(*shape), mesh, whole) for shape in ((8, 16, 1, 1), (8, 4, 1, 1), (16, 4, 1, 1))
+        )
+        args = (grad, image, weight, [0], [1, 1], [0, 0], [1, 1], False, [0, 0], 1, [True, True, False])
+        try:
+            aten.convolution_backward.default(*args)
+            refused = False
+        except (AssertionError, RuntimeError) as err:  # DTensor wraps its rule's refusal
+            refused = "mixes None" in str(err)
+            assert refused, err
+        assert refuses_mixed_outputs() == refused
+        with overrides.installed():
+            grad_input, grad_weight, grad_bias = aten.convolution_backward.default(*args)
+        assert grad_bias is None
+        assert tuple(grad_input.shape) == (8, 4, 1, 1) and tuple(grad_weight.shape) == (16, 4, 1, 1)
+        assert grad_input.placements == tuple(whole) and grad_weight.placements == tuple(whole)
+    finally:
+        dist.destroy_process_group()
