@@ -16,6 +16,12 @@ from autoplan.solve.ilp import solve
 from autoplan.solve.simplify import merge_followers
 from autoplan.trace.tracer import trace_model
 
+# How much smaller merging makes each problem at least. The tiny Llama's was 3x (12,370 of
+# 37,356 variables) while the trace built a causal mask the eager step never makes: its 48
+# mask ops merged away almost whole. Without them (trace/known_values.py knows arange's
+# positions) merging leaves 12,166 of 31,592 variables, 2.6x.
+SHRINK = {"llama": 2.5, "gpt2": 3}
+
 
 @pytest.mark.parametrize("name", ["llama", "gpt2"])
 def test_merged_problem_has_the_unmerged_optimum(name):
@@ -29,5 +35,5 @@ def test_merged_problem_has_the_unmerged_optimum(name):
     unmerged = solve(costed, profile.memory_bytes)
 
     assert merged.status == unmerged.status == "optimal"
-    assert merged.variables < unmerged.variables / 3
+    assert merged.variables < unmerged.variables / SHRINK[name]
     assert merged.objective_s == pytest.approx(unmerged.objective_s, rel=1e-9)
