@@ -4,7 +4,7 @@ tensor of its shape, dtype and strides on the CPU. No memory is held and no kern
 Counting the collectives of a training step needs shapes, not values: DTensor picks its
 redistributions from placements and shapes, and the fake process group moves nothing. On
 fake tensors ``verify`` counts a 1B-parameter model's step in seconds, where real ones
-took minutes of compute and gigabytes of weights (the issue's Llama-3 1B: 7.6 min, 7 GB).
+take minutes of compute and gigabytes of weights (docs/verify.md has the measured figures).
 
 ``fake_twin(model)`` deep-copies ``model`` with each parameter and buffer swapped for a
 fake one (the copy's memo maps each to its twin, so tied parameters stay tied); the
