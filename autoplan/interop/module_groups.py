@@ -3,57 +3,30 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping
-from typing import TypeVar
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+from autoplan.explain.patterns import fold
 
 V = TypeVar("V")
 
-_INDEX = re.compile(r"(?<![^.])\d+(?![^.])")  # a whole dotted component that is an integer
+
+@dataclass(frozen=True)
+class _Row(Generic[V]):
+    """A named value, as ``patterns.fold`` folds rows (``name``, ``count``)."""
+
+    name: str
+    value: V
+    count: int = 1
 
 
 def group_modules(rows: Mapping[str, V]) -> list[tuple[str, V]]:
-    """(label, value) rows, in name order: names that differ only in one integer component
-    and carry equal values share a row, the indices written as ranges (``0-15``, ``0-3,5``)."""
-    groups: dict[tuple[str, str], list[tuple[int, str]]] = {}
-    order: list[tuple[str, str]] = []
-    for name in sorted(rows, key=_natural):
-        indices = list(_INDEX.finditer(name))
-        if not indices:
-            key = (name, repr(rows[name]))
-            groups.setdefault(key, []).append((-1, name))
-            order.append(key) if len(groups[key]) == 1 else None
-            continue
-        last = indices[0]  # the outermost index: layers.N
-        pattern = name[: last.start()] + "{}" + name[last.end():]
-        key = (pattern, repr(rows[name]))
-        if key not in groups:
-            order.append(key)
-        groups.setdefault(key, []).append((int(last.group()), name))
-    out: list[tuple[str, V]] = []
-    for key in order:
-        members = groups[key]
-        value = rows[members[0][1]]
-        if len(members) == 1:
-            out.append((members[0][1] or "<root>", value))
-        else:
-            out.append((key[0].format(_ranges(sorted(i for i, _ in members))), value))
-    return out
-
-
-def _ranges(indices: list[int]) -> str:
-    """[0, 1, 2, 5] -> "0-2,5"."""
-    runs: list[list[int]] = []
-    for i in indices:
-        if runs and i == runs[-1][-1] + 1:
-            runs[-1].append(i)
-        else:
-            runs.append([i])
-    return ",".join(str(r[0]) if len(r) == 1 else f"{r[0]}-{r[-1]}" for r in runs)
-
-
-def _natural(name: str):
-    return [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", name)]
+    """(label, value) rows, in name order: consecutive repeated layers (names that differ
+    only in their block index) with equal values share a row, ``model.layers.0-15.mlp``,
+    folded as ``show`` folds its module table (``explain/patterns.fold``)."""
+    folded = fold([_Row(name, value) for name, value in rows.items()], key=lambda row: repr(row.value))
+    return [(row.name or "<root>", row.value) for row in folded]
 
 
 def group_notes(notes: Iterable[str], names: set[str]) -> list[str]:
