@@ -40,21 +40,28 @@ def relative(value, reference) -> float:
     return ((value.detach() - reference.detach()).abs().max() / reference.abs().max()).item()
 
 
-def worker(rank: int, port: int, plan_json: str, exported: str, result_path: str):
+def _engine_step(plan_json: str, exported: str):
+    """In a rank of the process group: the tiny Llama's module, the generated one, the plan's
+    mesh, the global batch, and the engine running the plan with its step's output (after
+    backward): what both workers compare the export against."""
     from torch.distributed.device_mesh import init_device_mesh
 
+    plan = autoplan.Plan.from_dict(json.loads(plan_json))
+    generated = import_model_file(Path(exported))
+    llama = import_model_file(EXAMPLES / "llama.py")
+    mesh = init_device_mesh("cpu", plan.mesh_shape, mesh_dim_names=plan.axis_names)
+    batch = seeded_batch(llama, 1)
+    engine = autoplan.apply_plan(build_seeded(llama, "build_model", 0), plan, mesh)
+    out = engine(**autoplan.shard_batch(batch, plan, mesh))
+    autoplan.training_loss(out).backward()
+    return llama, generated, mesh, batch, engine, out
+
+
+def worker(rank: int, port: int, plan_json: str, exported: str, result_path: str):
     torch.set_num_threads(1)
     with process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=WORLD):
-        plan = autoplan.Plan.from_dict(json.loads(plan_json))
-        generated = import_model_file(Path(exported))
-        llama = import_model_file(EXAMPLES / "llama.py")
-        mesh = init_device_mesh("cpu", plan.mesh_shape, mesh_dim_names=plan.axis_names)
-        batch = seeded_batch(llama, 1)
-
-        engine = autoplan.apply_plan(build_seeded(llama, "build_model", 0), plan, mesh)
-        out = engine(**autoplan.shard_batch(batch, plan, mesh))
+        llama, generated, mesh, batch, engine, out = _engine_step(plan_json, exported)
         engine_loss, engine_logits = autoplan.training_loss(out), out.logits
-        engine_loss.backward()
 
         torch_tp = generated.parallelize(build_seeded(llama, "build_model", 0), mesh)
         out = torch_tp(**batch)  # the export feeds every tp rank the whole batch
@@ -105,20 +112,11 @@ DP_WORLD = 4  # a 2x2 (dp, tp) mesh
 
 def data_parallel_worker(rank: int, port: int, plan_json: str, exported: str, result_path: str):
     import torch.distributed as dist
-    from torch.distributed.device_mesh import init_device_mesh
 
     torch.set_num_threads(1)
     with process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=DP_WORLD):
-        plan = autoplan.Plan.from_dict(json.loads(plan_json))
-        generated = import_model_file(Path(exported))
-        llama = import_model_file(EXAMPLES / "llama.py")
-        mesh = init_device_mesh("cpu", plan.mesh_shape, mesh_dim_names=plan.axis_names)
-        batch = seeded_batch(llama, 1)
-
-        engine = autoplan.apply_plan(build_seeded(llama, "build_model", 0), plan, mesh)
-        out = engine(**autoplan.shard_batch(batch, plan, mesh))
+        llama, generated, mesh, batch, engine, out = _engine_step(plan_json, exported)
         engine_loss = autoplan.training_loss(out)
-        engine_loss.backward()
 
         exported_model = generated.parallelize(build_seeded(llama, "build_model", 0), mesh)
         dp_rank, dp_size = mesh["dp"].get_local_rank(), mesh["dp"].size()
