@@ -118,14 +118,7 @@ def test_generated_module_runs_tp_and_fully_shard_on_a_2x4_mesh(tmp_path, fake_w
     plan = build_baseline("megatron_fsdp", loaded.model, loaded.example_inputs, (2, 4), ("dp", "tp"), "cpu-gloo").plan
     export = export_torch(plan)
     assert export.styles and export.fsdp_modules[-1] == ""
-    path = tmp_path / "generated.py"
-    path.write_text(export.source)
-    generated = import_model_file(path)
-    mesh = init_device_mesh("cpu", (2, 4), mesh_dim_names=("dp", "tp"))
-    llama = import_model_file(EXAMPLES / "llama.py")
-    model = generated.parallelize(build_seeded(llama, "build_model", 0), mesh)
-    batch = {k: v[:4] for k, v in seeded_batch(llama, 1).items()}  # this dp rank's half
-    model(**batch).loss.backward()
+    model = _stepped_export(export, tmp_path)
     for fqn, style in export.styles.items():
         weight = model.get_submodule(fqn).weight
         colwise, linear = style.startswith("Colwise"), plan.module_types[fqn] == "Linear"
@@ -168,14 +161,7 @@ def test_replicated_weights_use_replicate_and_match_the_plan_exactly(tmp_path, f
     assert scored.exact and scored.summary().startswith("exported layout: exactly the plan")
     assert scored.exported.step_time_s == pytest.approx(scored.plan.step_time_s, rel=1e-9)
 
-    path = tmp_path / "generated.py"
-    path.write_text(export.source)
-    generated = import_model_file(path)
-    mesh = init_device_mesh("cpu", (2, 4), mesh_dim_names=("dp", "tp"))
-    llama = import_model_file(EXAMPLES / "llama.py")
-    model = generated.parallelize(build_seeded(llama, "build_model", 0), mesh)
-    batch = {k: v[:4] for k, v in seeded_batch(llama, 1).items()}
-    model(**batch).loss.backward()
+    model = _stepped_export(export, tmp_path)
     held = {fqn: placements_by_axis(p, plan.axis_names) for fqn, p in model.named_parameters()}
     assert held == plan.parameters
 
@@ -283,3 +269,17 @@ def test_cli_with_the_model_scores_and_prints_one_row_per_module_group(tmp_path,
     assert "not expressed: model.layers.0-1.self_attn.q_proj.weight: stored S(0) on tp" in printed  # one line per group
     assert main(["export", str(plan_path), "--format", "torch", "--out", str(out_path)]) == 0
     assert "not scored: pass --model" in capsys.readouterr().out
+
+
+def _stepped_export(export, tmp_path):
+    """The generated module applied to the tiny Llama on a 2x4 mesh of the fake world, after
+    one forward and backward on this dp rank's half of the batch."""
+    path = tmp_path / "generated.py"
+    path.write_text(export.source)
+    generated = import_model_file(path)
+    mesh = init_device_mesh("cpu", (2, 4), mesh_dim_names=("dp", "tp"))
+    llama = import_model_file(EXAMPLES / "llama.py")
+    model = generated.parallelize(build_seeded(llama, "build_model", 0), mesh)
+    batch = {k: v[:4] for k, v in seeded_batch(llama, 1).items()}  # this dp rank's half
+    model(**batch).loss.backward()
+    return model
