@@ -18,7 +18,7 @@ import re
 from collections.abc import Callable
 
 import torch
-from torch.utils._pytree import tree_is_leaf
+from torch.utils._pytree import SUPPORTED_NODES, SequenceKey, keystr, tree_is_leaf
 
 
 class _Unsupported(Exception):
@@ -83,6 +83,40 @@ def _collect_tensors(items, found: list) -> None:
             # A dataclass pytree does not know (a model's output type) is one of its leaves,
             # but its tensors are the output's: the backward must see them.
             _collect_tensors([getattr(item, f.name) for f in dataclasses.fields(item)], found)
+
+
+def keyed_leaves(tree) -> list[tuple[str, object]]:
+    """Every leaf of ``tree`` with its path as ``keystr`` writes it (``tree_flatten_with_path``'s
+    order and keys), also through containers registered as pytree nodes without keys:
+    diffusers registers its output dataclasses with a flatten function only, which torch's
+    walk with paths refuses ("Did not find a flatten_with_keys_fn"). Their children are
+    keyed by position (``[0]``, ``[1]``), in the order ``tree_flatten`` gives them, so the
+    leaves line up with ``tree_flatten``'s and rebuild with its spec."""
+    found: list[tuple[str, object]] = []
+    _walk_keyed(tree, "", found)
+    return found
+
+
+def _walk_keyed(tree, key: str, found: list) -> None:
+    if tree_is_leaf(tree):
+        found.append((key, tree))
+        return
+    node = SUPPORTED_NODES[_node_type(tree)]
+    if node.flatten_with_keys_fn is not None:
+        children = node.flatten_with_keys_fn(tree)[0]
+        for child_key, child in children:
+            _walk_keyed(child, key + keystr((child_key,)), found)
+        return
+    for index, child in enumerate(node.flatten_fn(tree)[0]):
+        _walk_keyed(child, key + keystr((SequenceKey(index),)), found)
+
+
+def _node_type(tree) -> type:
+    """The pytree node type of a container: named tuples and structseqs have their own
+    entries in torch's registry, under a shared type."""
+    from torch.utils._pytree import _get_node_type  # private: the one place pytree says it
+
+    return _get_node_type(tree)
 
 
 _ATOMS = frozenset({int, float, bool, str, complex, type(None), torch.dtype, torch.device, torch.layout, torch.memory_format})

@@ -27,7 +27,7 @@ from torch.distributed.tensor import DTensor, Replicate
 from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
 from torch.distributed.tensor.experimental import implicit_replication
 from torch.overrides import TorchFunctionMode
-from torch.utils._pytree import keystr, tree_flatten, tree_flatten_with_path, tree_unflatten
+from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from autoplan.apply.materialize import initialize, materialize_buffers
 from autoplan.apply.parameters import distribute_parameters, gather_parameters_for_use
@@ -38,11 +38,12 @@ from autoplan.dtensor.fused_attention import contiguous_operands, mask_placed_li
 from autoplan.dtensor.rules import op_by_name
 from autoplan.dtensor.saved_inputs import remember_saved_moves
 from autoplan.errors import PlanError
+from autoplan.model_file import model_call_kwargs
 from autoplan.placements import Spec, to_placements
 from autoplan.plan.module_plan import Plan
 from autoplan.trace.loss import batch_of, check_loss_fn, computed_loss, loss_slot, plain, value_at, with_value_at
 from autoplan.trace.training_call import training_kwargs
-from autoplan.tree_paths import map_keyed_leaves, tensor_leaves
+from autoplan.tree_paths import keyed_leaves, map_keyed_leaves, tensor_leaves
 
 
 def apply_plan(model: nn.Module, plan: Plan, device_mesh: DeviceMesh, init=None, loss_fn=None) -> nn.Module:
@@ -52,7 +53,8 @@ def apply_plan(model: nn.Module, plan: Plan, device_mesh: DeviceMesh, init=None,
     (``"reset_parameters"`` or a callable ``init(module)``; see ``apply/materialize.py``).
     With ``loss_fn`` (the model file's ``compute_loss``, which the plan was made for), a
     call of the model returns ``loss_fn(output, batch)`` as a plain scalar holding the
-    global-batch loss: ``loss = model(**local_batch); loss.backward()``.
+    global-batch loss: ``loss = model(**local_batch); loss.backward()``. A ``LossWithInputs``
+    names batch keys only the loss reads: the model's forward is called without them.
     """
     check_loss_fn(loss_fn)
     _check_mesh(plan, device_mesh)
@@ -113,10 +115,10 @@ def shard_batch(batch, plan: Plan, device_mesh: DeviceMesh):
     """This rank's slice of a global batch, in the same form (tuple or dict) as given."""
     _check_mesh(plan, device_mesh)
     args, kwargs, rebuild = _split(batch)
-    leaves, spec = tree_flatten_with_path((args, kwargs))
+    spec = tree_flatten((args, kwargs))[1]
     out = []
-    for path, leaf in leaves:
-        layout = plan.inputs.get(keystr(path))
+    for path, leaf in keyed_leaves((args, kwargs)):
+        layout = plan.inputs.get(path)
         if isinstance(leaf, torch.Tensor) and layout is not None:
             leaf = _local_slice(leaf, layout.placements, device_mesh)
         out.append(leaf)
@@ -252,8 +254,9 @@ def _redistribute_tree(tree, layouts: dict[str, tuple], mesh: DeviceMesh, settle
     placed = map_keyed_leaves(tree, place)
     if placed is not None:
         return placed
-    leaves, spec = tree_flatten_with_path(tree)  # a container the fast walk does not know
-    out = [place(keystr(path), leaf) for path, leaf in leaves]
+    leaves = keyed_leaves(tree)  # a container the fast walk does not know
+    out = [place(path, leaf) for path, leaf in leaves]
+    spec = tree_flatten(tree)[1]
     return tree if all(new is old for new, (_, old) in zip(out, leaves)) else tree_unflatten(out, spec)
 
 
@@ -314,16 +317,17 @@ def _wrap_root(model: nn.Module, plan: Plan, mesh: DeviceMesh, fallbacks: frozen
         stack.enter_context(running.inside(plan_execution(mesh, fallbacks)))
         call = [stack, None]
         calls.append(call)  # before anything can fail: leave closes it
-        leaves, spec = tree_flatten_with_path((args, kwargs))
+        spec = tree_flatten((args, kwargs))[1]
         out = []
-        for path, leaf in leaves:
-            layout = batch_layouts.get(keystr(path))
+        for path, leaf in keyed_leaves((args, kwargs)):
+            layout = batch_layouts.get(path)
             if isinstance(leaf, torch.Tensor) and not isinstance(leaf, DTensor) and layout is not None:
                 leaf = DTensor.from_local(leaf, mesh, layout, run_check=False)
             out.append(leaf)
         args, kwargs = tree_unflatten(out, spec)
         call[1] = batch_of(args, kwargs)  # what loss_fn gets: the batch, without the cache flag added below
-        return args, training_kwargs(module, kwargs)
+        # the model gets the batch without the keys only loss_fn reads (LossWithInputs)
+        return args, training_kwargs(module, model_call_kwargs(kwargs, loss_fn))
 
     def leave(module, args, kwargs, output):
         stack, batch = calls.pop() if calls else (None, None)

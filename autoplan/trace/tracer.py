@@ -24,12 +24,13 @@ from typing import Any
 import torch
 from torch import fx, nn
 from torch.fx.experimental.proxy_tensor import get_proxy_mode, get_proxy_slot, make_fx
-from torch.utils._pytree import keystr, tree_flatten, tree_flatten_with_path, tree_unflatten
+from torch.utils._pytree import tree_flatten, tree_unflatten
 from torch.utils.hooks import RemovableHandle
 
 from autoplan.dtensor.fused_attention import FusedAttention
 from autoplan.dtensor.overrides import installed as dtensor_overrides
 from autoplan.errors import AutoplanError, LossError, TraceError
+from autoplan.model_file import check_loss_inputs, model_call_kwargs
 from autoplan.trace import opaque
 from autoplan.trace.grad_leaves import record_grad_leaves
 from autoplan.trace.known_values import known_values
@@ -38,6 +39,7 @@ from autoplan.trace.meta_autocast import meta_autocast
 from autoplan.trace.no_grad import no_grad_ops
 from autoplan.trace.saved import record_saved, savers
 from autoplan.trace.training_call import training_kwargs
+from autoplan.tree_paths import keyed_leaves
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,6 +134,7 @@ def trace_model(model: nn.Module, example_inputs, loss_fn=None) -> TracedGraph:
     """Trace one training step of ``model`` on ``example_inputs`` (meta or real tensors);
     its loss is ``loss_fn(output, batch)``, or the model's own (``trace/loss.py``)."""
     check_loss_fn(loss_fn)
+    check_loss_inputs(loss_fn, example_inputs)
     args, kwargs = split_batch(example_inputs)
     params = dict(model.named_parameters())
     buffers = dict(model.named_buffers())
@@ -145,7 +148,9 @@ def trace_model(model: nn.Module, example_inputs, loss_fn=None) -> TracedGraph:
     def step(params, buffers, args, kwargs):
         # a mask of ones the eager step skips is skipped here too; what runs without autograd is noted
         with known_values(), no_grad_ops(no_grad):
-            output = torch.func.functional_call(model, {**params, **buffers}, args, training_kwargs(model, kwargs))
+            # the batch keys only the loss reads are inputs of the step, not of the model
+            model_kwargs = training_kwargs(model, model_call_kwargs(kwargs, loss_fn))
+            output = torch.func.functional_call(model, {**params, **buffers}, args, model_kwargs)
             if loss_fn is not None:
                 return _loss_of(loss_fn, output, batch_of(args, kwargs))
             found = find_loss(output)
@@ -198,7 +203,7 @@ def trace_model(model: nn.Module, example_inputs, loss_fn=None) -> TracedGraph:
         node.name: aliases.get(fqn, (fqn,)) for node, fqn in zip(placeholders[:n_params], params)
     }
     buffer_nodes = {node.name: fqn for node, fqn in zip(placeholders[n_params:n_params + n_buffers], buffers)}
-    batch_paths = [keystr(path) for path, leaf in tree_flatten_with_path((args, kwargs))[0]]
+    batch_paths = [path for path, leaf in keyed_leaves((args, kwargs))]
     input_nodes = {node.name: path for node, path in zip(placeholders[n_params + n_buffers:], batch_paths)}
 
     node_modules = recorder.node_owners(gm.graph)
@@ -347,11 +352,11 @@ class _CallRecorder:
     @staticmethod
     def _tensor_nodes(tree, tracer) -> tuple[tuple[str, str], ...]:
         found = []
-        for path, leaf in tree_flatten_with_path(tree)[0]:
+        for path, leaf in keyed_leaves(tree):  # registered containers with keys or without
             if isinstance(leaf, torch.Tensor):
                 proxy = get_proxy_slot(leaf, tracer, None)
                 if proxy is not None:
-                    found.append((keystr(path), proxy.proxy.node.name))
+                    found.append((path, proxy.proxy.node.name))
         return tuple(found)
 
     def _pre(self, fqn):

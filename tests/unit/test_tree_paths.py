@@ -2,10 +2,11 @@
 
 from collections import namedtuple
 
+import pytest
 import torch
-from torch.utils._pytree import keystr, tree_flatten_with_path
+from torch.utils._pytree import keystr, register_pytree_node, tree_flatten, tree_flatten_with_path, tree_unflatten
 
-from autoplan.tree_paths import map_keyed_leaves, tensor_leaves
+from autoplan.tree_paths import keyed_leaves, map_keyed_leaves, tensor_leaves
 
 Pair = namedtuple("Pair", "cos sin")
 
@@ -94,3 +95,33 @@ def test_users_see_readable_batch_names(tmp_path, capsys):
     pinned, _ = suggest_with_report(loaded.model, loaded.example_inputs, (2, 4), ("dp", "tp"), "cpu-gloo",
                                     pinned={"input_ids": ("S(0)", "S(1)")})
     assert pinned.inputs["[1]['input_ids']"].placements == ("S(0)", "S(1)")
+
+
+class _KeylessOutput:
+    """A container registered as a pytree node with a flatten function only, as diffusers
+    registers its output dataclasses (``Transformer2DModelOutput``)."""
+
+    def __init__(self, sample, extra):
+        self.sample, self.extra = sample, extra
+
+
+register_pytree_node(
+    _KeylessOutput, lambda out: ([out.sample, out.extra], None), lambda children, _: _KeylessOutput(*children),
+)
+
+
+def test_keyed_leaves_match_torchs_paths_where_it_has_them():
+    tree = (nested(), Pair(torch.ones(1), [torch.zeros(1), None]))
+    assert keyed_leaves(tree) == [(keystr(path), leaf) for path, leaf in tree_flatten_with_path(tree)[0]]
+
+
+def test_keyed_leaves_key_a_keyless_node_by_position():
+    x, y = torch.ones(2), torch.zeros(2)
+    tree = ({"out": _KeylessOutput(x, (y, 3))},)
+    with pytest.raises(ValueError, match="flatten_with_keys_fn"):
+        tree_flatten_with_path(tree)  # what the trace met on diffusers' outputs
+    leaves = keyed_leaves(tree)
+    assert [key for key, _ in leaves] == ["[0]['out'][0]", "[0]['out'][1][0]", "[0]['out'][1][1]"]
+    assert [leaf for _, leaf in leaves] == tree_flatten(tree)[0]  # rebuilt with tree_flatten's spec
+    rebuilt = tree_unflatten([leaf for _, leaf in leaves], tree_flatten(tree)[1])
+    assert rebuilt[0]["out"].sample is x and rebuilt[0]["out"].extra[0] is y
