@@ -12,8 +12,8 @@ layers are traced. With the two tied to one set of decisions, layer 1's node cos
 in-edges, multiplied by N-1, are exactly the costs of layers 1..N-1 in the full model
 (each reads its predecessor and the values computed before the stack, as layer 1 does).
 
-A stack qualifies when it is an ``nn.ModuleList`` of at least three modules of one class
-with the same parameter and buffer names, shapes, dtypes and ``requires_grad``; the one
+A stack qualifies when it is an ``nn.ModuleList`` of at least three modules (no ``None``
+entries) of one class with the same parameter and buffer names, shapes, dtypes and ``requires_grad``; the one
 with the most parameters wins. Whether the two traced layers really produced the same
 graph is checked later (``tie.match_blocks``); if not, the caller traces the whole model.
 """
@@ -96,6 +96,10 @@ def find_repeated_blocks(model: nn.Module) -> RepeatedBlocks | None:
         if not isinstance(module, nn.ModuleList) or len(module) < MIN_LAYERS:
             continue
         layers = list(module)
+        if not all(isinstance(layer, nn.Module) for layer in layers):
+            # x-transformers keeps each layer's norms as ``[norm, None, None]``: a list
+            # with empty slots is no stack of layers (its entries are no modules to trace)
+            continue
         signature = _layer_signature(layers[0])
         if not signature[1] or any(_layer_signature(layer) != signature for layer in layers[1:]):
             continue
