@@ -20,7 +20,7 @@ _HOMES = {
     "AutoplanError": "autoplan.errors", "training_loss": "autoplan.trace.loss",
     "load_full_state_dict": "autoplan.apply.materialize", "Plan": "autoplan.plan.module_plan",
     "load_profile": "autoplan.cost.profile", "Score": "autoplan.evaluate.score", "score": "autoplan.evaluate.score",
-    "suggest": "autoplan.pipeline.cached",
+    "suggest": "autoplan.pipeline.cached", "LossWithInputs": "autoplan.model_file",
 }
 
 __all__ = sorted(_HOMES)  # noqa: PLE0605 - the lazy exports are the keys of _HOMES

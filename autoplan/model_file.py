@@ -15,6 +15,16 @@ tuple ``example_inputs`` returns, each rank's slice of it once a plan is applied
 returns the loss as a scalar tensor; autoplan plans, applies, verifies and checks the
 numerics of that loss. Without it the loss is the model's own: ``output.loss``,
 ``output["loss"]``, or the one scalar tensor the model returns (``trace/loss.py``).
+
+A file with ``compute_loss`` and a dict batch may also name the batch keys that only the
+loss reads, which the model takes no argument for (an image classifier's labels, a
+denoiser's noise target)::
+
+    LOSS_INPUTS = ("labels",)
+
+The model is then called with the rest of the batch (``model(**inputs)``), and
+``compute_loss`` gets the whole batch; the trace, ``apply_plan``, ``verify`` and the
+numerics check all call it so (``LossWithInputs``).
 """
 
 from __future__ import annotations
@@ -27,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from autoplan.errors import MeshError, ModelFileError
+from autoplan.errors import ArgumentTypeError, MeshError, ModelFileError
 
 if TYPE_CHECKING:
     from torch import nn
@@ -37,6 +47,7 @@ if TYPE_CHECKING:
 
 DEFAULT_BUILDER = "build_model"
 LOSS_FUNCTION = "compute_loss"
+LOSS_INPUTS = "LOSS_INPUTS"
 _MESH_HINT = 'write the mesh as sizes joined by "x", e.g. --mesh 2x4'
 _DEFAULT_AXIS_NAMES = {1: ("dp",), 2: ("dp", "tp"), 3: ("dp", "cp", "tp")}
 
@@ -89,8 +100,75 @@ def load_model_file(spec: str) -> LoadedModel:
     return LoadedModel(name, path, builder, model, _normalize_inputs(inputs, path), loss_fn)
 
 
+@dataclass(frozen=True, slots=True)
+class LossWithInputs:
+    """A training loss ``function(output, batch)`` and the batch keys only it reads
+    (``inputs``): the model is called with the batch without them, the loss gets the whole
+    batch. A model file says so with ``LOSS_INPUTS``; in Python, pass
+    ``loss_fn=autoplan.LossWithInputs(compute_loss, ("labels",))`` to ``suggest``,
+    ``apply_plan`` and ``verify_plan``."""
+
+    function: Callable
+    inputs: tuple[str, ...]
+
+    def __post_init__(self) -> None:
+        if not callable(self.function):
+            raise ArgumentTypeError(
+                f"LossWithInputs got a {type(self.function).__name__} as its loss, not a function",
+                "pass the loss function first: LossWithInputs(compute_loss, (\"labels\",))",
+            )
+        if isinstance(self.inputs, str) or not all(isinstance(key, str) for key in self.inputs):
+            raise ArgumentTypeError(
+                f"the loss-only batch keys must be a tuple of key names, got {self.inputs!r}",
+                'write them as a tuple of strings, e.g. LOSS_INPUTS = ("labels",)',
+            )
+
+    def __call__(self, output, batch):
+        return self.function(output, batch)
+
+    @property
+    def __name__(self) -> str:  # error messages name the user's function
+        return getattr(self.function, "__name__", "loss_fn")
+
+
+def loss_only_keys(loss_fn) -> tuple[str, ...]:
+    """The batch keys only ``loss_fn`` reads (``LossWithInputs.inputs``); () for any other loss."""
+    return loss_fn.inputs if isinstance(loss_fn, LossWithInputs) else ()
+
+
+def model_call_kwargs(kwargs: dict, loss_fn) -> dict:
+    """The keyword arguments the model is called with: the batch without the keys only
+    ``loss_fn`` reads."""
+    drop = loss_only_keys(loss_fn)
+    return {key: value for key, value in kwargs.items() if key not in drop} if drop else kwargs
+
+
+def check_loss_inputs(loss_fn, batch) -> None:
+    """The loss-only keys, where ``loss_fn`` names some, are keys of a dict batch."""
+    keys = loss_only_keys(loss_fn)
+    if not keys:
+        return
+    if not isinstance(batch, dict):
+        raise ModelFileError(
+            f"the loss-only batch keys ({LOSS_INPUTS}) are {list(keys)}, but the batch is a {type(batch).__name__}, not a dict",
+            "return the batch from example_inputs() as a dict of keyword arguments (the model's and the loss's)",
+        )
+    missing = [key for key in keys if key not in batch]
+    if missing:
+        raise ModelFileError(
+            f"the loss-only batch keys ({LOSS_INPUTS}) name {missing}, which the batch lacks (its keys: {sorted(batch)})",
+            f"name in {LOSS_INPUTS} only keys example_inputs() returns",
+        )
+    if all(key in keys for key in batch):
+        raise ModelFileError(
+            f"the loss-only batch keys ({LOSS_INPUTS}) are every key of the batch ({sorted(batch)}): the model would get no input",
+            f"name in {LOSS_INPUTS} only the keys the loss alone reads",
+        )
+
+
 def loss_function(module, path: Path) -> Callable | None:
-    """An imported model file's ``compute_loss``, or None where it defines none."""
+    """An imported model file's ``compute_loss``, or None where it defines none; with its
+    ``LOSS_INPUTS``, a ``LossWithInputs``."""
     function = getattr(module, LOSS_FUNCTION, None)
     if function is not None and not callable(function):
         raise ModelFileError(
@@ -98,7 +176,20 @@ def loss_function(module, path: Path) -> Callable | None:
             f"define {LOSS_FUNCTION}(output, batch) in {path} that returns the loss as a scalar tensor, "
             "or remove it to use the model's own loss",
         )
-    return function
+    keys = getattr(module, LOSS_INPUTS, None)
+    if keys is None:
+        return function
+    if function is None:
+        raise ModelFileError(
+            f"{path} defines {LOSS_INPUTS} but no {LOSS_FUNCTION}: the model's own loss reads no batch key",
+            f"define {LOSS_FUNCTION}(output, batch) in {path}, or remove {LOSS_INPUTS}",
+        )
+    if isinstance(keys, str) or not isinstance(keys, (tuple, list)) or not all(isinstance(k, str) for k in keys):
+        raise ModelFileError(
+            f"{path} defines {LOSS_INPUTS} as {keys!r}, expected a tuple of batch key names",
+            f'write e.g. {LOSS_INPUTS} = ("labels",) in {path}',
+        )
+    return LossWithInputs(function, tuple(keys))
 
 
 def parse_mesh(text: str) -> tuple[int, ...]:

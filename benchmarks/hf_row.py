@@ -153,7 +153,7 @@ def _build_and_step(model_file: Path, info: dict, dtype: torch.dtype = torch.flo
     model, batch, loss_fn = load_row_model(model_file, dtype)
     info["parameters"] = sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
     started = time.perf_counter()
-    model_loss(call_model(model, batch), batch, loss_fn).backward()
+    model_loss(call_model(model, batch, loss_fn), batch, loss_fn).backward()
     info["eager_step_seconds"] = round(time.perf_counter() - started, 3)
 
 

@@ -58,8 +58,8 @@ def forced_plan(path: str, mesh=(2, 4), axis_names=("dp", "tp"), profile=None):
     return suggest((least_bytes() + 0.4 * free.predicted.model_state_bytes) / 2**30)
 
 
-def verify_on_fake_world(model, batch, plan):
-    """``verify_plan`` of one training step on a fake process group of the plan's mesh."""
+def verify_on_fake_world(model, batch, plan, loss_fn=None):
+    """``verify_plan`` of one training step (with ``loss_fn``'s loss) on a fake process group of the plan's mesh."""
     import math
 
     import torch.distributed as dist
@@ -71,18 +71,21 @@ def verify_on_fake_world(model, batch, plan):
     dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=math.prod(plan.mesh_shape))
     try:
         mesh = init_device_mesh("cpu", tuple(plan.mesh_shape), mesh_dim_names=tuple(plan.axis_names))
-        return verify_plan(model, batch, plan, mesh)
+        return verify_plan(model, batch, plan, mesh, loss_fn=loss_fn)
     finally:
         dist.destroy_process_group()
 
 
 def assert_step_runs_the_prediction(model_file, build_name: str, plan) -> None:
-    """One training step of ``plan`` on a fake process group runs exactly its predicted collectives."""
-    from autoplan.model_file import import_model_file
+    """One training step of ``plan`` on a fake process group runs exactly its predicted
+    collectives; with the model file's ``compute_loss`` where it defines one, as the
+    numerics check (``assert_matches_one_device``) takes it."""
+    from autoplan.model_file import import_model_file, loss_function
     from autoplan.verify.numerics import build_seeded, seeded_batch
 
     module = import_model_file(Path(model_file))
-    result = verify_on_fake_world(build_seeded(module, build_name, 0), seeded_batch(module, 1), plan)
+    loss_fn = loss_function(module, Path(model_file))
+    result = verify_on_fake_world(build_seeded(module, build_name, 0), seeded_batch(module, 1), plan, loss_fn)
     assert result.passed, "\n" + result.summary()
 
 

@@ -44,6 +44,7 @@ from torch.utils._pytree import tree_map
 from autoplan._process_group import free_port
 from autoplan._processes import start_ranks
 from autoplan.dtensor.fused_attention import sdpa_call
+from autoplan.model_file import model_call_kwargs
 from autoplan.trace.loss import model_loss
 
 COLLECTIVE_TIMEOUT_S = 300
@@ -117,9 +118,10 @@ def _worker(rank: int, world: int, port: int, jobs: list[NumericsJob], seed: int
         os.replace(tmp, out_path)
 
 
-def call_model(model, batch):
-    """``model(**batch)`` for a dict batch, ``model(*batch)`` for a tuple."""
-    return model(**batch) if isinstance(batch, dict) else model(*batch)
+def call_model(model, batch, loss_fn=None):
+    """``model(**batch)`` for a dict batch (without the keys only ``loss_fn`` reads: a
+    model not applied with it takes no argument for them), ``model(*batch)`` for a tuple."""
+    return model(**model_call_kwargs(batch, loss_fn)) if isinstance(batch, dict) else model(*batch)
 
 
 def build_seeded(module, builder: str, seed: int):
@@ -148,12 +150,12 @@ def _compare(module, builder: str, plan, mesh, seed: int, loss_fn=None) -> dict:
         # Applied with loss_fn, the model returns that loss itself.
         loss = autoplan.training_loss(call_model(model, autoplan.shard_batch(batch, plan, mesh)))
         loss.backward()
-        ref_loss = model_loss(call_model(reference, batch), batch, loss_fn)
+        ref_loss = model_loss(call_model(reference, batch, loss_fn), batch, loss_fn)
         ref_loss.backward()
         if exact is not None:
             batch64 = tree_map(lambda x: x.double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x, batch)
             try:
-                model_loss(call_model(exact, batch64), batch64, loss_fn).backward()
+                model_loss(call_model(exact, batch64, loss_fn), batch64, loss_fn).backward()
             except (RuntimeError, NotImplementedError):
                 exact = None  # an op without a float64 kernel (grouped_mm): judged by size alone
     exact_params = dict(exact.named_parameters()) if exact is not None else {}

@@ -220,3 +220,64 @@ def _umask():
     umask = os.umask(0o022)
     os.umask(umask)
     return umask
+
+
+# --- batch keys only the loss reads ------------------------------------------------------
+
+CLASSIFIER = """
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+LOSS_INPUTS = ("labels",)
+
+def build_model():
+    return nn.Linear(4, 3)
+
+def example_inputs():
+    return {"input": torch.randn(2, 4), "labels": torch.randint(0, 3, (2,))}
+
+def compute_loss(output, batch):
+    return F.cross_entropy(output, batch["labels"])
+"""
+
+
+def test_loss_inputs_are_read_with_the_loss(tmp_path):
+    from autoplan.model_file import LossWithInputs, model_call_kwargs
+
+    loaded = load_model_file(str(write_model(tmp_path, CLASSIFIER)))
+    assert isinstance(loaded.loss_fn, LossWithInputs) and loaded.loss_fn.inputs == ("labels",)
+    assert loaded.loss_fn.__name__ == "compute_loss"
+    assert list(model_call_kwargs(loaded.example_inputs, loaded.loss_fn)) == ["input"]
+    assert list(model_call_kwargs(loaded.example_inputs, None)) == ["input", "labels"]
+
+
+@pytest.mark.parametrize(
+    "source, expected",
+    [
+        (CLASSIFIER.replace('("labels",)', '"labels"'), "expected a tuple of batch key names"),
+        (CLASSIFIER.replace("def compute_loss", "def other_loss"), "defines LOSS_INPUTS but no compute_loss"),
+    ],
+)
+def test_bad_loss_inputs(tmp_path, source, expected):
+    with pytest.raises(ModelFileError, match=expected) as info:
+        load_model_file(str(write_model(tmp_path, source)))
+    assert info.value.hint
+
+
+@pytest.mark.parametrize(
+    "source, expected",
+    [
+        (CLASSIFIER.replace('("labels",)', '("targets",)'), r"name \['targets'\], which the batch lacks"),
+        (CLASSIFIER.replace('("labels",)', '("input", "labels")'), "are every key of the batch"),
+        (CLASSIFIER.replace('return {"input": torch.randn(2, 4), "labels": torch.randint(0, 3, (2,))}',
+                            "return (torch.randn(2, 4), torch.randint(0, 3, (2,)))"), "not a dict"),
+    ],
+)
+def test_loss_inputs_the_batch_cannot_give(tmp_path, source, expected):
+    from autoplan.trace.tracer import trace_model
+
+    loaded = load_model_file(str(write_model(tmp_path, source)))
+    with pytest.raises(ModelFileError, match=expected) as info:
+        trace_model(loaded.model, loaded.example_inputs, loaded.loss_fn)
+    assert info.value.hint
