@@ -13,10 +13,15 @@ would turn a plain Shard into a ``_StridedShard`` on a mesh axis, the input is r
 on that axis first, as DTensor does for a reshape it cannot express. That is the strategy
 the planner has for such an input, so the run does what the plan priced. A tensor that
 already holds a ``_StridedShard`` (built by other code) keeps DTensor's own rule.
+
+A strict view (``aten.view``) of a dim split on an axis that does not divide its leading
+factor, which DTensor refuses outright, gets the same treatment: its input is replicated
+on that axis (``_unflattened_replicated``), as the planner priced it.
 """
 
 from __future__ import annotations
 
+import re
 from functools import cache
 
 import torch
@@ -35,7 +40,13 @@ def unstrided(rule, diverged=lambda: None):
     ``diverged()`` is called whenever that changes the rule's answer."""
 
     def strategy(op_schema: OpSchema) -> OpStrategy:
-        result = rule(op_schema)
+        try:
+            result = rule(op_schema)
+        except RuntimeError as err:
+            if _UNEVEN_UNFLATTEN not in str(err):
+                raise
+            diverged()
+            return _unflattened_replicated(rule, op_schema, err)
         source = op_schema.args_schema[0]
         if not isinstance(result, OpStrategy) or not isinstance(source, OpStrategy):
             return result
@@ -50,6 +61,53 @@ def unstrided(rule, diverged=lambda: None):
         return OpStrategy(kept)
 
     return strategy
+
+
+_UNEVEN_UNFLATTEN = "Cannot unflatten unevenly sharded tensor"
+_MESH_AXIS = re.compile(r"mesh dimension (\d+)")
+
+
+def _unflattened_replicated(rule, op_schema: OpSchema, err: RuntimeError) -> OpStrategy:
+    """The rule's strategy for a strict view (``aten.view``: ``unflatten``, ``view`` to more
+    dims) of a dim split on a mesh axis that does not divide the view's leading factor:
+    the input replicated on that axis first. DTensor refuses such a view ("Cannot
+    unflatten unevenly sharded tensor ... Please redistribute the tensor before this
+    operation") where a reshape gathers; the planner, which skips a placement a rule
+    refuses, plans the view on the gathered input and prices that gather, so the run does
+    the same (``nn.MultiheadAttention`` unflattens its packed q/k/v projection, 3 x E
+    wide, by 3, which 4 ranks cannot split)."""
+    source = op_schema.args_schema[0]
+    assert isinstance(source, OpStrategy), source  # the rule only raises on a tensor's placement
+    found = []
+    for given in source.strategies:
+        placements = list(given.output_spec.placements)
+        error: RuntimeError | None = err
+        while error is not None:
+            match = _MESH_AXIS.search(str(error))
+            axis = int(match.group(1)) if match else next(
+                (i for i, p in enumerate(placements) if not isinstance(p, Replicate)), None
+            )
+            if axis is None or isinstance(placements[axis], Replicate):
+                raise err
+            placements[axis] = Replicate()
+            replicated = DTensorSpec(given.output_spec.mesh, tuple(placements), tensor_meta=given.output_spec.tensor_meta)
+            schema = OpSchema(
+                op_schema.op,
+                (OpStrategy([OpSpec(replicated)]),) + tuple(op_schema.args_schema[1:]),
+                op_schema.kwargs_schema,
+                schema_info=op_schema.schema_info,
+            )
+            try:
+                result = unstrided(rule)(schema)
+                error = None
+            except RuntimeError as again:
+                if _UNEVEN_UNFLATTEN not in str(again):
+                    raise
+                error = again
+        for inner in result.strategies:
+            costs = [generate_redistribute_costs(source, inner.input_specs[0])]
+            found.append(OpSpec(inner.output_specs, inner.input_specs, redistribute_cost=costs))
+    return OpStrategy(found)
 
 
 def _strided_axes(op_spec: OpSpec) -> set[int]:
