@@ -19,7 +19,8 @@ forward and backward can each hold them without knowing about the others:
   backward reuses a forward move autograd saved (``saved_inputs.py``) and a moved shard is
   laid out in the order of its DTensor's strides (``local_strides.py``), as is the result
   of an op autoplan runs itself (``_run_here``, below);
-- fake-tensor kernels for what the device kernels accept (``fake_kernels.py``);
+- fake-tensor kernels for what the device kernels accept, and a convolution's result on
+  the meta device laid out as the device kernels lay it out (``fake_kernels.py``);
 - cross-entropy on logits split by class (``loss_parallel.py``): DTensor custom op handlers;
 - DTensor's convolution handlers, set aside so that its ordinary dispatch runs the
   convolution strategies the planner reads (``convolution.py``);
@@ -46,6 +47,7 @@ from __future__ import annotations
 
 import functools
 import threading
+import warnings
 from contextlib import contextmanager
 
 import torch
@@ -202,6 +204,9 @@ def _changes() -> list[tuple[object, object, object]]:
     for op, kernel in fake_kernels.KERNELS.items():
         if op not in fake_impls:  # never replace a kernel torch registered
             changes.append((fake_impls, op, kernel))
+    for op in fake_kernels.DEVICE_LAYOUTS:
+        if op in fake_impls:
+            changes.append((fake_impls, op, fake_kernels.laid_out_as_on_device(fake_impls[op])))
     handlers = torch.distributed.tensor.DTensor._op_dispatcher._custom_op_handlers
     for op, handler in loss_parallel.HANDLERS.items():
         if op not in handlers:  # never replace a handler torch (or its loss_parallel()) has
@@ -254,7 +259,12 @@ class _PropagationCache:
         outer = getattr(_deciding, "diverged", False)
         _deciding.diverged = False
         try:
-            result = self._propagate(op_schema)
+            try:
+                result = self._propagate(op_schema)
+            except NotImplementedError as err:
+                if _NO_RULE not in str(err) or not _replicate_unplanned(op_schema.op):
+                    raise
+                result = self._propagate(op_schema)
             if _deciding.diverged:
                 self.autoplans_own.add(op_schema)
         finally:
@@ -266,6 +276,39 @@ class _PropagationCache:
 
     def uncached_entry(self, op_schema):
         return self._propagate(op_schema) if self._are_we_tracing() else self._cached(op_schema)
+
+
+_NO_RULE = "does not have a sharding strategy registered"
+_unplanned_warned: set = set()
+"""Ops run replicated for want of a rule that no plan listed, each warned about once."""
+
+
+def _replicate_unplanned(op) -> bool:
+    """Run ``op``, met in a planned step with no DTensor rule and not in the plan's
+    ``fallback_ops`` (the trace never saw it: a kernel on the device that the meta kernels
+    did not run), replicated from now until the changes are undone, as a plan's fallback
+    op runs; a warning names it once. False where it is no op to add a rule for."""
+    if not isinstance(op, torch._ops.OpOverload) or _depth == 0:
+        return False
+    from torch.distributed.tensor._op_schema import RuntimeSchemaInfo
+
+    from autoplan.dtensor import rules
+
+    propagator = torch.distributed.tensor.DTensor._op_dispatcher.sharding_propagator
+    if op in propagator.op_strategy_funcs:
+        return False
+    _apply([
+        (propagator.op_strategy_funcs, op, _own_rule(rules.replicate_everything)),
+        (propagator.op_to_schema_info, op, RuntimeSchemaInfo(needs_pytree=True)),
+    ])
+    if op not in _unplanned_warned:
+        _unplanned_warned.add(op)
+        warnings.warn(
+            f"autoplan: {op} has no DTensor sharding rule and the plan did not list it (the trace did not "
+            "run it): it runs replicated (its inputs gathered), which the plan's prediction does not count",
+            stacklevel=2,
+        )
+    return True
 
 
 def propagate_uncached(op_schema):

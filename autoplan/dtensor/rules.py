@@ -168,7 +168,8 @@ def builtin_rules() -> list[tuple]:
     ]
 
 
-def _replicate_everything(op_schema: OpSchema) -> OpStrategy:
+def replicate_everything(op_schema: OpSchema) -> OpStrategy:
+    """Every tensor input and output of the op replicated."""
     mesh = op_schema.get_mesh_from_args()
     replicate = (Replicate(),) * mesh.ndim
     from torch.distributed.tensor._dtensor_spec import DTensorSpec
@@ -194,10 +195,10 @@ def fallback_rules(ops, has_rule) -> list[tuple]:
     static = RuntimeSchemaInfo(needs_pytree=True)
     found = []
     for op in sorted(ops, key=str):
-        found.append((op, _replicate_everything, static))
+        found.append((op, replicate_everything, static))
         backward = backward_op(op)
         if backward is not None:
             for overload in backward.overloads():
                 if not has_rule(getattr(backward, overload)):
-                    found.append((getattr(backward, overload), _replicate_everything, static))
+                    found.append((getattr(backward, overload), replicate_everything, static))
     return found

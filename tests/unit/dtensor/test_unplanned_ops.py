@@ -1,0 +1,49 @@
+"""An op a planned step meets with no DTensor rule, which the plan did not list (the trace
+never ran it), runs replicated with a warning instead of failing the step."""
+
+import warnings
+
+import pytest
+import torch
+import torch.distributed as dist
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+from torch.testing._internal.distributed.fake_pg import FakeStore
+
+from autoplan.dtensor import overrides
+from autoplan.dtensor.rules import replicate_everything
+
+NO_RULE = torch.ops.aten.renorm.default  # DTensor has no sharding rule for it, nor for its decomposition's prims.where
+
+
+@pytest.fixture
+def mesh():
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=8)
+    try:
+        yield init_device_mesh("cpu", (2, 4), mesh_dim_names=("dp", "tp"))
+    finally:
+        dist.destroy_process_group()
+
+
+def test_an_op_without_a_rule_runs_replicated_with_a_warning(mesh):
+    whole = torch.randn(8, 16)
+    value = distribute_tensor(whole, mesh, [Shard(0), Shard(1)])
+    overrides._unplanned_warned.clear()
+    with overrides.installed(), pytest.warns(UserWarning, match="has no DTensor sharding rule and the plan did not list it"):
+        out = torch.renorm(value, 2, 0, 1.0)
+    assert tuple(out.placements) == (Replicate(), Replicate())
+    assert out.to_local().shape == whole.shape  # every rank holds it whole (a fake process group moves no data)
+    with overrides.installed(), warnings.catch_warnings():
+        warnings.simplefilter("error")  # warned once per op
+        torch.renorm(value, 2, 0, 1.0)
+
+
+def test_the_rule_is_gone_with_the_overrides(mesh):
+    value = distribute_tensor(torch.randn(8, 16), mesh, [Shard(0), Shard(1)])
+    with overrides.installed(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.renorm(value, 2, 0, 1.0)
+    propagator = torch.distributed.tensor.DTensor._op_dispatcher.sharding_propagator
+    assert not [op for op, rule in propagator.op_strategy_funcs.items() if getattr(rule, "__wrapped__", None) is replicate_everything]
+    with pytest.raises(NotImplementedError, match="does not have a sharding strategy"):
+        torch.renorm(distribute_tensor(torch.randn(8, 16), mesh, [Shard(0), Replicate()]), 2, 0, 1.0)
