@@ -315,6 +315,7 @@ def _wrap_root(model: nn.Module, plan: Plan, mesh: DeviceMesh, fallbacks: frozen
     def enter(module, args, kwargs):
         stack = ExitStack()
         stack.enter_context(running.inside(plan_execution(mesh, fallbacks)))
+        stack.enter_context(overrides.planned_step())  # an op the plan never saw runs replicated, not failing
         call = [stack, None]
         calls.append(call)  # before anything can fail: leave closes it
         spec = tree_flatten((args, kwargs))[1]
@@ -387,6 +388,7 @@ def _overrides_for_backward(output, fallback_ops=frozenset()) -> None:
 
     def reached(_grad):
         overrides.install(fallback_ops)
+        overrides.enter_planned_step()
         torch.autograd.Variable._execution_engine.queue_callback(_UninstallOnce(fallback_ops))
 
     torch.autograd.graph.register_multi_grad_hook(tensors, reached, mode="any")
@@ -403,6 +405,7 @@ class _UninstallOnce:
     def __call__(self):
         if self._pending:
             self._pending = False
+            overrides.leave_planned_step()
             overrides.uninstall(self._fallback_ops)
 
     def __del__(self):

@@ -281,6 +281,33 @@ class _PropagationCache:
 _NO_RULE = "does not have a sharding strategy registered"
 _unplanned_warned: set = set()
 """Ops run replicated for want of a rule that no plan listed, each warned about once."""
+_planned_steps = 0
+"""How many planned steps (forwards, backwards) are under way: only they replicate an op
+without a rule (``autoplan calibrate`` skips such an op instead)."""
+
+
+def enter_planned_step() -> None:
+    """A planned model's forward or backward starts: an op it meets with no DTensor rule
+    runs replicated (``_replicate_unplanned``) instead of failing."""
+    global _planned_steps
+    with _lock:
+        _planned_steps += 1
+
+
+def leave_planned_step() -> None:
+    global _planned_steps
+    with _lock:
+        _planned_steps -= 1
+
+
+@contextmanager
+def planned_step():
+    """``enter_planned_step`` for the duration of the block."""
+    enter_planned_step()
+    try:
+        yield
+    finally:
+        leave_planned_step()
 
 
 def _replicate_unplanned(op) -> bool:
@@ -288,7 +315,7 @@ def _replicate_unplanned(op) -> bool:
     ``fallback_ops`` (the trace never saw it: a kernel on the device that the meta kernels
     did not run), replicated from now until the changes are undone, as a plan's fallback
     op runs; a warning names it once. False where it is no op to add a rule for."""
-    if not isinstance(op, torch._ops.OpOverload) or _depth == 0:
+    if not isinstance(op, torch._ops.OpOverload) or _depth == 0 or _planned_steps == 0:
         return False
     from torch.distributed.tensor._op_schema import RuntimeSchemaInfo
 

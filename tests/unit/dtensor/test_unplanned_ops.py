@@ -29,18 +29,26 @@ def test_an_op_without_a_rule_runs_replicated_with_a_warning(mesh):
     whole = torch.randn(8, 16)
     value = distribute_tensor(whole, mesh, [Shard(0), Shard(1)])
     overrides._unplanned_warned.clear()
-    with overrides.installed(), pytest.warns(UserWarning, match="has no DTensor sharding rule and the plan did not list it"):
+    warned = pytest.warns(UserWarning, match="has no DTensor sharding rule and the plan did not list it")
+    with overrides.installed(), overrides.planned_step(), warned:
         out = torch.renorm(value, 2, 0, 1.0)
     assert tuple(out.placements) == (Replicate(), Replicate())
     assert out.to_local().shape == whole.shape  # every rank holds it whole (a fake process group moves no data)
-    with overrides.installed(), warnings.catch_warnings():
+    with overrides.installed(), overrides.planned_step(), warnings.catch_warnings():
         warnings.simplefilter("error")  # warned once per op
+        torch.renorm(value, 2, 0, 1.0)
+
+
+def test_outside_a_planned_step_it_still_fails(mesh):
+    """``autoplan calibrate`` runs ops under the overrides too, and skips those DTensor cannot run."""
+    value = distribute_tensor(torch.randn(8, 16), mesh, [Shard(0), Shard(1)])
+    with overrides.installed(), pytest.raises(NotImplementedError, match="does not have a sharding strategy"):
         torch.renorm(value, 2, 0, 1.0)
 
 
 def test_the_rule_is_gone_with_the_overrides(mesh):
     value = distribute_tensor(torch.randn(8, 16), mesh, [Shard(0), Shard(1)])
-    with overrides.installed(), warnings.catch_warnings():
+    with overrides.installed(), overrides.planned_step(), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         torch.renorm(value, 2, 0, 1.0)
     propagator = torch.distributed.tensor.DTensor._op_dispatcher.sharding_propagator
