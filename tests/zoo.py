@@ -30,9 +30,7 @@ def forced_plan(path: str, mesh=(2, 4), axis_names=("dp", "tp"), profile=None):
     """The plan under ``sharding_budget_gib``; where no plan gets that low, under a budget
     halfway between the least any plan needs and the unconstrained peak. Where that plan
     meets its budget by splitting activations alone (a CNN's activations dwarf its
-    weights), under the least any plan needs plus 40 % of the model state: a plan that
-    keeps every weight whole holds all of it (the least holds at most an eighth on 8
-    devices). For the model file's ``compute_loss`` where it defines one."""
+    weights), ``weight_sharding_plan``. For the model file's ``compute_loss`` where it defines one."""
 
     def suggest(memory_gib=None):
         loaded = load_model_file(path)
@@ -41,13 +39,6 @@ def forced_plan(path: str, mesh=(2, 4), axis_names=("dp", "tp"), profile=None):
             memory_gib=memory_gib, loss_fn=loaded.loss_fn,
         )
 
-    def least_bytes() -> float:
-        try:
-            suggest(1e-12)
-        except InfeasibleError as err:
-            return err.smallest_bytes
-        raise AssertionError("a plan fitting 1e-12 GiB per device")
-
     free = suggest()
     try:
         plan = suggest(sharding_budget_gib(free))
@@ -55,7 +46,53 @@ def forced_plan(path: str, mesh=(2, 4), axis_names=("dp", "tp"), profile=None):
         plan = suggest((err.smallest_bytes + free.predicted.peak_memory_bytes) / 2 / 2**30)
     if any(p != "R" for spec in plan.parameters.values() for p in spec):
         return plan
-    return suggest((least_bytes() + 0.4 * free.predicted.model_state_bytes) / 2**30)
+    return weight_sharding_plan(path, mesh, axis_names, profile, free)
+
+
+def weight_sharding_plan(path: str, mesh=(2, 4), axis_names=("dp", "tp"), profile=None, free=None):
+    """The plan under the least memory any plan needs plus 40 % of the model state: a plan
+    that keeps every weight whole holds all of it (the least holds at most an eighth on 8
+    devices), so weights must be sharded whatever the activations weigh. ``free``: the
+    unconstrained plan, where the caller has it. For the model file's ``compute_loss``."""
+
+    def suggest(memory_gib=None):
+        loaded = load_model_file(path)
+        return autoplan.suggest(
+            loaded.model, loaded.example_inputs, mesh=mesh, axis_names=axis_names, profile=profile,
+            memory_gib=memory_gib, loss_fn=loaded.loss_fn,
+        )
+
+    if free is None:
+        free = suggest()
+    try:
+        suggest(1e-12)
+    except InfeasibleError as err:
+        least = err.smallest_bytes
+    else:
+        raise AssertionError("a plan fitting 1e-12 GiB per device")
+    return suggest((least + 0.4 * free.predicted.model_state_bytes) / 2**30)
+
+
+def mean_loss_splits_over_the_batch() -> bool:
+    """Whether DTensor's registry (read as the planner reads it) runs a mean ``nll_loss`` on
+    targets split over the batch. torch 2.13's rule does (the loss partial, averaged); 2.14's
+    keeps a batch split for the ``none`` and ``sum`` reductions only, so a mean loss takes
+    its logits with the batch whole."""
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from autoplan.choices.graph import planning_mesh
+    from autoplan.dtensor.overrides import while_installed
+    from autoplan.dtensor.strategies import enumerate_strategies
+    from autoplan.placements import shard
+
+    nll_loss = torch.ops.aten.nll_loss_forward.default
+    with FakeTensorMode():
+        args = (torch.randn(8, 16), torch.randint(0, 16, (8,)), None, 1, -100)  # reduction 1: mean
+        out = nll_loss(*args)
+    mesh = planning_mesh((2, 4), ("dp", "tp"))
+    found = while_installed(enumerate_strategies)(nll_loss, args, {}, out, mesh)
+    return any(shard(0) in strategy.inputs[1] for strategy in found)
 
 
 def both_axes_plan(path: str, mesh=(2, 4), axis_names=("dp", "tp")):

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 
 import torch
 
@@ -71,7 +72,7 @@ def refuses_mixed_outputs() -> bool:
     mesh = planning_mesh((2, 2), ("probe_a", "probe_b"))
 
     def spec(shape):
-        strides = tuple(int(torch.tensor(shape[i + 1:]).prod()) for i in range(len(shape)))
+        strides = tuple(math.prod(shape[i + 1:]) for i in range(len(shape)))
         return DTensorSpec(mesh, (Replicate(), Replicate()), tensor_meta=TensorMeta(shape, strides, torch.float32))
 
     grad, image, weight = spec((2, 4, 1, 1)), spec((2, 4, 1, 1)), spec((4, 4, 1, 1))

@@ -140,6 +140,7 @@ def _changes() -> list[tuple[object, object, object]]:
         rules,
         saved_inputs,
         strategy_choice,
+        uninitialised,
         view_rules,
         zero_fill,
     )
@@ -182,8 +183,14 @@ def _changes() -> list[tuple[object, object, object]]:
         if rule is not None:
             changes.append((propagator.op_strategy_funcs, op, view_rules.unstrided(rule, _diverged)))
     for op, rule in list(propagator.op_strategy_funcs.items()):
+        if op in uninitialised.EMPTY_LIKES:  # torch 2.13 writes their rule as a strategy function
+            rule = uninitialised.not_partial_specs(rule, _diverged)
         if op not in view_rules.RESHAPING_VIEWS:
             changes.append((propagator.op_strategy_funcs, op, merged_inputs.merged(rule, _diverged)))
+    for op in uninitialised.EMPTY_LIKES:  # torch 2.14 as a single-axis rule
+        info = propagator.op_single_dim_strategy_funcs.get(op)
+        if info is not None:
+            changes.append((propagator.op_single_dim_strategy_funcs, op, uninitialised.not_partial_rows(info, _diverged)))
     for op in zero_fill.MASKED_FILLS:
         info = propagator.op_single_dim_strategy_funcs.get(op)
         if info is not None:

@@ -45,6 +45,8 @@ from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_mod
 from torch.utils._pytree import tree_flatten
 from torch.utils.weak import WeakTensorKeyDictionary
 
+from autoplan.trace.eager_checks import eager_checks
+
 aten = torch.ops.aten
 
 # op -> the value every element of its result holds
@@ -90,7 +92,7 @@ def known_values():
     _local.mode = mode
     _patch_transformers()
     try:
-        with mode:
+        with mode, eager_checks():  # and the checks transformers runs only eagerly, as it runs them
             yield mode
     finally:
         _unpatch_transformers()

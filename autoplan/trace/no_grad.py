@@ -16,6 +16,7 @@ from contextlib import contextmanager
 from types import FrameType
 
 import torch
+from torch.autograd.function import FunctionCtx
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
@@ -49,11 +50,16 @@ class _NoGradOps(TorchDispatchMode):
 
 
 def _in_function_forward() -> bool:
-    """Whether an ``autograd.Function``'s ``apply`` is on the Python stack (its forward runs
-    with autograd off, and reentrant checkpointing is one)."""
+    """Whether an ``autograd.Function``'s forward is on the Python stack (it runs with
+    autograd off, and reentrant checkpointing is one): torch 2.13's ``apply`` is Python code
+    in ``torch/autograd/function.py``; 2.14's is C code, which leaves no frame, so the
+    forward is known by the context autograd hands it (``ctx``, a ``FunctionCtx``)."""
     frame: FrameType | None = sys._getframe(2)
     while frame is not None:
-        if frame.f_code.co_name == "apply" and frame.f_code.co_filename.replace("\\", "/").endswith(_FUNCTION_FILE):
+        code = frame.f_code
+        if code.co_name == "apply" and code.co_filename.replace("\\", "/").endswith(_FUNCTION_FILE):
+            return True
+        if code.co_argcount and isinstance(frame.f_locals.get(code.co_varnames[0]), FunctionCtx):
             return True
         frame = frame.f_back
     return False

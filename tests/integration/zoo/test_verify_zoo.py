@@ -24,20 +24,16 @@ import torch
 import torch.distributed as dist
 from conftest import EXAMPLES
 from test_train_example import BUDGET_GIB
-from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import DTensor, Partial, Replicate, Shard, distribute_tensor
 from torch.testing._internal.distributed.fake_pg import FakeStore
-from zoo import MESHES, PUBLIC_ZOO, example_path, forced_plan, verify_on_fake_world
+from zoo import MESHES, PUBLIC_ZOO, example_path, forced_plan, mean_loss_splits_over_the_batch, verify_on_fake_world
 
 import autoplan
-from autoplan.choices.graph import planning_mesh
 from autoplan.cli import main
 from autoplan.cost.comm import redistribute_collectives
-from autoplan.dtensor.overrides import while_installed
-from autoplan.dtensor.strategies import enumerate_strategies
 from autoplan.model_file import import_model_file
-from autoplan.placements import candidate_specs, is_partial, local_shape, shard, to_placements
+from autoplan.placements import candidate_specs, is_partial, local_shape, to_placements
 from autoplan.verify.numerics import build_seeded, seeded_batch
 from autoplan.verify.observe import CollectiveCounter
 from autoplan.verify.step_check import as_on_cpu
@@ -115,7 +111,7 @@ def test_the_train_example_plan_runs_exactly_its_prediction():
         model, batch, mesh=(2, 4), axis_names=("dp", "tp"), profile="cpu-gloo", memory_gib=TRAIN_BUDGET_GIB, cache=False
     )
     labels = plan.inputs["[1]['labels']"].placements
-    if _mean_loss_splits_over_the_batch():  # torch 2.13's DTensor: the loss is split over the batch on tp
+    if mean_loss_splits_over_the_batch():  # torch 2.13's DTensor: the loss is split over the batch on tp
         assert labels[1] == "S(0)", labels
         root = plan.predicted.module_collectives["<root>"]["tp"]["all_reduce"]
         assert root == {"count": 2, "bytes": 8}  # the loss and nll_loss's count of targets, 4 B each
@@ -123,19 +119,6 @@ def test_the_train_example_plan_runs_exactly_its_prediction():
         assert "S(0)" not in labels, labels
     result = _verify("llama", plan)
     assert result.passed and not result.moved, "\n" + result.summary(all_rows=True)
-
-
-def _mean_loss_splits_over_the_batch() -> bool:
-    """Whether DTensor's registry (read as the planner reads it) runs a mean ``nll_loss`` on
-    targets split over the batch. torch 2.13's rule does (the loss partial, averaged); 2.14's
-    keeps a batch split for the ``none`` and ``sum`` reductions only."""
-    nll_loss = torch.ops.aten.nll_loss_forward.default
-    with FakeTensorMode():
-        args = (torch.randn(8, 16), torch.randint(0, 16, (8,)), None, 1, -100)  # reduction 1: mean
-        out = nll_loss(*args)
-    mesh = planning_mesh((2, 4), ("dp", "tp"))
-    found = while_installed(enumerate_strategies)(nll_loss, args, {}, out, mesh)
-    return any(shard(0) in strategy.inputs[1] for strategy in found)
 
 
 def test_the_moe_router_runs_its_in_place_division_as_planned():
