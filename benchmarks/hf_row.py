@@ -220,6 +220,7 @@ def _suggest(model_file: Path, dtype: torch.dtype, budget_bytes: float | None, i
     info["solver"] = plan.solver.status
     info["fallback_ops"] = len(plan.fallback_ops)
     info["opaque_modules"] = len(plan.opaque_modules)
+    info["inputs"] = {key: list(layout.placements) for key, layout in plan.inputs.items()}  # the batch's layout
     return plan
 
 
