@@ -233,6 +233,17 @@ shipped sizes but for 2 layers, builds nothing but the batch (the model on meta,
 step on the plan's fake twin, as `autoplan verify` counts it) and runs no numerics. Marks
 per run: plan, apply, collectives as predicted, and for the forcing budget whether the
 weights are split on every axis: ✓ passed, ✗ failed, · not reached.
+
+How a batch that does not divide the mesh is laid out: the planner offers each batch
+input (ids, labels, masks, positions) only even splits, per axis whole or split on a dim
+that axis divides, one axis per dim (`placements.candidate_specs`). DTensor would run an
+uneven split (6 examples over 4 ranks are 2, 2, 2 and 0) but cannot flatten one (the
+loss's `view(-1)` raises), and a rank with no examples computes nothing. So at 4 x 64 on
+2x4 a split batch goes by examples on one axis and by tokens or not at all on the other,
+and at 6 x 15 by examples on dp only. Each input is laid out on its own, and the move
+from that layout to where its readers want it (a gather of the labels before the loss's
+shift) is an edge of the solver's graph priced by `cost/comm.py` and predicted as any
+other: the rows below count it.
 """
 
 
