@@ -478,6 +478,7 @@ def run_rows(rows_to_run, args, keys: list[str], printer, versions: dict, script
                 result["rows"].append(row)
                 printer.row(row_cells(row, keys, args.dtypes), failed=bool(failures_of(row, keys)))
                 progress.finished(row_label(row["task"], row["model_type"], row.get("shape")))
+                _summarize_shapes(result, shapes, keys, finished=False)  # a run stopped early still tells
                 write_json(args.json, result)
         except KeyboardInterrupt:
             for future in futures:
@@ -486,12 +487,22 @@ def run_rows(rows_to_run, args, keys: list[str], printer, versions: dict, script
             raise
     order = {key: i for i, key in enumerate(runs)}
     result["rows"].sort(key=lambda r: order[(r["task"], r["model_type"], r.get("shape"))])
-    # One summary per batch shape; "summary" is the first shape's (the only one where rows take none).
-    result["shapes"] = {shape: summarize([r for r in result["rows"] if r.get("shape") == shape], keys) for shape in shapes}
-    result["summary"] = result["shapes"][shapes[0]]
+    _summarize_shapes(result, shapes, keys, finished=True)
     result["seconds"] = round(time.perf_counter() - started, 1)
     write_json(args.json, result)
     return result
+
+
+def _summarize_shapes(result: dict, shapes: list, keys: list[str], finished: bool) -> None:
+    """One summary per batch shape; "summary" is the first shape's (the only one where rows
+    take none). Until the run has finished (``finished`` false), of the rows done at every shape."""
+    rows = result["rows"]
+    if not finished:
+        done = [{(r["task"], r["model_type"]) for r in rows if r.get("shape") == shape} for shape in shapes]
+        rows = [r for r in rows if all((r["task"], r["model_type"]) in d for d in done)]
+    result["shapes"] = {shape: summarize([r for r in rows if r.get("shape") == shape], keys) for shape in shapes}
+    result["summary"] = result["shapes"][shapes[0]]
+    result["finished"] = finished
 
 
 if __name__ == "__main__":

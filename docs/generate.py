@@ -329,7 +329,7 @@ def _first_failure(row: dict, keys: list[str]) -> str:
 def record_result(source: Path, command: str, title: str | None = None) -> Path:
     """Keep a benchmark's JSON table under docs/data/, dated, without what varies by machine."""
     result = json.loads(source.read_text())
-    if "summary" not in result:
+    if "summary" not in result or not result.get("finished", True):
         raise SystemExit(f"{source}: no summary: the run did not finish; fix: record a finished run's table")
     for row in result["rows"]:
         row.pop("log_tail", None)
