@@ -449,7 +449,7 @@ def main(argv=None) -> dict | None:
     versions = {"transformers": transformers.__version__, "torch": torch.__version__}
     result = run_rows(rows_to_run, args, keys, printer, versions, Path(__file__))
     lines = []
-    for shape, summary in result["shapes"].items():
+    for shape, summary in result.get("shapes", {None: result["summary"]}).items():
         lines += [f"batch {shape}:" if shape else "", *summary_lines(summary)]
     printer.summary(lines + [f"total {result['seconds']:.0f} s; table in {args.json}"])
     return result
@@ -500,8 +500,10 @@ def _summarize_shapes(result: dict, shapes: list, keys: list[str], finished: boo
     if not finished:
         done = [{(r["task"], r["model_type"]) for r in rows if r.get("shape") == shape} for shape in shapes]
         rows = [r for r in rows if all((r["task"], r["model_type"]) in d for d in done)]
-    result["shapes"] = {shape: summarize([r for r in rows if r.get("shape") == shape], keys) for shape in shapes}
-    result["summary"] = result["shapes"][shapes[0]]
+    summaries = {shape: summarize([r for r in rows if r.get("shape") == shape], keys) for shape in shapes}
+    result["summary"] = summaries[shapes[0]]
+    if shapes != [None]:  # plain models make their own batch: one summary, no shapes
+        result["shapes"] = summaries
     result["finished"] = finished
 
 
