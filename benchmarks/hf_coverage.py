@@ -8,20 +8,28 @@ and taken through the stages of ``hf_row.py``, in its own process with a timeout
     built -> planned (2x4, dp x tp; plan seconds printed) -> applied (fake process group of 8:
     forward, backward, AdamW step) -> collectives as predicted (``plan.predicted``)
 
+at each batch shape of ``--shapes`` (examples x tokens; by default ``SHAPES``: the batch of
+8 x 16 that divides every axis, 4 x 64 with fewer examples than devices, and 6 x 15 whose
+examples divide one axis only and whose tokens divide none), as separate runs of the row,
 once with the default memory budget and once with a budget that forces weights to shard on
 every mesh axis (the forced plan's share of parameter bytes split on both axes is checked),
 in float32 and in bfloat16 (the model cast with ``.to``, token ids unchanged), then gloo
 numerics (loss and gradients of both float32 plans against one device, within 1e-5) where
-the float32 step ran within ``--numerics-max-step`` seconds.
+the float32 step ran within ``--numerics-max-step`` seconds. ``--widths real`` keeps the
+configs' shipped sizes but for 2 layers (``hf_tiny.few_layers_config``): nothing is made
+but the batch (built on meta, each step on the plan's fake twin as ``autoplan verify``
+counts it), and no numerics run.
 
 It prints one row per architecture as it completes (marks: plan, apply, collectives, and
 for forced budgets the every-axis check; ✓ passed, ✗ failed, · not reached), then a
-summary: counts and shares per stage, failures grouped by cause. The table goes to
+summary per batch shape: counts and shares per stage, failures grouped by cause. The table goes to
 ``--json`` (rewritten after each row, atomically). Nothing is cached across rows; a row that
 fails, crashes or hangs never stops the run.
 
     python benchmarks/hf_coverage.py                       # every architecture (hours)
     python benchmarks/hf_coverage.py --quick               # 12 well-known ones
+    python benchmarks/hf_coverage.py --shapes 8x16         # one batch shape (the one before shapes)
+    python benchmarks/hf_coverage.py --widths real --models llama,t5 --dtypes float32
     python benchmarks/hf_coverage.py --models vit,convnext,causal_lm:llama --jobs 2
                                      [--tasks causal_lm,...] [--dtypes float32] [--no-numerics] [--build-only] [--list]
                                      [--timeout 1800] [--json benchmarks/results/hf_coverage.json]
@@ -54,6 +62,13 @@ TASK_TAGS = {"causal_lm": "clm", "masked_lm": "mlm", "seq2seq_lm": "s2s", "image
 TARGET_SHARE = 0.95
 DEFAULT_JSON = BENCH_DIR / "results" / "hf_coverage.json"
 RUN_STAGES = ("plan", "apply", "collectives")
+DEFAULT_SHAPE = "8x16"
+SHAPES = {
+    DEFAULT_SHAPE: "hf_tiny's batch: 8 examples divide every axis",
+    "4x64": "fewer examples than the mesh's 8 devices",
+    "6x15": "6 examples divide dp (2) but not tp (4) nor the mesh; 15 tokens divide no axis",
+}
+"""The batch shapes (examples x tokens) each row runs at by default."""
 
 
 def registry_rows(tasks=tuple(TASKS)) -> list[tuple[str, str]]:
@@ -82,15 +97,20 @@ def run_keys(dtypes: list[str]) -> list[str]:
 
 # ---- one row in a subprocess --------------------------------------------------------------
 
-def run_isolated(task: str, model_type: str, args, workdir: Path, script: Path = Path(__file__)) -> dict:
+def run_isolated(task: str, model_type: str, args, workdir: Path, script: Path = Path(__file__),
+                 shape: str | None = None) -> dict:
     """The row from ``script --row`` in a fresh process (own session, so a timeout kills its
-    gloo children too); a crash or timeout is recorded on the stage that was running."""
-    out = workdir / f"{task}-{model_type}.json"
-    log = workdir / f"{task}-{model_type}.log"
+    gloo children too); a crash or timeout is recorded on the stage that was running.
+    ``shape`` ("4x64": batch x sequence) is the batch's, where the rows take one."""
+    name = f"{task}-{model_type}" + (f"-{shape}" if shape else "")
+    out = workdir / f"{name}.json"
+    log = workdir / f"{name}.log"
     command = [sys.executable, str(script.resolve()), "--row", f"{task}:{model_type}", "--row-out", str(out),
                "--dtypes", ",".join(args.dtypes) or "none", "--numerics-max-step", str(args.numerics_max_step)]
     if args.no_numerics:
         command.append("--no-numerics")
+    if shape:
+        command += ["--shapes", shape, "--widths", args.widths]
     started = time.perf_counter()
     with open(log, "w") as stderr:
         proc = subprocess.Popen(command, stdout=stderr, stderr=subprocess.STDOUT, start_new_session=True)
@@ -105,6 +125,8 @@ def run_isolated(task: str, model_type: str, args, workdir: Path, script: Path =
         finally:
             _LIVE.discard(proc)
     row = json.loads(out.read_text()) if out.exists() else {"task": task, "model_type": model_type, "class": "", "stages": {}}
+    if shape:
+        row["shape"] = shape
     if ending:
         _mark_ending(row, ending, log)
     row["seconds"] = round(time.perf_counter() - started, 1)
@@ -135,16 +157,27 @@ def _mark_ending(row: dict, ending: str, log: Path) -> None:
     row["log_tail"] = log.read_text(errors="replace")[-3000:]
 
 
-def row_main(spec: str, out: Path, dtypes: list[str], numerics: bool, numerics_max_step_s: float) -> None:
+def row_main(spec: str, out: Path, dtypes: list[str], numerics: bool, numerics_max_step_s: float,
+             shape: str | None = None, widths: str = "tiny") -> None:
     import torch
     from hf_row import class_name, hf_model_file_text, run_row
 
     torch.set_num_threads(1)  # rows run side by side on few cores
     task, model_type = spec.split(":", 1)
     model_file = out.with_suffix(".model.py")  # beside the row's JSON, in the run's temporary folder
-    model_file.write_text(hf_model_file_text(task, model_type))
+    model_file.write_text(hf_model_file_text(task, model_type, parse_shape(shape) if shape else None, widths))
     row = {"task": task, "model_type": model_type, "class": class_name(task, model_type)}
-    run_row(row, model_file, dtypes, numerics, numerics_max_step_s, out)
+    if shape:
+        row["shape"] = shape
+    run_row(row, model_file, dtypes, numerics, numerics_max_step_s, out, fake=widths == "real")
+
+
+def parse_shape(text: str) -> tuple[int, int]:
+    """"4x64" -> (4, 64): examples in the global batch, tokens per example."""
+    batch, _, seq = text.partition("x")
+    if not (batch.isdigit() and seq.isdigit() and int(batch) > 0 and int(seq) > 0):
+        raise SystemExit(f"expected a batch shape such as 4x64 (examples x tokens), got {text!r}")
+    return int(batch), int(seq)
 
 
 # ---- table and summary ---------------------------------------------------------------------
@@ -153,8 +186,8 @@ def task_tag(task: str) -> str:
     return TASK_TAGS.get(task, task)
 
 
-def row_label(task: str, model_type: str) -> str:
-    return f"{model_type}[{task_tag(task)}]"
+def row_label(task: str, model_type: str, shape: str | None = None) -> str:
+    return f"{model_type}[{task_tag(task)}]" + (f" {shape}" if shape else "")
 
 
 def stage_ok(row: dict, name: str) -> bool | None:
@@ -182,7 +215,7 @@ def row_cells(row: dict, keys: list[str], dtypes: list[str]) -> list[str]:
     build = stage_ok(row, "build")
     plan_s = [row["stages"].get(f"plan {k}", {}).get("plan_seconds") for k in keys]
     return [
-        row["model_type"], task_tag(row["task"]), "✓" if build else "✗",
+        row["model_type"] + (f" {row['shape']}" if row.get("shape") else ""), task_tag(row["task"]), "✓" if build else "✗",
         *[run_marks(row, k) for k in keys], numerics_marks(row, dtypes),
         " ".join("-" if s is None else f"{s:.1f}" for s in plan_s), f"{row.get('seconds', 0):.0f}",
         _first_cause(row, keys)[:110],
@@ -357,6 +390,14 @@ def parse_args(argv=None, description: str | None = None, default_json: Path = D
     if hf:
         parser.add_argument("--quick", action="store_true", help="12 well-known architectures: " + ",".join(QUICK))
         parser.add_argument("--tasks", default=",".join(TASKS), help="comma-separated, of " + ",".join(TASKS))
+    if hf:
+        parser.add_argument("--shapes", default=",".join(SHAPES),
+                            help="comma-separated batch shapes, examples x tokens, each row run at each (image rows: the "
+                                 "examples; their images keep the config's size); default: " + ", ".join(
+                                     f"{k} ({v})" for k, v in SHAPES.items()))
+        parser.add_argument("--widths", choices=("tiny", "real"), default="tiny",
+                            help="tiny: sizes shrunk (hf_tiny.py); real: the configs' shipped widths, 2 layers "
+                                 "(no weights made: built on meta, each step on its fake twin, no numerics)")
     parser.add_argument("--jobs", type=int, default=1, help="rows run at once")
     parser.add_argument("--timeout", type=int, default=1800, help="seconds per row")
     parser.add_argument("--dtypes", default=default_dtypes)
@@ -371,6 +412,12 @@ def parse_args(argv=None, description: str | None = None, default_json: Path = D
     args = parser.parse_args(argv)
     args.dtypes = [] if args.build_only else [d.strip() for d in args.dtypes.split(",") if d.strip()]
     args.dtypes = [d for d in args.dtypes if d != "none"]  # how a row hears --build-only
+    if hf:
+        args.shapes = [s.strip() for s in args.shapes.split(",") if s.strip()]
+        for shape in args.shapes:
+            parse_shape(shape)
+    else:  # plain models make their own batch
+        args.shapes, args.widths = [None], "tiny"
     unknown = [d for d in args.dtypes if d not in ("float32", "bfloat16")]
     if unknown:
         parser.error(f"expected dtypes float32 and/or bfloat16, got {', '.join(unknown)}")
@@ -380,7 +427,8 @@ def parse_args(argv=None, description: str | None = None, default_json: Path = D
 def main(argv=None) -> dict | None:
     args = parse_args(argv)
     if args.row:
-        row_main(args.row, args.row_out, args.dtypes, not args.no_numerics, args.numerics_max_step)
+        shape = args.shapes[0] if len(args.shapes) == 1 else DEFAULT_SHAPE
+        row_main(args.row, args.row_out, args.dtypes, not args.no_numerics, args.numerics_max_step, shape, args.widths)
         return None
     import torch
     import transformers
@@ -394,12 +442,16 @@ def main(argv=None) -> dict | None:
         return None
     keys = run_keys(args.dtypes)
     printer = Printer(table_header(keys))
-    printer.line(f"transformers {transformers.__version__}, torch {torch.__version__}; {len(rows_to_run)} rows, "
-                 f"mesh 2x4, {args.jobs} at a time, {args.timeout} s each", "bold")
+    printer.line(f"transformers {transformers.__version__}, torch {torch.__version__}; {len(rows_to_run)} rows "
+                 f"at {args.widths} widths, batch shapes {', '.join(args.shapes)}; mesh 2x4, {args.jobs} at a time, "
+                 f"{args.timeout} s each", "bold")
     printer.cells(printer.header, "bold")
     versions = {"transformers": transformers.__version__, "torch": torch.__version__}
     result = run_rows(rows_to_run, args, keys, printer, versions, Path(__file__))
-    printer.summary(summary_lines(result["summary"]) + [f"total {result['seconds']:.0f} s; table in {args.json}"])
+    lines = []
+    for shape, summary in result.get("shapes", {None: result["summary"]}).items():
+        lines += [f"batch {shape}:" if shape else "", *summary_lines(summary)]
+    printer.summary(lines + [f"total {result['seconds']:.0f} s; table in {args.json}"])
     return result
 
 
@@ -409,33 +461,50 @@ def run_rows(rows_to_run, args, keys: list[str], printer, versions: dict, script
     from autoplan.explain.progress import rows_on_stderr
 
     result = {"versions": versions, "args": {k: v for k, v in vars(args).items() if not k.startswith("row")}, "rows": []}
+    shapes = getattr(args, "shapes", [None])
+    runs = [(task, name, shape) for task, name in rows_to_run for shape in shapes]
     started = time.perf_counter()
     with (tempfile.TemporaryDirectory(prefix=f"{script.stem}-") as tmp, ThreadPoolExecutor(args.jobs) as pool,
-          rows_on_stderr(len(rows_to_run)) as progress):
+          rows_on_stderr(len(runs)) as progress):
 
-        def run_one(task: str, name: str) -> dict:
-            progress.started(row_label(task, name))
-            return run_isolated(task, name, args, Path(tmp), script)
+        def run_one(task: str, name: str, shape: str | None) -> dict:
+            progress.started(row_label(task, name, shape))
+            return run_isolated(task, name, args, Path(tmp), script, shape)
 
-        futures = [pool.submit(run_one, task, name) for task, name in rows_to_run]
+        futures = [pool.submit(run_one, *run) for run in runs]
         try:
             for future in as_completed(futures):
                 row = future.result()
                 result["rows"].append(row)
                 printer.row(row_cells(row, keys, args.dtypes), failed=bool(failures_of(row, keys)))
-                progress.finished(row_label(row["task"], row["model_type"]))
+                progress.finished(row_label(row["task"], row["model_type"], row.get("shape")))
+                _summarize_shapes(result, shapes, keys, finished=False)  # a run stopped early still tells
                 write_json(args.json, result)
         except KeyboardInterrupt:
             for future in futures:
                 future.cancel()
             _stop_live_rows()
             raise
-    order = {key: i for i, key in enumerate(rows_to_run)}
-    result["rows"].sort(key=lambda r: order[(r["task"], r["model_type"])])
-    result["summary"] = summarize(result["rows"], keys)
+    order = {key: i for i, key in enumerate(runs)}
+    result["rows"].sort(key=lambda r: order[(r["task"], r["model_type"], r.get("shape"))])
+    _summarize_shapes(result, shapes, keys, finished=True)
     result["seconds"] = round(time.perf_counter() - started, 1)
     write_json(args.json, result)
     return result
+
+
+def _summarize_shapes(result: dict, shapes: list, keys: list[str], finished: bool) -> None:
+    """One summary per batch shape; "summary" is the first shape's (the only one where rows
+    take none). Until the run has finished (``finished`` false), of the rows done at every shape."""
+    rows = result["rows"]
+    if not finished:
+        done = [{(r["task"], r["model_type"]) for r in rows if r.get("shape") == shape} for shape in shapes]
+        rows = [r for r in rows if all((r["task"], r["model_type"]) in d for d in done)]
+    summaries = {shape: summarize([r for r in rows if r.get("shape") == shape], keys) for shape in shapes}
+    result["summary"] = summaries[shapes[0]]
+    if shapes != [None]:  # plain models make their own batch: one summary, no shapes
+        result["shapes"] = summaries
+    result["finished"] = finished
 
 
 if __name__ == "__main__":

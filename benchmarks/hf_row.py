@@ -52,14 +52,23 @@ bytes is split on both mesh axes."""
 BENCH_DIR = Path(__file__).resolve().parent
 
 
-def run_row(row: dict, model_file: Path, dtypes: list[str], numerics: bool, numerics_max_step_s: float, out: Path) -> dict:
+def run_row(row: dict, model_file: Path, dtypes: list[str], numerics: bool, numerics_max_step_s: float, out: Path,
+            fake: bool = False) -> dict:
     """Every stage of one row, whose model and batch come from ``model_file`` (a model file,
     ``autoplan/model_file.py``: ``build_model``, ``example_inputs``, optional ``compute_loss``);
-    ``row`` names it (``task``, ``model_type``, ``class``). ``dtypes`` empty stops after the build."""
+    ``row`` names it (``task``, ``model_type``, ``class``). ``dtypes`` empty stops after the build.
+
+    ``fake`` (models at real widths): no weights are made. The build is on the meta device
+    (no one-device step), each plan's step runs on its fake twin as ``autoplan verify`` runs
+    it (``verify/fake_model.py``: the same collectives at the same shapes, no compute), and
+    no numerics run."""
     row = {**row, "stages": {}}
     recorder = _Recorder(row, out)
     with recorder.stage("build") as info:
-        _build_and_step(model_file, info)
+        if fake:
+            _build_on_meta(model_file, info)
+        else:
+            _build_and_step(model_file, info)
     if not row["stages"]["build"]["ok"] or not dtypes:
         return row
 
@@ -72,7 +81,7 @@ def run_row(row: dict, model_file: Path, dtypes: list[str], numerics: bool, nume
     plans: dict[str, object] = {}
     try:
         for dtype_name in dtypes:
-            if dtype_name != "float32":
+            if dtype_name != "float32" and not fake:
                 with recorder.stage(f"build {dtype_name}") as info:
                     _build_and_step(model_file, info, DTYPES[dtype_name])
                 if not row["stages"][f"build {dtype_name}"]["ok"]:
@@ -93,14 +102,14 @@ def run_row(row: dict, model_file: Path, dtypes: list[str], numerics: bool, nume
                     default = plan
                 plans[key] = plan
                 with recorder.stage(f"apply {key}") as info:
-                    verification = _step(model_file, DTYPES[dtype_name], plan, device_mesh)
+                    verification = _step(model_file, DTYPES[dtype_name], plan, device_mesh, fake)
                 if row["stages"][f"apply {key}"]["ok"]:
                     with recorder.stage(f"collectives {key}") as info:
                         _judge_collectives(verification, info)
     finally:
         dist.destroy_process_group()
 
-    if numerics:
+    if numerics and not fake:
         _run_numerics(row, recorder, model_file, plans, numerics_max_step_s)
     return row
 
@@ -157,6 +166,13 @@ def _build_and_step(model_file: Path, info: dict, dtype: torch.dtype = torch.flo
     info["eager_step_seconds"] = round(time.perf_counter() - started, 3)
 
 
+def _build_on_meta(model_file: Path, info: dict) -> None:
+    """The model builds (on the meta device: at real widths no weights are made) and its batch loads."""
+    with torch.device("meta"):
+        model, _, _ = load_row_model(model_file)
+    info["parameters"] = sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
+
+
 def _plan(model_file: Path, dtype: torch.dtype, default, info: dict):
     """The default-budget plan, or (after it) the forced-budget one: the least memory any
     plan needs plus a sixty-fourth of the replicated model state (``FORCED_SLACK``)."""
@@ -204,6 +220,7 @@ def _suggest(model_file: Path, dtype: torch.dtype, budget_bytes: float | None, i
     info["solver"] = plan.solver.status
     info["fallback_ops"] = len(plan.fallback_ops)
     info["opaque_modules"] = len(plan.opaque_modules)
+    info["inputs"] = {key: list(layout.placements) for key, layout in plan.inputs.items()}  # the batch's layout
     return plan
 
 
@@ -217,12 +234,29 @@ def _every_axis_share(model_file: Path, plan) -> float:
     return split / total if total else 0.0
 
 
-def _step(model_file: Path, dtype: torch.dtype, plan, device_mesh):
+def _step(model_file: Path, dtype: torch.dtype, plan, device_mesh, fake: bool = False):
     from autoplan.verify.step_check import verify_plan
 
     torch.manual_seed(0)
-    model, batch, loss_fn = load_row_model(model_file, dtype)
-    return verify_plan(model, batch, plan, device_mesh, loss_fn=loss_fn)
+    if not fake:
+        model, batch, loss_fn = load_row_model(model_file, dtype)
+        return verify_plan(model, batch, plan, device_mesh, loss_fn=loss_fn)
+    with torch.device("meta"):  # its fake twin is stepped: no weights are made
+        model, _, loss_fn = load_row_model(model_file, dtype)
+    _, batch, _ = _batch_only(model_file, dtype)
+    return verify_plan(model, batch, plan, device_mesh, loss_fn=loss_fn, tensors="fake")
+
+
+def _batch_only(model_file: Path, dtype: torch.dtype):
+    """The row's batch, made on the CPU (the step on a fake twin reads the batch for real)."""
+    from autoplan.model_file import import_model_file
+    from autoplan.verify.numerics import seeded_batch
+
+    batch = seeded_batch(import_model_file(Path(model_file)), 0)
+    if dtype != torch.float32:
+        cast = lambda t: t.to(dtype) if isinstance(t, torch.Tensor) and t.is_floating_point() else t  # noqa: E731
+        batch = {k: cast(v) for k, v in batch.items()} if isinstance(batch, dict) else tuple(map(cast, batch))
+    return None, batch, None
 
 
 def _judge_collectives(verification, info: dict) -> None:
@@ -277,15 +311,19 @@ def class_name(task: str, model_type: str) -> str:
         return ""
 
 
-def hf_model_file_text(task: str, model_type: str) -> str:
-    """A model file (``autoplan/model_file.py``'s convention) that builds this row's model."""
+def hf_model_file_text(task: str, model_type: str, shape: tuple[int, int] | None = None, widths: str = "tiny") -> str:
+    """A model file (``autoplan/model_file.py``'s convention) that builds this row's model;
+    ``shape`` (batch, sequence) sets its batch (``hf_tiny.tiny_inputs``'s by default);
+    ``widths`` "real" keeps the shipped sizes but the layer count (``hf_tiny.few_layers_config``)."""
+    sizes = "" if shape is None else f", batch={shape[0]}, seq={shape[1]}"
+    config = {"tiny": "tiny_config", "real": "few_layers_config"}[widths]
     return (
-        f'"""hf_coverage row: the tiny {model_type} for {task}."""\n'
+        f'"""hf_coverage row: the {model_type} for {task}, {widths} widths."""\n'
         "import sys\n"
         f"sys.path.insert(0, {str(BENCH_DIR)!r})\n"
-        "from hf_tiny import build_tiny_model, tiny_config, tiny_inputs\n\n\n"
-        f"def build_model():\n    return build_tiny_model({task!r}, {model_type!r})\n\n\n"
-        f"def example_inputs():\n    return tiny_inputs({task!r}, tiny_config({model_type!r}))\n"
+        f"from hf_tiny import build_tiny_model, {config}, tiny_inputs\n\n\n"
+        f"def build_model():\n    return build_tiny_model({task!r}, {model_type!r}, config={config}({model_type!r}))\n\n\n"
+        f"def example_inputs():\n    return tiny_inputs({task!r}, {config}({model_type!r}){sizes})\n"
     )
 
 

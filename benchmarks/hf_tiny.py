@@ -112,6 +112,46 @@ def tiny_config(model_type: str):
     return type(shipped)(**tiny_overrides(shipped))
 
 
+def few_layers_config(model_type: str):
+    """The shipped config of ``model_type`` at its real widths, cut to ``LAYERS`` layers:
+    only the layer counts change (and what follows them: per-layer lists cut to the layers
+    kept, the knobs that place layers of a kind among them, ``LAYER_PLACING``), nested
+    configs alike. Hidden sizes, heads, vocabulary, experts and image sizes are as shipped."""
+    from transformers import CONFIG_MAPPING
+
+    shipped = CONFIG_MAPPING[model_type]()
+    return type(shipped)(**few_layers_overrides(shipped))
+
+
+LAYER_PLACING = ("num_kv_shared_layers", "first_k_dense_replace", "num_dense_layers")
+"""Knobs of ``few_layers_config`` beside the layer counts, that say where the layers of a
+kind are (and ``*_layer_offset``, ``*_layer_period``): with 2 layers left, as in ``tiny_config``."""
+
+
+def few_layers_overrides(config) -> dict:
+    """Keyword arguments that rebuild ``config`` with ``LAYERS`` layers; nested configs as dicts."""
+    values = config.to_dict()
+    out = {name: value for name, value in tiny_values(values).items() if _places_layers(name, values[name])}
+    if values.get("is_encoder_decoder") and values.get("decoder_start_token_id") is None and _is_int(values.get("pad_token_id")):
+        out["decoder_start_token_id"] = values["pad_token_id"]
+    for name in _sub_config_names(config):
+        sub = getattr(config, name)
+        out[name] = {**sub.to_dict(), **few_layers_overrides(sub)}
+    return out
+
+
+def _places_layers(name: str, shipped) -> bool:
+    """Whether ``few_layers_config`` changes this knob: a layer count, a ``LAYER_PLACING``
+    knob, or a per-layer list or dict (cut to the layers kept), but no per-stage size list."""
+    if name in LAYER_KNOBS or name in LAYER_PLACING or name.endswith(("_layer_offset", "_layer_period")):
+        return True
+    return not _is_int(shipped) and not name.endswith(_LIST_SIZES)
+
+
+_LIST_SIZES = ("hidden_sizes", "image_size", "patch_size", *HEAD_KNOBS)
+"""Lists ``tiny_values`` shrinks as sizes (per stage), not as one entry per layer."""
+
+
 def tiny_overrides(config) -> dict:
     """Keyword arguments that rebuild ``config`` with tiny sizes; nested configs as dicts."""
     values = config.to_dict()
@@ -283,28 +323,30 @@ def model_class_name(task: str, model_type: str) -> str:
     return names if isinstance(names, str) else names[0]
 
 
-def build_tiny_model(task: str, model_type: str, dtype: torch.dtype = torch.float32):
-    """The task's model for ``model_type``, tiny, on the current default device."""
+def build_tiny_model(task: str, model_type: str, dtype: torch.dtype = torch.float32, config=None):
+    """The task's model for ``model_type``, tiny (or from ``config``), on the current default device."""
     import transformers
 
     model_class = getattr(transformers, model_class_name(task, model_type))
-    model = model_class(tiny_config(model_type))
+    model = model_class(config if config is not None else tiny_config(model_type))
     return model.to(dtype) if dtype != torch.float32 else model
 
 
-def tiny_inputs(task: str, config, dtype: torch.dtype = torch.float32) -> dict:
-    """One global batch for ``task``; floating inputs in ``dtype``, integer ones as they are.
-    Labels are drawn separately: the batch's tensors must not alias each other."""
+def tiny_inputs(task: str, config, dtype: torch.dtype = torch.float32, batch: int = BATCH, seq: int = SEQ) -> dict:
+    """One global batch for ``task`` of ``batch`` examples (``seq`` tokens each for language
+    models; an image task's images keep the config's size); floating inputs in ``dtype``,
+    integer ones as they are. Labels are drawn separately: the batch's tensors must not
+    alias each other."""
     if task == "image_classification":
         vision = _vision_config(config)
         size = _first(getattr(vision, "image_size", IMAGE))
         channels = getattr(vision, "num_channels", 3)
         return dict(
-            pixel_values=torch.randn(BATCH, channels, size, size).to(dtype),
-            labels=torch.randint(0, config.num_labels, (BATCH,)),
+            pixel_values=torch.randn(batch, channels, size, size).to(dtype),
+            labels=torch.randint(0, config.num_labels, (batch,)),
         )
     vocab = min(config.get_text_config().vocab_size, VOCAB)
-    return dict(input_ids=torch.randint(0, vocab, (BATCH, SEQ)), labels=torch.randint(0, vocab, (BATCH, SEQ)))
+    return dict(input_ids=torch.randint(0, vocab, (batch, seq)), labels=torch.randint(0, vocab, (batch, seq)))
 
 
 def _vision_config(config):

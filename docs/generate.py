@@ -225,9 +225,25 @@ shipped config (only sizes changed), plan it on a 2x4 mesh (dp x tp), apply the 
 fake process group of 8 and run one training step (forward, backward, AdamW), and compare
 the collectives that ran with the plan's `predicted.collectives`. It does so with the
 default memory budget and with a *forcing* budget, one that makes weights shard on both
-mesh axes, in each dtype. Marks per run: plan, apply, collectives as predicted, and for
-the forcing budget whether the weights are split on every axis: ✓ passed, ✗ failed,
-· not reached.
+mesh axes, in each dtype, and at each batch shape of `--shapes` (examples x tokens; by
+default 8 x 16, which divides every axis; 4 x 64, fewer examples than devices; 6 x 15,
+examples that divide dp only and tokens that divide no axis; image rows take the
+examples, their images keep the config's size). `--widths real` keeps the configs'
+shipped sizes but for 2 layers, builds nothing but the batch (the model on meta, each
+step on the plan's fake twin, as `autoplan verify` counts it) and runs no numerics. Marks
+per run: plan, apply, collectives as predicted, and for the forcing budget whether the
+weights are split on every axis: ✓ passed, ✗ failed, · not reached.
+
+How a batch that does not divide the mesh is laid out: the planner offers each batch
+input (ids, labels, masks, positions) only even splits, per axis whole or split on a dim
+that axis divides, one axis per dim (`placements.candidate_specs`). DTensor would run an
+uneven split (6 examples over 4 ranks are 2, 2, 2 and 0) but cannot flatten one (the
+loss's `view(-1)` raises), and a rank with no examples computes nothing. So at 4 x 64 on
+2x4 a split batch goes by examples on one axis and by tokens or not at all on the other,
+and at 6 x 15 by examples on dp only. Each input is laid out on its own, and the move
+from that layout to where its readers want it (a gather of the labels before the loss's
+shift) is an edge of the solver's graph priced by `cost/comm.py` and predicted as any
+other: the rows below count it.
 """
 
 
@@ -249,30 +265,38 @@ def _coverage_section(path: Path, record: dict) -> list[str]:
     lines = [f"## {record['title']}", "",
              (f"Recorded {record['recorded']} with `{record['command']}` ({versions}; "
               f"[data](data/{path.name}))."), ""]
-    summary = result["summary"]
-    lines += [f"{summary['built']} of {summary['rows']} rows build tiny.", "",
-              ("| run | built | planned | applied | collectives as predicted | weights split on every axis "
-               "| plan s median | plan s max |"),
-              "| --- | --- | --- | --- | --- | --- | --- | --- |"]
-    for key in keys:
-        counts = summary["runs"][key]
-        ran = counts.get("built", summary["built"])
-        every_axis = _share(counts["sharded_every_axis"], ran) if "sharded_every_axis" in counts else ""
-        lines.append(f"| {key} | {ran} | {_share(counts['plan'], ran)} | {_share(counts['apply'], ran)} | "
-                     f"{_share(counts['collectives'], ran)} | {every_axis} | {counts.get('plan_seconds_median')} | "
-                     f"{counts.get('plan_seconds_max')} |")
-    lines += ["", "| model type | task | class | built | " + " | ".join(keys) + " | first failure |",
-              "| --- | --- | --- | --- | " + " | ".join("---" for _ in keys) + " | --- |"]
+    # One summary per batch shape where the run had shapes (hf_coverage.py --shapes), else one.
+    summaries = result.get("shapes") or {"": result["summary"]}
+    shaped = any(summaries)
+    widths = "at real widths" if result.get("args", {}).get("widths") == "real" else "tiny"
+    for shape, summary in summaries.items():
+        lines.append(f"{summary['built']} of {summary['rows']} rows build {widths}" + (f" at batch {shape}." if shape else "."))
+    lines += ["", (("| batch " if shaped else "") + "| run | built | planned | applied | collectives as predicted "
+                   "| weights split on every axis | plan s median | plan s max |"),
+              ("| --- " if shaped else "") + "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for shape, summary in summaries.items():
+        for key in keys:
+            counts = summary["runs"][key]
+            ran = counts.get("built", summary["built"])
+            every_axis = _share(counts["sharded_every_axis"], ran) if "sharded_every_axis" in counts else ""
+            lines.append((f"| {shape} " if shaped else "") + f"| {key} | {ran} | {_share(counts['plan'], ran)} | "
+                         f"{_share(counts['apply'], ran)} | {_share(counts['collectives'], ran)} | {every_axis} | "
+                         f"{counts.get('plan_seconds_median')} | {counts.get('plan_seconds_max')} |")
+    lines += ["", "| model type | task | class | " + ("batch | " if shaped else "") + "built | " + " | ".join(keys)
+              + " | first failure |",
+              "| --- | --- | --- | " + ("--- | " if shaped else "") + "--- | " + " | ".join("---" for _ in keys) + " | --- |"]
     for row in result["rows"]:
         built = row["stages"].get("build", {}).get("ok")
         marks = [_marks(row, key) for key in keys]
-        lines.append(f"| {row['model_type']} | {row['task']} | {row.get('class') or ''} | {'✓' if built else '✗'} | "
+        lines.append(f"| {row['model_type']} | {row['task']} | {row.get('class') or ''} | "
+                     + (f"{row.get('shape', '')} | " if shaped else "") + f"{'✓' if built else '✗'} | "
                      + " | ".join(marks) + f" | {_cell(_first_failure(row, keys))} |")
-    failures = summary.get("failures", [])
-    if failures:
-        lines += ["", "Failures by cause (the first failing stage of each run):", ""]
-        for group in failures:
-            lines.append(f"- {_cell(group['cause'])} ({', '.join(group['stages'])}): {', '.join(group['models'])}")
+    for shape, summary in summaries.items():
+        failures = summary.get("failures", [])
+        if failures:
+            lines += ["", "Failures by cause (the first failing stage of each run)" + (f", batch {shape}:" if shape else ":"), ""]
+            for group in failures:
+                lines.append(f"- {_cell(group['cause'])} ({', '.join(group['stages'])}): {', '.join(group['models'])}")
     lines.append("")
     return lines
 
@@ -305,7 +329,7 @@ def _first_failure(row: dict, keys: list[str]) -> str:
 def record_result(source: Path, command: str, title: str | None = None) -> Path:
     """Keep a benchmark's JSON table under docs/data/, dated, without what varies by machine."""
     result = json.loads(source.read_text())
-    if "summary" not in result:
+    if "summary" not in result or not result.get("finished", True):
         raise SystemExit(f"{source}: no summary: the run did not finish; fix: record a finished run's table")
     for row in result["rows"]:
         row.pop("log_tail", None)

@@ -20,6 +20,14 @@ no such input runs instead, if there is one. A split that lines an input up with
 split on that axis (a query sliced by heads to meet keys split by heads) is the op's
 own, and stays. Strategies that move nothing, or only chunk (cost zero), are DTensor's
 choice as before.
+
+Nor does DTensor run a strategy that splits a tensor's dim unevenly (a dim its axes do not
+divide) where one that splits evenly exists: the planner offers even splits only
+(``placements.candidate_specs``), so an uneven one is never what the plan priced, and
+DTensor cannot flatten it later ("Cannot flatten unevenly sharded tensor"). A batch of 6
+examples, its hidden dim split on tp (4), met a whole index in a ``gather``; DTensor split
+both by example on tp, to 2, 2, 2 and 0, and the backward's flatten of that gradient failed
+(Inkling's looped decoder at a 6 x 15 batch on 2x4).
 """
 
 from __future__ import annotations
@@ -51,19 +59,46 @@ def _splits_replicated(spec: OpSpec, op_schema: OpSchema) -> bool:
     return False
 
 
+def _splits_unevenly(spec: OpSpec) -> bool:
+    """Whether ``spec`` splits a dim of one of its tensors over axes whose sizes' product
+    does not divide it (inputs, and outputs whose shape DTensor already knows)."""
+    outputs = spec.output_specs if isinstance(spec.output_specs, tuple) else (spec.output_specs,)
+    for tensor in (*(spec.input_specs or ()), *outputs):
+        meta = None if tensor is None else tensor.tensor_meta
+        if tensor is None or meta is None:
+            continue
+        ways: dict[int, int] = {}
+        for axis, placement in enumerate(tensor.placements):
+            dim = getattr(placement, "dim", None)  # Shard's and _StridedShard's
+            if placement.is_shard() and isinstance(dim, int):
+                ways[dim] = ways.get(dim, 1) * tensor.mesh.shape[axis]
+        if any(meta.shape[dim] % n for dim, n in ways.items()):
+            return True
+    return False
+
+
 def selection(dtensor_choice, diverged=lambda: None):
-    """DTensor's selection ``dtensor_choice``, kept from splitting replicated axes;
-    ``diverged()`` is called whenever that changes DTensor's choice."""
+    """DTensor's selection ``dtensor_choice``, kept from splitting a dim unevenly and from
+    splitting replicated axes; ``diverged()`` is called whenever that changes DTensor's choice."""
 
     def select(strategy: OpStrategy, op_schema: OpSchema | None = None) -> OpSpec:
         chosen = dtensor_choice(strategy, op_schema)
+        try:
+            if _splits_unevenly(chosen):
+                even = [s for s in strategy.strategies if not _splits_unevenly(s) and _cost(s) < float("inf")]
+                if even:
+                    diverged()
+                    chosen = min(even, key=_cost)
+        except TypeError:  # symbolic sizes or costs: leave the choice to DTensor
+            return chosen
         if op_schema is None or not _splits_replicated(chosen, op_schema):
             return chosen
         try:
             cost = _cost(chosen)
             if not cost > 0:
                 return chosen
-            whole = [s for s in strategy.strategies if not _splits_replicated(s, op_schema) and _cost(s) < float("inf")]
+            whole = [s for s in strategy.strategies
+                     if not _splits_replicated(s, op_schema) and not _splits_unevenly(s) and _cost(s) < float("inf")]
         except TypeError:  # symbolic costs: leave the choice to DTensor
             return chosen
         if not whole:

@@ -1,5 +1,6 @@
 """The benchmark's config shrinker (benchmarks/hf_tiny.py): sizes shrink, behaviour flags
-stay as shipped, nested configs shrink too, and the tiny model builds and runs a step."""
+stay as shipped, nested configs shrink too, and the tiny model builds and runs a step; at
+real widths (``few_layers_config``) only the layer counts change."""
 
 import sys
 from pathlib import Path
@@ -9,7 +10,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "benchmarks"))  # tests/integration/models/ -> the checkout
 
-from hf_tiny import build_tiny_model, tiny_config, tiny_inputs
+from hf_tiny import build_tiny_model, few_layers_config, tiny_config, tiny_inputs
 
 BEHAVIOUR_FLAGS = ("use_cache", "return_dict", "tie_word_embeddings", "_attn_implementation", "_experts_implementation",
                    "output_hidden_states", "hidden_act", "is_encoder_decoder")
@@ -68,3 +69,34 @@ def test_flat_config_of_another_library_shrinks_by_the_same_table():
     assert tiny == dict(block_size=128, n_layer=2, n_embd=64, n_head=4, n_query_groups=2, head_size=16, vocab_size=512,
                         padded_vocab_size=512, intermediate_size=128, n_expert=4, n_expert_per_token=2,
                         sliding_window_indices=[1, 0])
+
+
+@pytest.mark.parametrize("model_type", ["mixtral", "t5", "gemma3", "jamba"])
+def test_real_widths_change_the_layer_count_only(model_type):
+    """``hf_coverage.py --widths real``: every width, head count, vocabulary and expert count
+    as shipped; 2 layers, the per-layer lists cut to them (nested configs alike)."""
+    from transformers import CONFIG_MAPPING
+
+    shipped, real = CONFIG_MAPPING[model_type](), few_layers_config(model_type)
+    for config, cut in ((shipped, real), *((getattr(shipped, n), getattr(real, n)) for n in ("text_config", "vision_config")
+                                           if hasattr(shipped, n))):
+        after = cut.to_dict()
+        for name, value in config.to_dict().items():
+            if name in ("num_hidden_layers", "num_layers", "layer_types", "attn_layer_offset", "attn_layer_period",
+                        "expert_layer_offset", "expert_layer_period", "num_decoder_layers"):
+                continue
+            if isinstance(value, (int, float, str)) and not isinstance(value, bool):
+                assert after[name] == value, name
+        knob = next((n for n in ("num_hidden_layers", "num_layers") if n in after), None)
+        if knob is None:  # a composite config (Gemma 3): its text and vision configs have the layers
+            continue
+        assert after[knob] == min(2, getattr(config, knob))
+        if getattr(config, "layer_types", None):
+            assert len(cut.layer_types) == after[knob]
+
+
+def test_batch_shape_of_the_inputs():
+    text, image = tiny_inputs("causal_lm", tiny_config("llama"), batch=4, seq=64), tiny_inputs(
+        "image_classification", tiny_config("vit"), batch=6, seq=15)
+    assert text["input_ids"].shape == text["labels"].shape == (4, 64)
+    assert image["pixel_values"].shape[0] == image["labels"].shape[0] == 6  # the images keep their size
