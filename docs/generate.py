@@ -261,13 +261,18 @@ def _coverage_section(path: Path, record: dict) -> list[str]:
         lines.append(f"| {key} | {ran} | {_share(counts['plan'], ran)} | {_share(counts['apply'], ran)} | "
                      f"{_share(counts['collectives'], ran)} | {every_axis} | {counts.get('plan_seconds_median')} | "
                      f"{counts.get('plan_seconds_max')} |")
-    lines += ["", "| model type | task | class | built | " + " | ".join(keys) + " | first failure |",
-              "| --- | --- | --- | --- | " + " | ".join("---" for _ in keys) + " | --- |"]
+    # Rows with further stages (vision_coverage.py: numerics, the compiled step) get a column each.
+    extra = [stage for stage in ("numerics float32/forced", "compile")
+             if any(stage in row["stages"] for row in result["rows"])]
+    lines += ["", "| model type | task | class | built | " + " | ".join([*keys, *extra]) + " | first failure |",
+              "| --- | --- | --- | --- | " + " | ".join("---" for _ in [*keys, *extra]) + " | --- |"]
     for row in result["rows"]:
         built = row["stages"].get("build", {}).get("ok")
-        marks = [_marks(row, key) for key in keys]
+        marks = [_marks(row, key) for key in keys] + [_mark(row["stages"].get(stage)) for stage in extra]
         lines.append(f"| {row['model_type']} | {row['task']} | {row.get('class') or ''} | {'✓' if built else '✗'} | "
-                     + " | ".join(marks) + f" | {_cell(_first_failure(row, keys))} |")
+                     + " | ".join(marks) + f" | {_cell(_first_failure(row, keys, extra))} |")
+    if result.get("not_installed"):
+        lines += ["", f"Not installed in that environment (rows not run): {', '.join(result['not_installed'])}."]
     failures = summary.get("failures", [])
     if failures:
         lines += ["", "Failures by cause (the first failing stage of each run):", ""]
@@ -292,10 +297,14 @@ def _marks(row: dict, key: str) -> str:
     return "".join("·" if m is None else "✓" if m else "✗" for m in marks)
 
 
-def _first_failure(row: dict, keys: list[str]) -> str:
+def _mark(info: dict | None) -> str:
+    return "·" if info is None else "✓" if info["ok"] else "✗"
+
+
+def _first_failure(row: dict, keys: list[str], extra: tuple | list = ()) -> str:
     stages = row["stages"]
     for name in ["build", *(f"build {k.split('/')[0]}" for k in keys),
-                 *(f"{s} {k}" for k in keys for s in ("plan", "apply", "collectives"))]:
+                 *(f"{s} {k}" for k in keys for s in ("plan", "apply", "collectives")), *extra]:
         info = stages.get(name)
         if info is not None and not info["ok"]:
             return f"{name}: {info.get('cause') or ''}"[:160]
@@ -324,7 +333,8 @@ def record_result(source: Path, command: str, title: str | None = None) -> Path:
 
 
 def _default_title(source: Path, result: dict) -> str:
-    what = {"hf_coverage": "HuggingFace architectures", "plain_coverage": "Models written in plain PyTorch"}
+    what = {"hf_coverage": "HuggingFace architectures", "plain_coverage": "Models written in plain PyTorch",
+            "vision_coverage": "Vision, diffusion and contrastive models"}
     return f"{what.get(source.stem, source.stem)}: {len(result['rows'])} rows"
 
 
