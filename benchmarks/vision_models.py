@@ -67,9 +67,9 @@ def registry_rows() -> list[tuple[str, str]]:
 
 
 def versions() -> dict[str, str]:
-    import torch
-
     from importlib.metadata import PackageNotFoundError, version
+
+    import torch
 
     found = {"torch": torch.__version__}
     for source in SOURCES:

@@ -257,7 +257,7 @@ def step_error(err: Exception, model: nn.Module) -> StepError:
     )
 
 
-_OWN_DIRS = tuple(os.path.dirname(os.path.abspath(module.__file__)) + os.sep for module in (torch, autoplan_package))
+_OWN_DIRS = tuple(os.path.dirname(os.path.abspath(str(module.__file__))) + os.sep for module in (torch, autoplan_package))
 _STDLIB = sysconfig.get_paths()["stdlib"] + os.sep
 _INSTALLED = tuple({sysconfig.get_paths()[key] + os.sep for key in ("purelib", "platlib")})
 
