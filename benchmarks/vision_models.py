@@ -92,7 +92,7 @@ def model_file_text(source: str, name: str) -> str:
     if source == "diffusers":
         return _DIFFUSERS_HEAD + _DIFFUSERS[name]
     if source == "timm":
-        return _TIMM.replace("FAMILY", repr(name))
+        return _TIMM.replace("FAMILY_NAME", repr(name))
     if source == "open_clip":
         return _OPEN_CLIP.replace("CONFIG_JSON", repr(json.dumps(_shrunk_clip_config(name), sort_keys=True)))
     if source == "x_transformers":
@@ -168,7 +168,7 @@ import torch
 import torch.nn.functional as F
 import timm
 
-FAMILY = FAMILY
+FAMILY = FAMILY_NAME
 BATCH, CLASSES = 8, 8
 SHRINK = (
     {"depth": 2, "embed_dim": 64, "num_heads": 2},
