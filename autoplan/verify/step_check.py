@@ -241,7 +241,7 @@ def step_error(err: Exception, model: nn.Module) -> StepError:
     names = {id(m): fqn for fqn, m in model.named_modules()}
     where = (f"module {names[id(culprit)] or '<root>'} ({type(culprit).__name__})" if culprit is not None
              else "the backward or optimizer step")
-    first = str(err).strip().splitlines()[0] if str(err).strip() else ""
+    first = _first_line(err)
     if not _raised_in_model_code(err):
         return StepError(
             f"the planned training step failed in {where}, inside torch and autoplan alone "
@@ -255,6 +255,15 @@ def step_error(err: Exception, model: nn.Module) -> StepError:
         "for an op that cannot run sharded, raise --memory-gb so that less is sharded "
         "(--debug shows the traceback)",
     )
+
+
+def _first_line(err: BaseException) -> str:
+    """The message's first line, and the next where the first only introduces it
+    (``torch.compile``'s "backend='inductor' raised:", whose next line is the error)."""
+    lines = [line.strip() for line in str(err).strip().splitlines() if line.strip()]
+    if len(lines) > 1 and lines[0].endswith(":"):
+        return f"{lines[0]} {lines[1]}"
+    return lines[0] if lines else ""
 
 
 _OWN_DIRS = tuple(os.path.dirname(os.path.abspath(str(module.__file__))) + os.sep for module in (torch, autoplan_package))

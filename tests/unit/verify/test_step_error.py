@@ -53,3 +53,10 @@ def test_dynamos_internal_errors_are_autoplans_own():
 
     err = InternalTorchDynamoError("TypeError: unhashable type: non-nested SymInt")
     assert "autoplan's fault" in str(step_error(err, nn.Linear(1, 1)))
+
+
+def test_a_message_that_introduces_its_error_keeps_it():
+    err = RuntimeError("backend='aot_eager' raised:\nRuntimeError: Can not redistribute from R to P(avg)\n\nSet TORCH_LOGS")
+    message = str(step_error(err, nn.Linear(1, 1)))
+    assert "raised: RuntimeError: Can not redistribute from R to P(avg)" in message
+    assert "TORCH_LOGS" not in message
