@@ -281,7 +281,7 @@ def build_model():
 
 
 def example_inputs():
-    return (torch.randint(0, VOCAB, (BATCH, SEQ + 1)),)
+    return (torch.randint(0, VOCAB, (BATCH, SEQ)),)
 ''',
     "encoder": '''"""x-transformers encoder, trained with cross-entropy on token labels."""
 import torch
