@@ -455,9 +455,11 @@ def main(argv=None) -> dict | None:
     return result
 
 
-def run_rows(rows_to_run, args, keys: list[str], printer, versions: dict, script: Path) -> dict:
+def run_rows(rows_to_run, args, keys: list[str], printer, versions: dict, script: Path, cells=None) -> dict:
     """Each row in its own process (``script --row``), ``args.jobs`` at a time; rows printed
-    and the JSON table rewritten as they complete, then in the given order with a summary."""
+    (``cells(row, keys, dtypes)``, default ``row_cells``) and the JSON table rewritten as they
+    complete, then in the given order with a summary."""
+    cells = cells or row_cells
     from autoplan.explain.progress import rows_on_stderr
 
     result = {"versions": versions, "args": {k: v for k, v in vars(args).items() if not k.startswith("row")}, "rows": []}
@@ -476,7 +478,7 @@ def run_rows(rows_to_run, args, keys: list[str], printer, versions: dict, script
             for future in as_completed(futures):
                 row = future.result()
                 result["rows"].append(row)
-                printer.row(row_cells(row, keys, args.dtypes), failed=bool(failures_of(row, keys)))
+                printer.row(cells(row, keys, args.dtypes), failed=bool(failures_of(row, keys)))
                 progress.finished(row_label(row["task"], row["model_type"], row.get("shape")))
                 _summarize_shapes(result, shapes, keys, finished=False)  # a run stopped early still tells
                 write_json(args.json, result)

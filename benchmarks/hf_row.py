@@ -53,7 +53,7 @@ BENCH_DIR = Path(__file__).resolve().parent
 
 
 def run_row(row: dict, model_file: Path, dtypes: list[str], numerics: bool, numerics_max_step_s: float, out: Path,
-            fake: bool = False) -> dict:
+            fake: bool = False, more_stages=None) -> dict:
     """Every stage of one row, whose model and batch come from ``model_file`` (a model file,
     ``autoplan/model_file.py``: ``build_model``, ``example_inputs``, optional ``compute_loss``);
     ``row`` names it (``task``, ``model_type``, ``class``). ``dtypes`` empty stops after the build.
@@ -61,7 +61,8 @@ def run_row(row: dict, model_file: Path, dtypes: list[str], numerics: bool, nume
     ``fake`` (models at real widths): no weights are made. The build is on the meta device
     (no one-device step), each plan's step runs on its fake twin as ``autoplan verify`` runs
     it (``verify/fake_model.py``: the same collectives at the same shapes, no compute), and
-    no numerics run."""
+    no numerics run. ``more_stages(recorder, plans, device_mesh)``, where given, runs further
+    stages on the fake process group after the plans' steps (``vision_coverage.py``'s compiled step)."""
     row = {**row, "stages": {}}
     recorder = _Recorder(row, out)
     with recorder.stage("build") as info:
@@ -106,6 +107,8 @@ def run_row(row: dict, model_file: Path, dtypes: list[str], numerics: bool, nume
                 if row["stages"][f"apply {key}"]["ok"]:
                     with recorder.stage(f"collectives {key}") as info:
                         _judge_collectives(verification, info)
+        if more_stages is not None:
+            more_stages(recorder, plans, device_mesh)
     finally:
         dist.destroy_process_group()
 

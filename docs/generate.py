@@ -244,6 +244,21 @@ and at 6 x 15 by examples on dp only. Each input is laid out on its own, and the
 from that layout to where its readers want it (a gather of the labels before the loss's
 shift) is an edge of the solver's graph priced by `cost/comm.py` and predicted as any
 other: the rows below count it.
+
+Beyond text, `python benchmarks/vision_coverage.py [--models ...] [--jobs N]` runs the same
+stages over timm's registry (one model per family, built tiny), diffusers' DiT, PixArt,
+SD3 and Flux transformers and conditional UNet, open_clip's model configs (one per distinct
+architecture once shrunk) and x-transformers' decoder and encoder, then gloo numerics and
+the forcing plan's step compiled whole (`compile` column: collectives as predicted, loss
+equal to the eager step's with the model's randomness off). Install the libraries with
+`pip install --no-deps diffusers x-transformers timm open_clip_torch` (their requirements
+would pull another torch; add what each imports by hand) and the torchvision built for your
+torch (`torchvision==0.28.0` for torch 2.13). timm and open_clip import only beside a
+torchvision built for the running torch: where they do not, their rows are reported as not
+installed and the other sources still run. On the two-core development machine PyPI's
+torchvision 0.28.0 failed to import beside the torch 2.13.0 CPU build ("operator
+torchvision::nms does not exist"), so those rows ran in a second environment with torch
+2.14.1 and torchvision 0.29.1.
 """
 
 
@@ -282,15 +297,21 @@ def _coverage_section(path: Path, record: dict) -> list[str]:
             lines.append((f"| {shape} " if shaped else "") + f"| {key} | {ran} | {_share(counts['plan'], ran)} | "
                          f"{_share(counts['apply'], ran)} | {_share(counts['collectives'], ran)} | {every_axis} | "
                          f"{counts.get('plan_seconds_median')} | {counts.get('plan_seconds_max')} |")
-    lines += ["", "| model type | task | class | " + ("batch | " if shaped else "") + "built | " + " | ".join(keys)
-              + " | first failure |",
-              "| --- | --- | --- | " + ("--- | " if shaped else "") + "--- | " + " | ".join("---" for _ in keys) + " | --- |"]
+    # Rows with further stages (vision_coverage.py: numerics, the compiled step) get a column each.
+    extra = [stage for stage in ("numerics float32/forced", "compile")
+             if any(stage in row["stages"] for row in result["rows"])]
+    lines += ["", "| model type | task | class | " + ("batch | " if shaped else "") + "built | "
+              + " | ".join([*keys, *extra]) + " | first failure |",
+              "| --- | --- | --- | " + ("--- | " if shaped else "") + "--- | "
+              + " | ".join("---" for _ in [*keys, *extra]) + " | --- |"]
     for row in result["rows"]:
         built = row["stages"].get("build", {}).get("ok")
-        marks = [_marks(row, key) for key in keys]
+        marks = [_marks(row, key) for key in keys] + [_mark(row["stages"].get(stage)) for stage in extra]
         lines.append(f"| {row['model_type']} | {row['task']} | {row.get('class') or ''} | "
                      + (f"{row.get('shape', '')} | " if shaped else "") + f"{'✓' if built else '✗'} | "
-                     + " | ".join(marks) + f" | {_cell(_first_failure(row, keys))} |")
+                     + " | ".join(marks) + f" | {_cell(_first_failure(row, keys, extra))} |")
+    if result.get("not_installed"):
+        lines += ["", f"Not installed in that environment (rows not run): {', '.join(result['not_installed'])}."]
     for shape, summary in summaries.items():
         failures = summary.get("failures", [])
         if failures:
@@ -316,10 +337,14 @@ def _marks(row: dict, key: str) -> str:
     return "".join("·" if m is None else "✓" if m else "✗" for m in marks)
 
 
-def _first_failure(row: dict, keys: list[str]) -> str:
+def _mark(info: dict | None) -> str:
+    return "·" if info is None else "✓" if info["ok"] else "✗"
+
+
+def _first_failure(row: dict, keys: list[str], extra: tuple | list = ()) -> str:
     stages = row["stages"]
     for name in ["build", *(f"build {k.split('/')[0]}" for k in keys),
-                 *(f"{s} {k}" for k in keys for s in ("plan", "apply", "collectives"))]:
+                 *(f"{s} {k}" for k in keys for s in ("plan", "apply", "collectives")), *extra]:
         info = stages.get(name)
         if info is not None and not info["ok"]:
             return f"{name}: {info.get('cause') or ''}"[:160]
@@ -348,7 +373,8 @@ def record_result(source: Path, command: str, title: str | None = None) -> Path:
 
 
 def _default_title(source: Path, result: dict) -> str:
-    what = {"hf_coverage": "HuggingFace architectures", "plain_coverage": "Models written in plain PyTorch"}
+    what = {"hf_coverage": "HuggingFace architectures", "plain_coverage": "Models written in plain PyTorch",
+            "vision_coverage": "Vision, diffusion and contrastive models"}
     return f"{what.get(source.stem, source.stem)}: {len(result['rows'])} rows"
 
 

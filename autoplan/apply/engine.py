@@ -270,19 +270,33 @@ def _settle_gradient(placements, mesh: DeviceMesh):
     def hook(grad):
         if not isinstance(grad, DTensor):
             return None
-        target = [
-            held if held.is_partial() and own.is_partial() else Replicate() if own.is_partial() else own
-            for held, own in zip(grad.placements, placements)
-        ]
-        # Dynamo traces this body once, ahead of the backward, against a guessed gradient in
-        # the value's own placements, and bakes the branch it took: a test that finds nothing
-        # to move there would drop the move the real (partial) gradient needs. Compiled, the
-        # redistribute is unconditional, traced as such, and runs on the real gradient.
-        if torch.compiler.is_compiling() or tuple(target) != tuple(grad.placements):
-            return grad.redistribute(mesh, target)
-        return None
+        if torch.compiler.is_compiling():
+            # Dynamo traces this body once, ahead of the backward, against a gradient guessed
+            # in the value's own placements: a move chosen for that guess (keep a partial one
+            # partial) would be asked of the real gradient, and a replicated one (a mean loss
+            # read whole) cannot become partial ("Can not redistribute from R to P(avg)").
+            # Left opaque to dynamo, the move is chosen when the backward is traced, from
+            # the real gradient's placements.
+            return _settled_gradient(grad, mesh, placements)
+        target = _settled_placements(grad, placements)
+        return None if target == tuple(grad.placements) else grad.redistribute(mesh, target)
 
     return hook
+
+
+def _settled_placements(grad: DTensor, placements) -> tuple:
+    """Where ``_settle_gradient`` wants ``grad``: Replicate where the value was made partial,
+    unless the gradient is partial there itself; elsewhere the value's own placement."""
+    return tuple(
+        held if held.is_partial() and own.is_partial() else Replicate() if own.is_partial() else own
+        for held, own in zip(grad.placements, placements)
+    )
+
+
+@torch._dynamo.allow_in_graph
+def _settled_gradient(grad: DTensor, mesh: DeviceMesh, placements) -> DTensor:
+    """``grad`` moved to ``_settled_placements`` (a new DTensor even where nothing moves)."""
+    return grad.redistribute(mesh, _settled_placements(grad, placements))
 
 
 def _redistribute_inputs(layouts: dict[str, Spec], mesh: DeviceMesh, running: _Running):

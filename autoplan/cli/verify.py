@@ -40,7 +40,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument(
         "--compile", choices=("block", "whole"), default=None,
         help="run the step under torch.compile: each repeated block (nn.ModuleList items) compiled in place, or the "
-        "whole model; the collectives are checked as without it, and the loss against the eager step's",
+        "whole model; the collectives are checked as without it, and the loss against the eager step's (both steps "
+        "with the model's randomness off: dropout and stochastic depth, as --numerics runs them)",
     )
     parser.add_argument(
         "--backend", default="inductor", help="torch.compile backend for --compile (default inductor; aot_eager compiles faster)"
@@ -91,7 +92,7 @@ def _count_collectives(args, plan, loaded, say):
 
     # Imported here so that flag and file errors are reported without loading torch.distributed.
     from autoplan.evaluate.score import check_plan_for_model
-    from autoplan.verify.numerics import build_seeded, seeded_batch
+    from autoplan.verify.numerics import build_seeded, seeded_batch, without_randomness
     from autoplan.verify.step_check import verify_plan
 
     say("tracing the model to check the plan against it")
@@ -115,10 +116,13 @@ def _count_collectives(args, plan, loaded, say):
 
     with _fake_world(plan) as device_mesh:
         if args.compile:
-            result = verify_plan(real_model(), batch, plan, device_mesh, loss_fn=loss_fn, compile_mode=args.compile,
-                                 backend=args.backend, progress=say)
-            say("the eager step, for its loss")
-            eager = verify_plan(real_model(), batch, plan, device_mesh, loss_fn=loss_fn, tensors="real", progress=say)
+            # Both steps with the model's randomness off (dropout, stochastic depth), as
+            # --numerics runs them: compiled code draws other random numbers than eager code.
+            with without_randomness():
+                result = verify_plan(real_model(), batch, plan, device_mesh, loss_fn=loss_fn, compile_mode=args.compile,
+                                     backend=args.backend, progress=say)
+                say("the eager step, for its loss")
+                eager = verify_plan(real_model(), batch, plan, device_mesh, loss_fn=loss_fn, tensors="real", progress=say)
             return plan, result, eager
         with torch.device("meta"):  # its twin on fake tensors is counted: no weights are made
             shapes_only = build_seeded(module, loaded.builder, 0)
@@ -151,7 +155,7 @@ def _check_numerics(args, plan, loaded, world: int) -> bool:
     ok = worst.worst <= args.tolerance
     print(
         f"numerics on {world} gloo processes: loss rel. error {worst.loss:.2e}, "
-        f"worst gradient/buffer rel. error {worst.worst:.2e} "
+        f"worst gradient/buffer rel. error {worst.worst:.2e} ({worst.worst_name}) "
         + ("(ok)" if ok else f"(MISMATCH: above {args.tolerance:g})")
         + f"; real compute took {took:.1f} s"
     )

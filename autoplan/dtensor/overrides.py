@@ -282,7 +282,29 @@ class _PropagationCache:
         return self._cached(op_schema)
 
     def uncached_entry(self, op_schema):
-        return self._propagate(op_schema) if self._are_we_tracing() else self._cached(op_schema)
+        if not self._are_we_tracing():
+            return self._cached(op_schema)
+        # While tracing, shapes may be symbolic (dynamo's dynamic shapes), and a schema with
+        # a symbolic size cannot be hashed: neither cached nor kept in ``autoplans_own``.
+        # Whether the decision was autoplan's own is kept for this schema object alone, on
+        # this thread, for ``decided_by_autoplan`` to read right after.
+        outer = getattr(_deciding, "diverged", False)
+        _deciding.diverged = False
+        try:
+            result = self._propagate(op_schema)
+            _deciding.traced = (op_schema, _deciding.diverged)
+        finally:
+            _deciding.diverged = outer or _deciding.diverged
+        return result
+
+    def decided_by_autoplan(self, op_schema) -> bool:
+        """Whether the decision on ``op_schema`` just made was autoplan's own rather than
+        DTensor's: from the cache's record, or, for a schema decided while tracing, from
+        the record of that very schema object."""
+        traced = getattr(_deciding, "traced", None)
+        if traced is not None and traced[0] is op_schema:
+            return traced[1]
+        return op_schema in self.autoplans_own
 
 
 _NO_RULE = "does not have a sharding strategy registered"
@@ -373,7 +395,7 @@ def _run_here(dispatcher, cache: _PropagationCache):
 
     def slow_path(op_call, args, kwargs, op_info, try_cache):
         sharding = decide(op_call, args, kwargs, op_info, try_cache)
-        if op_info.schema not in cache.autoplans_own or not hasattr(sharding, "output_spec"):
+        if not hasattr(sharding, "output_spec") or not cache.decided_by_autoplan(op_info.schema):
             return sharding  # DTensor's own decision (or the op's result, decomposed)
         op_info.output_sharding = sharding
         mesh = op_info.compute_mesh

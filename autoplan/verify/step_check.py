@@ -18,6 +18,8 @@ the prediction is translated likewise before comparing.
 from __future__ import annotations
 
 import dataclasses
+import os
+import sysconfig
 from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -26,6 +28,7 @@ import torch
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
 
+import autoplan as autoplan_package
 from autoplan.apply.engine import apply_plan, shard_batch
 from autoplan.errors import AutoplanError, StepError
 from autoplan.plan.module_plan import Plan
@@ -238,13 +241,58 @@ def step_error(err: Exception, model: nn.Module) -> StepError:
     names = {id(m): fqn for fqn, m in model.named_modules()}
     where = (f"module {names[id(culprit)] or '<root>'} ({type(culprit).__name__})" if culprit is not None
              else "the backward or optimizer step")
-    first = str(err).strip().splitlines()[0] if str(err).strip() else ""
+    first = _first_line(err)
+    if not _raised_in_model_code(err):
+        return StepError(
+            f"the planned training step failed in {where}, inside torch and autoplan alone "
+            f"(no line of the model's code ran into it): {type(err).__name__}: {first}",
+            hint="this is autoplan's fault, not yours: rerun with --debug and report the traceback with the model "
+            "file; meanwhile a larger --memory-gb shards less, or drop --compile",
+        )
     return StepError(
         f"the planned training step failed in {where}: {type(err).__name__}: {first}",
         hint="that code runs on DTensors here: read host values with .full_tensor() first; "
         "for an op that cannot run sharded, raise --memory-gb so that less is sharded "
         "(--debug shows the traceback)",
     )
+
+
+def _first_line(err: BaseException) -> str:
+    """The message's first line, and the next where the first only introduces it
+    (``torch.compile``'s "backend='inductor' raised:", whose next line is the error)."""
+    lines = [line.strip() for line in str(err).strip().splitlines() if line.strip()]
+    if len(lines) > 1 and lines[0].endswith(":"):
+        return f"{lines[0]} {lines[1]}"
+    return lines[0] if lines else ""
+
+
+_OWN_DIRS = tuple(os.path.dirname(os.path.abspath(str(module.__file__))) + os.sep for module in (torch, autoplan_package))
+_STDLIB = sysconfig.get_paths()["stdlib"] + os.sep
+_INSTALLED = tuple({sysconfig.get_paths()[key] + os.sep for key in ("purelib", "platlib")})
+
+
+def _own_file(name: str) -> bool:
+    """torch's, autoplan's or Python's own (the standard library, not what is installed beside it)."""
+    path = os.path.abspath(name)
+    return path.startswith(_OWN_DIRS) or (path.startswith(_STDLIB) and not path.startswith(_INSTALLED))
+
+
+def _raised_in_model_code(err: BaseException) -> bool:
+    """Whether a frame of the model's own code (its file, or the library it comes from:
+    transformers, timm, ...) lies between the step and where ``err`` was raised. A failure
+    with none (the backward of a compiled graph, dynamo tracing, DTensor moving a gradient)
+    is autoplan's, or torch's under autoplan, whatever its message says; one where the
+    model's code ran may be that code reading a DTensor's values."""
+    if type(err).__name__ == "InternalTorchDynamoError":  # dynamo's own failure, whatever it traced
+        return False
+    tb = err.__traceback__
+    tb = tb.tb_next if tb is not None else None  # the frame that caught it: the step's own
+    while tb is not None:
+        name = tb.tb_frame.f_code.co_filename
+        if not name.startswith("<") and not _own_file(name):  # "<eval_with_key>": code torch generated
+            return True
+        tb = tb.tb_next
+    return False
 
 
 def as_on_cpu(table: dict, axis_sizes: dict[str, int]) -> dict:

@@ -17,6 +17,8 @@ with the batch split, HF's 4-D causal mask (built under dynamo only) reached CPU
 whole next to a batch-split query (DTensor does not move keyword arguments).
 """
 
+from pathlib import Path
+
 import pytest
 import torch
 import torch.distributed as dist
@@ -114,6 +116,17 @@ def test_verify_compile_cli(tmp_path, capsys):
     assert main(["verify", example_path("llama"), str(path), "--compile", "block", "--backend", "aot_eager"]) == 0
     out = capsys.readouterr().out
     assert "compiled (block, aot_eager)" in out and "collectives: passed" in out
+    assert "rel. error 0.00e+00 (ok)" in out, out
+
+
+def test_verify_compile_turns_the_models_randomness_off(tmp_path, capsys):
+    """Dropout and stochastic depth (Swin ships ``drop_path_rate=0.1``) draw other numbers in
+    a compiled step than in an eager one: ``verify --compile`` runs both without them, as
+    ``--numerics`` does, so their losses compare like with like."""
+    model = str(Path(__file__).resolve().parents[2] / "models" / "stochastic_depth.py")
+    path = forced_plan(model, mesh=MESH, axis_names=AXES).save(tmp_path / "stochastic_depth.json")
+    assert main(["verify", model, str(path), "--compile", "whole", "--backend", "aot_eager"]) == 0
+    out = capsys.readouterr().out
     assert "rel. error 0.00e+00 (ok)" in out, out
 
 

@@ -1,0 +1,69 @@
+"""Rows of the vision coverage benchmark (``benchmarks/vision_coverage.py``), run as the
+benchmark runs them (``hf_row.run_row`` with its compile stage): built tiny from their
+library's constructors, planned with the default budget and with the forcing budget that
+shards weights on both axes of 2x4, one fake-process-group step each with the predicted
+collectives, and the forced plan's step compiled whole (aot_eager) to the eager loss.
+timm and open_clip import only beside a torchvision built for the running torch: their
+rows are skipped where they do not."""
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "benchmarks"))
+
+import hf_row
+import vision_coverage
+import vision_models
+
+pytestmark = pytest.mark.slow  # each row plans twice and compiles
+
+
+def _run(tmp_path: Path, source: str, name: str) -> dict:
+    if source in ("timm", "open_clip") and not vision_models.installed(source):
+        pytest.skip(f"{source} does not import here (it needs a torchvision built for this torch)")
+    model_file = tmp_path / "row.model.py"
+    model_file.write_text(vision_models.model_file_text(source, name))
+    row = {"task": source, "model_type": name, "class": vision_models.class_name(source, name)}
+    return hf_row.run_row(row, model_file, ["float32"], numerics=False, numerics_max_step_s=0.0, out=tmp_path / "row.json",
+                          more_stages=lambda rec, plans, mesh: vision_coverage.compile_stage(rec, plans, mesh, model_file))
+
+
+def _assert_passes(row: dict, known: tuple = ()) -> None:
+    """Every stage passed, but for those in ``known`` (another part of the work: the
+    prediction of collectives, ``nn.MultiheadAttention``); the compiled loss equals the
+    eager one either way."""
+    stages = row["stages"]
+    failed = {name: info for name, info in stages.items() if not info["ok"] and name not in known}
+    assert not failed, failed
+    assert stages["plan float32/forced"]["sharded_every_axis"], stages["plan float32/forced"]
+    assert stages["compile"]["rel_error"] <= vision_coverage.COMPILE_TOLERANCE, stages["compile"]
+
+
+def test_diffusers_dit(tmp_path):
+    """Under the forcing budget the step runs other tp all_gathers in the blocks' AdaLayerNormZero
+    than predicted (the prediction of collectives belongs to another issue); the plan, its
+    step and its compiled step run, and the compiled loss is the eager one."""
+    _assert_passes(_run(tmp_path, "diffusers", "DiTTransformer2DModel"),
+                   known=("collectives float32/forced", "compile"))
+
+
+@pytest.mark.xfail(strict=True, reason="each x-transformers layer keeps [norm, None, None] in a ModuleList, which repeated-block "
+                   "detection does not read yet (issue 49, another helper's part); passes with --no-tie")
+def test_x_transformers_encoder(tmp_path):
+    _assert_passes(_run(tmp_path, "x_transformers", "encoder"))
+
+
+def test_timm_swin(tmp_path):
+    _assert_passes(_run(tmp_path, "timm", "swin_transformer"))
+
+
+def test_open_clip_vit(tmp_path):
+    """Under the forcing budget the step fails in ``nn.MultiheadAttention``, which reads its
+    ``out_proj`` parameters itself (torch 2.14: "Cannot unflatten unevenly sharded"; another
+    part of issue 49); the default plan runs, and compiled (the compile stage's fallback
+    plan) gives the eager loss."""
+    row = _run(tmp_path, "open_clip", "ViT-B-16")
+    _assert_passes(row, known=("apply float32/forced",))
+    assert row["stages"]["compile"]["plan"] == "float32/default"
