@@ -49,8 +49,6 @@ def test_diffusers_dit(tmp_path):
                    known=("collectives float32/forced", "compile"))
 
 
-@pytest.mark.xfail(strict=True, reason="each x-transformers layer keeps [norm, None, None] in a ModuleList, which repeated-block "
-                   "detection does not read yet (issue 49, another helper's part); passes with --no-tie")
 def test_x_transformers_encoder(tmp_path):
     _assert_passes(_run(tmp_path, "x_transformers", "encoder"))
 
