@@ -56,6 +56,14 @@ def test_compile_changes_the_priced_dispatch_and_is_recorded(tmp_path):
     assert "torch.compile per block" in title
 
 
+def test_score_prices_a_plan_in_its_own_regime():
+    block = _plan("block", cache=False)
+    with torch.device("meta"):
+        model, x = Stack(), torch.randn(8, 32)
+    scored = autoplan.score(model, (x,), block)
+    assert scored.step_time_s == pytest.approx(block.predicted.step_time_s, rel=1e-3)
+
+
 def test_the_plan_cache_keys_on_the_regime(tmp_path):
     with torch.device("meta"):
         model, x = Stack(), torch.randn(8, 32)
