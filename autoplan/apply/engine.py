@@ -232,7 +232,10 @@ def _redistribute_tree(tree, layouts: dict[str, tuple], mesh: DeviceMesh, settle
     in that layout. A tensor found at several paths is moved once per layout: Funnel's
     layers take their hidden states as query, key and value, one tensor three times, and
     the plan prices one move of the value (its gradients, summed, go back once too)."""
-    placed_once: dict[tuple, torch.Tensor] = {}
+    # (leaf, placements, moved), matched by identity: keyed by ``id(leaf)`` instead, dynamo
+    # guards a compiled model's hook on the input's object id, and every step (a new
+    # batch) compiles the model again until its cache limit.
+    placed_once: list[tuple[torch.Tensor, tuple, torch.Tensor]] = []
 
     def place(key: str, leaf):
         # Integer tensors too: position ids the model makes (plain, the same on every rank)
@@ -240,15 +243,15 @@ def _redistribute_tree(tree, layouts: dict[str, tuple], mesh: DeviceMesh, settle
         placements = layouts.get(key)
         if placements is None or not isinstance(leaf, torch.Tensor):
             return leaf
-        seen = (id(leaf), placements)
-        if seen in placed_once:
-            return placed_once[seen]
+        for seen, where, moved in placed_once:
+            if seen is leaf and where == placements:
+                return moved
         moved = _as_dtensor(leaf, mesh)
         if tuple(moved.placements) != placements:
             moved = moved.redistribute(mesh, placements)
         if settle_gradients and moved.requires_grad:
             moved.register_hook(_settle_gradient(placements, mesh))
-        placed_once[seen] = moved
+        placed_once.append((leaf, placements, moved))
         return moved
 
     placed = map_keyed_leaves(tree, place)

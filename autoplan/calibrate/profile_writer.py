@@ -190,7 +190,24 @@ def dispatch_section(measured: Measurements, fits: Fits, device_type: str) -> di
             name: {"forward_op_s": _sig(forward), "backward_op_s": _sig(backward)}
             for name, (forward, backward) in classes.items()
         }
+    if measured.compiled is not None:
+        section["compiled"] = compiled_section(measured.compiled)
     return section
+
+
+def compiled_section(sample) -> dict:
+    """The profile's ``dispatch.compiled`` object (see ``profile.CompiledCost``): matmuls
+    price every op that is not fused (their extern kernels' calls), multiplies the fused ones."""
+    return {
+        "forward_op_s": _sig(sample.matmul_forward_s),
+        "backward_op_s": _sig(sample.matmul_backward_s),
+        "graph_call_s": _sig(sample.graph_call_s),
+        "fused_traffic": _sig(sample.fused_traffic),
+        "measured": True,
+        "op_classes": {
+            "elementwise": {"forward_op_s": _sig(sample.elementwise_forward_s), "backward_op_s": _sig(sample.elementwise_backward_s)},
+        },
+    }
 
 
 def _copied_links(run: RunInfo) -> dict[str, str]:
@@ -338,6 +355,7 @@ def _raw(run: RunInfo, measured: Measurements) -> dict:
         "dtensor_op_classes": [
             [s.op_class, s.op, _sig(s.forward_s), _sig(s.backward_s)] for s in measured.dispatch.op_classes
         ],
+        **({"compiled": measured.compiled.raw} if measured.compiled is not None else {}),
     }
 
 

@@ -47,6 +47,9 @@ class Sweep:
     """Wall time aimed at per repeat of the eager-DTensor op points (``dispatch.py``): longer
     than ``target_s``, since ranks sharing cores run these host-bound ops in scheduler time
     slices, and a short repeat sees whichever rank the scheduler left waiting."""
+    compiled: bool = True
+    """Measure the fixed costs under ``torch.compile`` (``compiled.py``): a minute of
+    compiling on a CPU host; the quick sweep leaves them out (the profile then derives them)."""
 
     def to_dict(self) -> dict:
         return {
@@ -59,6 +62,7 @@ class Sweep:
             "repeats": self.repeats,
             "target_s_per_repeat": self.target_s,
             "dispatch_target_s_per_repeat": self.dispatch_target_s,
+            "compiled": self.compiled,
         }
 
 
@@ -111,6 +115,7 @@ _QUICK = Sweep(
     target_s=0.002,
     max_iters=5,
     dispatch_target_s=0.002,
+    compiled=False,
 )
 
 

@@ -24,13 +24,14 @@ import functools
 import logging
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 from torch.distributed._functional_collectives import AsyncCollectiveTensor
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.tensor import DTensor, Partial, Placement, Replicate, Shard
 
+from autoplan.calibrate.compiled import CompiledSample, count_compiled_points, measure_compiled
 from autoplan.calibrate.dispatch import DispatchSample, count_dispatch_points, measure_dispatch
 from autoplan.calibrate.progress import Progress
 from autoplan.calibrate.sizes import Sweep
@@ -103,6 +104,8 @@ class Measurements:
     """Time of a one-element add: the fixed cost of any op (``kernel_overhead_s``)."""
     dispatch: DispatchSample
     """Per-op, backward and optimizer fixed costs of DTensor ops on the mesh."""
+    compiled: CompiledSample | None = None
+    """What remains of them under ``torch.compile``; None where the sweep leaves it out."""
 
 
 def count_points(mesh_shape: tuple[int, ...], sweep: Sweep) -> int:
@@ -114,6 +117,7 @@ def count_points(mesh_shape: tuple[int, ...], sweep: Sweep) -> int:
         + len(MEMORY_OPS) * len(sweep.memory_elements)
         + 1
         + count_dispatch_points(sweep.optimizer_elements)
+        + (count_compiled_points() if sweep.compiled else 0)
     )
 
 
@@ -125,7 +129,11 @@ def measure_all(mesh: DeviceMesh, sweep: Sweep, timer: Timer, progress: Progress
         matmuls = measure_matmuls(sweep, timer, progress)
         memory_ops = measure_memory_ops(sweep, timer, progress)
         dispatch = measure_dispatch(mesh, sweep.optimizer_elements, timer, progress)
-    return Measurements(tuple(collectives), tuple(matmuls), tuple(memory_ops), overhead, dispatch)
+    compiled = None
+    if sweep.compiled:
+        compiled_timer = replace(timer, sweep=replace(timer.sweep, target_s=timer.sweep.dispatch_target_s))
+        compiled = measure_compiled(mesh, compiled_timer, progress)
+    return Measurements(tuple(collectives), tuple(matmuls), tuple(memory_ops), overhead, dispatch, compiled)
 
 
 def measure_collectives(mesh: DeviceMesh, sweep: Sweep, timer: Timer, progress: Progress) -> list[CollectiveSample]:

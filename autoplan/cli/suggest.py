@@ -9,6 +9,7 @@ import sys
 from typing import Any
 
 from autoplan._files import check_outputs, plan_default_path, write_outputs
+from autoplan.cost.regime import DEFAULT_REGIME, REGIMES
 from autoplan.model_file import load_model_file, parse_axis_names, parse_mesh
 
 
@@ -37,6 +38,11 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--no-recompute", action="store_true",
                         help="never checkpoint the repeated layers (default: the solver decides, with the layout)")
     parser.add_argument(
+        "--compile", choices=REGIMES, default=DEFAULT_REGIME,
+        help=f"the regime the step runs in, priced as such: none (eager DTensor), block (each repeated block under "
+        f"torch.compile, as torchtitan compiles) or whole (default {DEFAULT_REGIME}; docs/compile.md)",
+    )
+    parser.add_argument(
         "--verbose", action="store_true",
         help="also list every parameter's placements (default: the layout per module in words, layers folded)",
     )
@@ -61,6 +67,7 @@ def run(args: argparse.Namespace) -> int:
         **({"memory_gib": args.memory_gib} if args.memory_gib is not None else {}),
         **({"tie": False} if args.no_tie else {}),
         **({"recompute": False} if args.no_recompute else {}),
+        **({"compile": args.compile} if args.compile != DEFAULT_REGIME else {}),
     }
     with progress_on_stderr() as progress:  # None unless stderr is a terminal
         plan, report = plan_fn(

@@ -67,6 +67,13 @@ def run(args: argparse.Namespace) -> int:
     world = math.prod(plan.mesh_shape)
     how = f", compiled ({args.compile}, {args.backend})" if args.compile else ""
     print(f"plan {args.plan} for {loaded.name}: one training step on a fake process group of {world} ranks{how}")
+    from autoplan.cost.regime import regime_mismatch
+
+    mismatch = regime_mismatch(plan.regime, args.compile or "none")
+    if mismatch:
+        print(f"warning: {mismatch}")
+    elif args.compile:
+        print(f"compiled {args.compile}: the regime the plan's step is priced for")
     if result.fallback:
         print(f"collectives counted on real tensors, not fake ones: {result.fallback}")
     print(result.summary(all_rows=args.all))

@@ -10,6 +10,9 @@ Per decision and strategy (arrays indexed like the decision's strategies):
   forward figure, and the backward figure when it carries a gradient; ``op_seconds`` adds
   them to the work (CPU) or overlaps them with it (an asynchronous device). Trainable
   parameters add ``AdamW.step()``: ``optimizer_param_s + local bytes / optimizer_bytes_per_s``.
+  Under ``torch.compile`` (``cost/regime.py``), an op inside a compiled graph pays the
+  profile's ``CompiledCost`` instead of the eager fixed costs, an elementwise op only
+  ``fused_traffic`` of its traffic, and the first op of each compiled graph that graph's call.
 - ``comm_s``: gradient reductions the strategy causes: an input that is replicated on
   an axis over which the op splits its work gets a partial gradient there, reduced by
   one all_reduce per producer (shared between the consumers that cause it); and the
@@ -55,7 +58,8 @@ from autoplan.cost.memory import (
     weight_values,
 )
 from autoplan.cost.op_classes import op_class
-from autoplan.cost.profile import ClusterProfile
+from autoplan.cost.profile import FUSED_CLASSES, ClusterProfile
+from autoplan.cost.regime import EAGER, Regime
 from autoplan.cost.values import VIEW_OPS, is_view, output_values, tensor_bytes  # noqa: F401 (re-exported)
 from autoplan.dtensor.fused_attention import FUSED_FORWARD
 from autoplan.dtensor.loss_parallel import own_collectives
@@ -164,19 +168,24 @@ class CostedGraph:
     profile: ClusterProfile
     nodes: dict[str, NodeCost]
     edges: dict[tuple[str, str, int], EdgeCost]
+    regime: str = EAGER.name
+    """The compile regime the step is priced for (``cost/regime.py``)."""
 
 
-def estimate_costs(choices: ChoiceGraph, profile: ClusterProfile, reads=None) -> CostedGraph:
+def estimate_costs(choices: ChoiceGraph, profile: ClusterProfile, reads=None, regime: Regime = EAGER) -> CostedGraph:
     """``reads(producer, consumer)``: how many times the full model makes that read (default 1;
-    more where one traced layer stands for several, see ``solve/tie.py``)."""
+    more where one traced layer stands for several, see ``solve/tie.py``). ``regime``: how
+    the step runs, eagerly or under ``torch.compile`` (``cost/regime.py``)."""
     graph = choices.graph
     mesh_shape = choices.mesh_shape
     reducers = _gradient_reducers(choices, reads or (lambda producer, consumer: 1))
     saved = saved_outputs(choices)
     transient = transient_node(choices)
+    heads = graph_heads(choices, regime)
     nodes = {}
     for decision in graph.decisions():
-        nodes[decision.name] = _node_cost(choices, profile, decision, reducers, saved.get(decision.name, ()), decision.name == transient)
+        nodes[decision.name] = _node_cost(choices, profile, decision, reducers, saved.get(decision.name, ()),
+                                          decision.name == transient, regime, decision.name in heads)
     edges = {}
     moves: dict[tuple, float] = {}  # (src, dst, bytes, backward) -> seconds: layers repeat the same moves
     free_inputs: dict[tuple, tuple] = {}  # (consumer's strategy list, input) -> (_free_inputs, answers of _not_run)
@@ -184,7 +193,24 @@ def estimate_costs(choices: ChoiceGraph, profile: ClusterProfile, reads=None) ->
     for u, v, k, out_index in graph.reads():
         edges[(u, v, k)] = _edge_cost(choices, profile, u, v, k, out_index, mesh_shape, moves, free_inputs, (u, v, k) in kept)
     _add_forward_row(choices, nodes, edges, transient)
-    return CostedGraph(choices, profile, nodes, edges)
+    return CostedGraph(choices, profile, nodes, edges, regime.name)
+
+
+def graph_heads(choices: ChoiceGraph, regime: Regime) -> set[str]:
+    """The first traced op of each compiled graph, in graph order: it is charged the graph's
+    call (``CompiledCost.graph_call_s``). A tied layer's head stands for every layer it
+    stands for (``solve/tie.py`` weights it), so each layer pays one call."""
+    if not regime.compiles:
+        return set()
+    owners = choices.traced.node_modules
+    heads: dict[int, str] = {}
+    for decision in choices.graph.decisions():
+        if decision.kind != OP:
+            continue
+        index = regime.graph_of(owners.get(decision.name))
+        if index is not None and index not in heads:
+            heads[index] = decision.name
+    return set(heads.values())
 
 
 def _add_forward_row(choices, nodes, edges, transient) -> None:
@@ -433,9 +459,11 @@ def _placed(strategy: Strategy) -> Spec:
     return spec
 
 
-def _node_cost(choices, profile, decision: Decision, reducers, saved=(), transient: bool = False) -> NodeCost:
+def _node_cost(choices, profile, decision: Decision, reducers, saved=(), transient: bool = False,
+               regime: Regime = EAGER, graph_head: bool = False) -> NodeCost:
     """``saved``: the output indices autograd keeps; ``transient``: the op whose backward
-    gradients are counted at the backward's start (``cost/memory.py``)."""
+    gradients are counted at the backward's start (``cost/memory.py``); ``regime``: whether
+    the op runs inside a compiled graph; ``graph_head``: it pays its graph's call."""
     mesh_shape = choices.mesh_shape
     strategies = decision.strategies
     kind = decision.kind
@@ -466,9 +494,21 @@ def _node_cost(choices, profile, decision: Decision, reducers, saved=(), transie
     # matmul backward: one matmul per matrix operand needing a gradient (a bias is a reduction)
     grad_matrices = sum(g and getattr(v, "ndim", 0) >= 2 for g, v in zip(grad_inputs, in_values))
     dispatch = profile.dispatch
-    forward_fixed, backward_fixed = dispatch.fixed_seconds(op_class(node.target))
+    kind_of_op = op_class(node.target)
+    compiled = regime.compiled(choices.traced.node_modules.get(decision.name))
+    traffic_share, graph_call, launch_s = 1.0, 0.0, profile.kernel_overhead_s
+    if compiled:
+        costs = dispatch.compiled_costs(profile.kernel_overhead_s)
+        forward_fixed, backward_fixed = costs.fixed_seconds(kind_of_op)
+        if kind_of_op in FUSED_CLASSES:  # a run of fused ops shares one kernel: its launch and its traffic
+            traffic_share = costs.fused_traffic
+            launch_s *= costs.fused_traffic
+        if graph_head:  # the graph's call, forward and backward, charged once with its first op
+            graph_call = costs.graph_call_s
+    else:
+        forward_fixed, backward_fixed = dispatch.fixed_seconds(kind_of_op)
     # A tensor factory (no tensor input) runs as a plain op: DTensor only sees its result later.
-    if kind == CONSTANT:
+    if kind == CONSTANT and not compiled:
         forward_fixed = profile.kernel_overhead_s
     compute, comm, memory, rerun, freed, stored, parts = [], [], [], [], [], [], []
     kept_by_selective = node.target in selective_keeps()
@@ -480,19 +520,22 @@ def _node_cost(choices, profile, decision: Decision, reducers, saved=(), transie
         local_in = sum(b / shard_factor(s, mesh_shape) for b, s in zip(in_bytes, strategy.inputs))
         local_out = sum(b / shard_factor(s, mesh_shape) for b, s in zip(out_bytes, strategy.outputs) if s)
         # A view moves no data, but it is a DTensor op all the same: it pays the fixed costs.
-        work = 0.0 if view else _work(profile, flops / split, local_in + local_out, dtype)
-        work_parts = (0.0, 0.0, 0.0) if view else _work_parts(profile, flops / split, local_in + local_out, dtype)
-        forward = dispatch.op_seconds(forward_fixed, profile.kernel_overhead_s, work)
-        op_parts = _op_parts(dispatch, profile.kernel_overhead_s, work_parts, forward)
+        traffic = traffic_share * (local_in + local_out)
+        work = 0.0 if view else _work(profile, flops / split, traffic, dtype)
+        work_parts = (0.0, 0.0, 0.0) if view else _work_parts(profile, flops / split, traffic, dtype)
+        forward = dispatch.op_seconds(forward_fixed, launch_s, work)
+        op_parts = _op_parts(dispatch, launch_s, work_parts, forward)
         backward = 0.0
         if decision.requires_grad:
             factor = max(1, grad_matrices) if node.target in MATMUL_OPS else 2
-            backward = dispatch.op_seconds(backward_fixed, factor * profile.kernel_overhead_s, factor * work)
+            backward = dispatch.op_seconds(backward_fixed, factor * launch_s, factor * work)
             scaled = (factor * work_parts[0], factor * work_parts[1], factor * work_parts[2])
-            back_parts = _op_parts(dispatch, factor * profile.kernel_overhead_s, scaled, backward)
+            back_parts = _op_parts(dispatch, factor * launch_s, scaled, backward)
             op_parts = tuple(a + b for a, b in zip(op_parts, back_parts))
-        compute.append(forward + backward)
-        parts.append((*op_parts, 0.0))
+        # The graph's call is the host's alone (a device waits through it): on top of the op's time,
+        # and not repeated by a checkpoint's rerun, which runs inside the compiled backward.
+        compute.append(forward + backward + graph_call)
+        parts.append((*op_parts[:-1], op_parts[-1] + graph_call, 0.0))
         rerun.append(forward)
         reduce = 0.0
         for (u, _, _), spec, needs, nbytes in zip(ins, strategy.inputs, grad_inputs, in_bytes):

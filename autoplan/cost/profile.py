@@ -28,6 +28,14 @@ every parameter. ``autoplan calibrate`` measures them on the mesh (``calibrate/d
 figures; ops of no class, and every op where the table is absent (the GPU presets, older
 profiles), pay the generic ``forward_op_s`` / ``backward_op_s``.
 
+``dispatch.compiled`` (optional) holds what remains of those fixed costs where ops run
+inside a ``torch.compile`` graph (``suggest --compile block|whole``, ``cost/regime.py``),
+measured by ``autoplan calibrate`` (``calibrate/compiled.py``); a profile without it gets
+``CompiledCost.derived``'s defaults, derived from its eager figures (docs/compile.md)::
+
+    "compiled": {"forward_op_s": .., "backward_op_s": .., "graph_call_s": .., "fused_traffic": ..,
+                 "op_classes": {"matmul": {"forward_op_s": .., "backward_op_s": ..}, ...}}
+
 Schema 1 profiles lack it and are refused with the fix (re-calibrate, or add the object).
 """
 
@@ -77,6 +85,56 @@ class OpClassCost:
     """Backward time of one such op (its derivative ops and the autograd engine's work)."""
 
 
+GRAPH_CALL_OPS = 4
+"""Default ``CompiledCost.graph_call_s``: one compiled graph's call (guards, runtime wrappers,
+the autograd function), forward and backward, costs about this many eager ops' fixed time."""
+FUSED_TRAFFIC = 1 / 3
+"""Default ``CompiledCost.fused_traffic``: inductor fuses a run of elementwise ops into one
+kernel that reads its inputs and writes its output once; runs in a transformer block are
+about three ops long (scale, mask, add; mul, silu, mul), so a third of the eager traffic
+is left per op."""
+FUSED_CLASSES = ("view", "elementwise")
+"""Op classes inductor folds into their neighbours' kernels: no launch of their own."""
+
+
+@dataclass(frozen=True, slots=True)
+class CompiledCost:
+    """Fixed costs where ops run inside a ``torch.compile`` graph (``cost/regime.py``): the
+    DTensor dispatch, sharding propagation and autograd recording ran once, at compile
+    time; what remains is each kernel's call and each graph's call."""
+
+    forward_op_s: float
+    """Fixed time of one op inside a compiled graph, forward: its kernel's call."""
+    backward_op_s: float
+    """The same for its backward."""
+    graph_call_s: float
+    """Fixed time of one compiled graph's call, forward and backward together."""
+    fused_traffic: float
+    """Fraction of an elementwise op's eager memory traffic left once it is fused."""
+    op_classes: dict[str, OpClassCost] = field(default_factory=dict)
+    """Op class -> its own fixed costs inside a graph; a class not here pays the generic ones
+    (``FUSED_CLASSES`` nothing)."""
+    measured: bool = False
+    """True where ``autoplan calibrate`` measured them; False for ``derived``'s defaults."""
+
+    def fixed_seconds(self, op_class: str) -> tuple[float, float]:
+        """(forward, backward) fixed time of one op of ``op_class`` inside a compiled graph."""
+        own = self.op_classes.get(op_class)
+        if own:
+            return own.forward_op_s, own.backward_op_s
+        if op_class in FUSED_CLASSES:
+            return 0.0, 0.0
+        return self.forward_op_s, self.backward_op_s
+
+    @staticmethod
+    def derived(eager_forward_s: float, eager_backward_s: float, kernel_overhead_s: float) -> CompiledCost:
+        """The default where a profile has no measured figures: every op that is not fused
+        pays one kernel call (``kernel_overhead_s``) forward and one backward; a graph's call
+        ``GRAPH_CALL_OPS`` eager ops' fixed time; fused ops keep ``FUSED_TRAFFIC`` of their traffic."""
+        return CompiledCost(kernel_overhead_s, kernel_overhead_s, GRAPH_CALL_OPS * (eager_forward_s + eager_backward_s),
+                            FUSED_TRAFFIC)
+
+
 @dataclass(frozen=True, slots=True)
 class DispatchCost:
     """Fixed costs of eager DTensor execution, per op and per parameter (``calibrate/dispatch.py``)."""
@@ -97,6 +155,12 @@ class DispatchCost:
     rank's own thread does both, one after the other."""
     op_classes: dict[str, OpClassCost] = field(default_factory=dict)
     """Op class -> its own fixed costs; a class not here pays ``forward_op_s`` / ``backward_op_s``."""
+    compiled: CompiledCost | None = None
+    """Measured fixed costs inside a compiled graph; None: ``compiled_costs`` derives them."""
+
+    def compiled_costs(self, kernel_overhead_s: float) -> CompiledCost:
+        """The fixed costs inside a compiled graph: measured, else derived from the eager ones."""
+        return self.compiled or CompiledCost.derived(self.forward_op_s, self.backward_op_s, kernel_overhead_s)
 
     def fixed_seconds(self, op_class: str) -> tuple[float, float]:
         """(forward, backward) fixed time of one op of ``op_class``."""
@@ -203,10 +267,8 @@ def profile_from_dict(data: dict, source: str = "<dict>") -> ClusterProfile:
             optimizer_param_s=float(dispatch["optimizer_param_s"]),
             optimizer_bytes_per_s=float(dispatch["optimizer_bytes_per_s"]),
             overlaps_device=dispatch["overlaps_device"],
-            op_classes={
-                name: OpClassCost(float(c["forward_op_s"]), float(c["backward_op_s"]))
-                for name, c in dispatch.get("op_classes", {}).items()
-            },
+            op_classes=_op_class_table(dispatch.get("op_classes", {})),
+            compiled=_compiled(dispatch.get("compiled")),
         ),
         provenance=dict(data.get("provenance", {})),
         axes=axes,
@@ -216,6 +278,23 @@ def profile_from_dict(data: dict, source: str = "<dict>") -> ClusterProfile:
 def mesh_key(mesh_shape: tuple[int, ...]) -> str:
     """The ``axes`` key of a mesh shape: (2, 4) -> "2x4"."""
     return "x".join(str(size) for size in mesh_shape)
+
+
+def _op_class_table(table: dict) -> dict[str, OpClassCost]:
+    return {name: OpClassCost(float(c["forward_op_s"]), float(c["backward_op_s"])) for name, c in table.items()}
+
+
+def _compiled(data: dict | None) -> CompiledCost | None:
+    if data is None:
+        return None
+    return CompiledCost(
+        forward_op_s=float(data["forward_op_s"]),
+        backward_op_s=float(data["backward_op_s"]),
+        graph_call_s=float(data["graph_call_s"]),
+        fused_traffic=float(data["fused_traffic"]),
+        op_classes=_op_class_table(data.get("op_classes", {})),
+        measured=bool(data.get("measured", False)),
+    )
 
 
 def _link_table(per_link: dict) -> dict[str, LinkCost]:

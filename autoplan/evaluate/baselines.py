@@ -38,6 +38,12 @@ a 3-D mesh) replicates everything in every baseline.
                     _StridedShard); where dim 0 does not divide (FSDP2 pads it), the next
                     dim that does, as in megatron_fsdp.
 
+Each recipe's activation checkpointing (``RECIPE_RECOMPUTE``), for scoring a baseline at
+the batches people train with (``benchmarks/baselines.py --recompute recipe``): torchtitan
+checkpoints every block ("full" by default, "selective" as an option), and so do FSDP
+recipes (each wrapped block checkpointed) and plain data parallel at such batches;
+Megatron-LM's recipe recomputes selectively (``--recompute-activations``).
+
 A baseline that does not apply (no transformer projections for megatron, a 1-D mesh for
 megatron_fsdp, a batch that does not divide the dp axis) raises NotApplicableError. On a
 1-D mesh torchtitan is tensor and sequence parallel only.
@@ -63,6 +69,10 @@ from autoplan.tree_paths import readable_path
 BASELINES = ("data_parallel", "fsdp", "megatron", "megatron_fsdp", "torchtitan")
 _TENSOR_PARALLEL = ("megatron", "megatron_fsdp", "torchtitan")
 _FULLY_SHARDED = ("fsdp", "megatron_fsdp", "torchtitan")
+RECIPE_RECOMPUTE = {
+    "data_parallel": "full", "fsdp": "full", "megatron": "selective", "megatron_fsdp": "selective", "torchtitan": "full",
+}
+"""Per baseline: the checkpointing mode its recipe runs every repeated block with (see above)."""
 
 
 

@@ -32,7 +32,8 @@ def with_recompute_prediction(model: nn.Module, example_inputs, plan: Plan, loss
     the repeats of its ``recompute`` set on ``model`` (every layer traced: no tying)."""
     check_plan_for_model(model, example_inputs, plan, loss_fn, command)
     problem = prepare_problem(
-        model, example_inputs, plan.mesh_shape, plan.axis_names, plan_profile(plan, None), tie=False, loss_fn=loss_fn
+        model, example_inputs, plan.mesh_shape, plan.axis_names, plan_profile(plan, None), tie=False, loss_fn=loss_fn,
+        regime=plan.regime,
     )
     pins, _, _ = pins_for_plan(problem, plan)
     _, solution, _ = solve_problem(problem, pins, over_budget=True)

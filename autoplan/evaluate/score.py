@@ -103,6 +103,7 @@ def score(
     training loss the plan was made for (as ``suggest``'s). The budget the peak is judged
     against: ``memory_gb`` (10**9 bytes) or ``memory_gib`` (2**30 bytes), else the one the
     plan was made under (its file records it), else the profile's device memory.
+    The step is priced in the regime the plan was (``plan.regime``: eager or compiled).
     ``progress(text)`` hears each stage as it starts.
     """
     _check_mesh(plan, mesh)
@@ -112,7 +113,7 @@ def score(
     trace, accepted = check_plan_for_model(model, example_inputs, plan, loss_fn)  # fails fast, before the costly stages
     problem = prepare_problem(
         model, example_inputs, plan.mesh_shape, plan.axis_names, cluster, memory_gb, memory_gib=memory_gib,
-        budget=plans_budget(plan), trace=trace, loss_fn=loss_fn, progress=progress,
+        budget=plans_budget(plan), trace=trace, loss_fn=loss_fn, progress=progress, regime=plan.regime,
     )
     if progress is not None:
         progress("solving the plan's cheapest execution")

@@ -115,7 +115,7 @@ def explain_plan(
     say("building and costing the choices")
     problem = prepare_problem(
         model, example_inputs, plan.mesh_shape, plan.axis_names, cluster, memory_gb, memory_gib=memory_gib,
-        budget=plans_budget(plan), trace=trace, loss_fn=loss_fn, progress=progress,
+        budget=plans_budget(plan), trace=trace, loss_fn=loss_fn, progress=progress, regime=plan.regime,
     )
     say("scoring the plan")
     own = score_problem(problem, plan, time_limit_s, accepted)

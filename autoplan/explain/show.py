@@ -33,7 +33,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-from autoplan.cost.memory import STATE_COPIES_END as STATE_COPIES  # plans made before the split counted 4 copies
+from autoplan.cost.memory import STATE_COPIES_END as STATE_COPIES
+from autoplan.cost.regime import regime_words  # plans made before the split counted 4 copies
 from autoplan.explain.mesh_gain import gain_lines
 from autoplan.explain.mfu import mfu_of, mfu_section, parameter_dtype
 from autoplan.explain.patterns import ModuleRow, fold, module_rows, parameter_numel
@@ -105,6 +106,8 @@ class Summary:
     compute_split: dict = field(default_factory=dict)
     """``predicted.compute_split``: the compute by what it is made of (``step_split.py``);
     empty for plans written before plans split it."""
+    regime: str = "none"
+    """The compile regime the step is priced for (``cost/regime.py``)."""
     model_flops_at_peak_s: float | None = None
     """The model's FLOPs at every device's peak: MFU x step time (None where MFU is)."""
 
@@ -129,6 +132,7 @@ def summarize(plan, profile=None, one_device_s: float | None = None) -> Summary:
         mesh=tuple(plan.mesh_shape),
         axis_names=tuple(plan.axis_names),
         profile=plan.profile,
+        regime=plan.regime,
         rows=tuple(module_rows(plan)),
         batch=tuple((k, str(list(b.shape)), format_spec(b.placements)) for k, b in sorted(plan.inputs.items())),
         step_time_s=p.step_time_s,
@@ -300,7 +304,8 @@ def show_sections(summary: Summary, source: str = "") -> list:
     names = s.axis_names
     mesh = "x".join(map(str, s.mesh))
     head = f"plan {source}: " if source else "plan: "
-    sections = [Section(f"{head}mesh {mesh} ({', '.join(names)}), profile {s.profile}, solver {s.solver}")]
+    sections = [Section(f"{head}mesh {mesh} ({', '.join(names)}), profile {s.profile}, solver {s.solver}; "
+                        f"step priced for {regime_words(s.regime)}")]
     layout_rows = tuple(
         (r.name, *(_short(w) for w in r.words), r.stored, r.used or "same", r.activations or "-")
         for r in s.rows

@@ -121,7 +121,7 @@ def score_export(model, example_inputs, plan: Plan, export: TorchExport, profile
     trace, accepted = check_plan_for_model(model, example_inputs, plan, loss_fn)
     budget = plan.solver.memory_budget_bytes
     problem = prepare_problem(model, example_inputs, plan.mesh_shape, plan.axis_names, plan_profile(plan, profile),
-                              budget / GIB if budget else None, trace=trace, loss_fn=loss_fn)
+                              budget / GIB if budget else None, trace=trace, loss_fn=loss_fn, regime=plan.regime)
     traced = problem.traced
     batch_boundaries = {
         (call.fqn, key): traced.inputs[node]

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from torch import nn
 
+from autoplan.cost.regime import DEFAULT_REGIME, check_regime
 from autoplan.pipeline.arguments import check_mesh, check_model, check_positive
 from autoplan.pipeline.budget import given_budget
 from autoplan.pipeline.plan_cache import PlanCache, make_cache_key
@@ -58,6 +59,7 @@ def suggest_cached(
     recompute: bool = True,
     *,
     memory_gib: float | None = None,
+    compile: str = DEFAULT_REGIME,  # the command line's --compile
 ) -> tuple[Plan, SuggestReport]:
     """``suggest_with_report`` that reuses the cached plan when the question is unchanged.
 
@@ -71,7 +73,8 @@ def suggest_cached(
         progress("tracing the model")
     trace = trace_for_planning(model, example_inputs, tie, loss_fn)
     trace_s = time.perf_counter() - start
-    key = make_cache_key(trace, mesh, axis_names, cluster, budget.bytes, time_limit_s, pinned, recompute)
+    check_regime(compile)
+    key = make_cache_key(trace, mesh, axis_names, cluster, budget.bytes, time_limit_s, pinned, recompute, compile)
     store = PlanCache(cache_dir)
     existed = _exists(store.path(key))
     start = time.perf_counter()
@@ -93,7 +96,7 @@ def suggest_cached(
         return cached.plan, report
     plan, report = suggest_with_report(
         model, example_inputs, mesh, axis_names, cluster, None, time_limit_s, pinned, tie=tie, trace=trace,
-        loss_fn=loss_fn, progress=progress, recompute=recompute, budget=budget,
+        loss_fn=loss_fn, progress=progress, recompute=recompute, budget=budget, compile=compile,
     )
     stages = {"trace": trace_s, **report.stage_seconds}
     if plan.fingerprint != trace.fingerprint:
@@ -143,6 +146,7 @@ def suggest(
     loss_fn=None,
     recompute: bool = True,
     memory_gib: float | None = None,
+    compile: str = DEFAULT_REGIME,  # the command line's --compile
 ) -> Plan:
     """Plan ``model`` (built on any device, meta included) for a device mesh; see docs/training.md.
 
@@ -157,8 +161,12 @@ def suggest(
     ``recompute``: the solver may checkpoint the repeated layers (``Plan.recompute``).
     ``memory_gb`` / ``memory_gib``: the per-device budget in GB (10**9 bytes) or in GiB
     (2**30 bytes), one or neither (default: the profile's device memory).
+    ``compile``: how the step will run, priced as such (docs/compile.md): "none" (eager
+    DTensor, the default), "block" (each repeated block under ``torch.compile``, as
+    torchtitan compiles) or "whole"; the plan records it.
     """
     check_model(model, example_inputs)
+    check_regime(compile)
     check_loss_fn(loss_fn)
     mesh = check_mesh(mesh)
     check_positive("time_limit_s", time_limit_s)
@@ -166,7 +174,7 @@ def suggest(
         axis_names = None  # the default names suit 2-D meshes only
     given_budget(memory_gb, memory_gib)  # both, or a bad value: refused here, on every rank
     options = dict(profile=profile, memory_gb=memory_gb, memory_gib=memory_gib, time_limit_s=time_limit_s, tie=tie,
-                   loss_fn=loss_fn, recompute=recompute)
+                   loss_fn=loss_fn, recompute=recompute, compile=compile)
     return suggest_on_every_rank(model, example_inputs, mesh, axis_names, options, cache, cache_dir, broadcast).plan
 
 

@@ -68,7 +68,8 @@ class CachedPlan:
     """What the planning run that made the plan reported (stage seconds, graph sizes)."""
 
 
-def make_cache_key(trace, mesh, axis_names, profile, budget_bytes: float, time_limit_s, pinned, recompute: bool = True) -> CacheKey:
+def make_cache_key(trace, mesh, axis_names, profile, budget_bytes: float, time_limit_s, pinned, recompute: bool = True,
+                   regime: str = "none") -> CacheKey:
     """The key of one planning question; ``trace`` is ``problem.trace_for_planning``'s result
     (with tied layers its fingerprint names the stack: layer count and class)."""
     traced = trace.traced
@@ -87,6 +88,7 @@ def make_cache_key(trace, mesh, axis_names, profile, budget_bytes: float, time_l
         "time_limit_s": None if time_limit_s is None else float(time_limit_s),
         "pinned": {name: list(spec) for name, spec in sorted((pinned or {}).items())},
         "recompute": bool(recompute),
+        "regime": regime,
         "planner": {"source": _planner_source_hash(), "torch": torch.__version__, "ortools": _ortools_version()},
     }
     return CacheKey(hashlib.sha256(_canonical(fields).encode()).hexdigest(), fields)

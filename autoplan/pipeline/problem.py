@@ -26,6 +26,7 @@ from autoplan.choices.graph import ChoiceGraph, build_choices
 from autoplan.cost.estimate import CostedGraph, estimate_costs
 from autoplan.cost.memory import saved_values
 from autoplan.cost.profile import ClusterProfile, load_profile
+from autoplan.cost.regime import DEFAULT_REGIME, regime_for
 from autoplan.errors import InfeasibleError, TraceError
 from autoplan.model_file import default_axis_names
 from autoplan.pipeline.arguments import check_axis_names, check_mesh, check_profile, warn_if_large
@@ -122,6 +123,13 @@ class Problem:
     """The repeated layers the solver may checkpoint (tied problems only)."""
     budget: MemoryBudget | None = None
     """``budget_bytes`` as it was given (its unit, where it comes from), for printing."""
+    regime_warning: str | None = None
+    """Where the regime priced differs from the one asked (``cost/regime.py``), why."""
+
+    @property
+    def regime(self) -> str:
+        """The compile regime the step is priced for."""
+        return self.costed.regime
 
     def budget_words(self) -> str:
         """The budget in the unit it was given, in bytes, and where it comes from."""
@@ -187,6 +195,7 @@ def prepare_problem(
     trace: ModelTrace | None = None,
     loss_fn=None,
     progress=None,
+    regime: str = DEFAULT_REGIME,
 ) -> Problem:
     """Trace, build choices, cost and simplify once; any number of pinned solves can follow.
 
@@ -196,7 +205,8 @@ def prepare_problem(
     is the training loss (default: the model's own, ``trace/loss.py``). ``progress(text)``
     hears each stage as it starts (the command line's live status line). The budget:
     ``memory_gb`` (10**9 bytes) or ``memory_gib`` (2**30 bytes), else ``budget``, else the
-    profile's device memory.
+    profile's device memory. ``regime``: how the step runs, eagerly ("none") or under
+    ``torch.compile`` per "block" or "whole" (``cost/regime.py``).
     """
     mesh, axis_names, cluster, budget = resolve_options(mesh, axis_names, profile, memory_gb, memory_gib, budget)
     seconds: dict[str, float] = {}
@@ -215,8 +225,10 @@ def prepare_problem(
         with timed(seconds, "choices", progress):
             choices = build_choices(trace.traced, mesh, axis_names)
     node_weight, reads = weights(regions, blocks.count) if blocks and regions is not None else (None, None)
+    # The stack a per-block compile compiles: the tied one, else found on the model itself.
+    priced, regime_warning = regime_for(regime, trace.blocks or (find_repeated_blocks(model) if regime == "block" else None))
     with timed(seconds, "cost", progress):
-        costed = estimate_costs(choices, cluster, reads)
+        costed = estimate_costs(choices, cluster, reads, priced)
     with timed(seconds, "simplify", progress):
         if blocks and regions is not None and twins is not None:
             tied = tie_costs(simplify_alike(costed, regions, twins), twins, node_weight)
@@ -226,7 +238,7 @@ def prepare_problem(
             simplified = merge_followers(costed, layer_regions(choices))
             twins, reduced = {}, simplified.costed
     layers = layer_stack(choices, regions, simplified, reduced, blocks) if blocks else None
-    return Problem(trace, choices, costed, simplified, twins, reduced, budget.bytes, seconds, layers, budget)
+    return Problem(trace, choices, costed, simplified, twins, reduced, budget.bytes, seconds, layers, budget, regime_warning)
 
 
 @dataclass(frozen=True)
@@ -297,7 +309,7 @@ def solve_problem(
             fits = False  # over budget (or out of time, which the unbounded solve reports again)
             held = unit if unit is not None and unit.forced is not None else None  # a forced mode is the layout's
             solution = solve(problem.reduced, float("inf"), time_limit_s, allowed, held)
-    extra = list(warnings)
+    extra = list(warnings) + ([problem.regime_warning] if problem.regime_warning else [])
     if not fits:
         extra.append(f"this layout does not fit the per-device budget of {problem.budget_words()}")
     with timed(seconds, "plan", progress):

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 from torch import nn
 
+from autoplan.cost.regime import DEFAULT_REGIME, check_regime
 from autoplan.explain.mesh_gain import one_device_seconds
 from autoplan.explain.show import peak_memory_lines
 from autoplan.pipeline.pinning import Pins
@@ -121,6 +122,7 @@ def suggest_with_report(
     *,
     memory_gib: float | None = None,
     budget=None,
+    compile: str = DEFAULT_REGIME,  # the command line's --compile
 ) -> tuple[Plan, SuggestReport]:
     """Plan ``model`` for ``mesh``; ``pinned`` fixes parameter FQNs / batch keys to given specs.
 
@@ -133,14 +135,17 @@ def suggest_with_report(
     ``progress(text)`` hears each stage as it starts. ``recompute``: the solver may
     checkpoint the repeated layers (``solve/recompute.py``). The budget: ``memory_gb``
     (10**9 bytes) or ``memory_gib`` (2**30 bytes), else ``budget`` (a ``MemoryBudget``
-    already resolved), else the profile's device memory.
+    already resolved), else the profile's device memory. ``compile``: the regime the step
+    runs in, priced as such: "none" (eager), "block" (each repeated block under
+    ``torch.compile``) or "whole" (``cost/regime.py``).
     """
+    check_regime(compile)
     pinned = {name: tuple(spec) for name, spec in (pinned or {}).items()}
     if tie and pinned and not laid_out_alike(find_repeated_blocks(model), pinned):
         tie, trace = False, None
     problem = prepare_problem(
         model, example_inputs, mesh, axis_names, profile, memory_gb, memory_gib=memory_gib, budget=budget, tie=tie,
-        trace=trace, loss_fn=loss_fn, progress=progress,
+        trace=trace, loss_fn=loss_fn, progress=progress, regime=compile,
     )
     pins = Pins(problem)
     for name, spec in pinned.items():

@@ -109,6 +109,7 @@ def build_plan(
         inputs=inputs,
         predicted=predict(costed, choice, choices.axis_names, modules, checkpointed),
         profile=costed.profile.name,
+        regime=costed.regime,
         fingerprint=traced.fingerprint,
         solver=SolverReport(solution.status, rounded(solution.objective_s), rounded(solution.bound_s), rounded(solution.gap)),
         warnings=tuple(warnings),

@@ -126,6 +126,10 @@ class Plan:
     """Module FQN -> "full" or "selective": activation checkpointing (``apply/recompute.py``).
     The module's call runs again in the backward, its activations not kept ("full"), or
     all but its matmul and attention outputs ("selective"); modules not named are not recomputed."""
+    regime: str = "none"
+    """The compile regime the step is priced for (``cost/regime.py``): "none" (eager),
+    "block" (each repeated block compiled) or "whole"; plans written before plans recorded
+    it were priced eager."""
 
     def to_dict(self) -> dict:
         return {
@@ -157,6 +161,7 @@ class Plan:
             "parameter_dtypes": dict(sorted(self.parameter_dtypes.items())),
             "tied_parameters": dict(sorted(self.tied_parameters.items())),
             "recompute": dict(sorted(self.recompute.items())),
+            "regime": self.regime,
         }
 
     def to_json(self) -> str:
@@ -242,6 +247,7 @@ def _build(data: dict) -> Plan:
         parameter_dtypes=dict(data.get("parameter_dtypes", {})),
         tied_parameters=dict(data.get("tied_parameters", {})),
         recompute=dict(data.get("recompute", {})),
+        regime=data.get("regime", "none"),
     )
 
 

@@ -127,7 +127,7 @@ def merge_followers(costed: CostedGraph, regions: dict | None = None, keep=froze
             tuple(grid[edge.rows.index(spec)] for spec in specs) if grid else None for grid in (edge.forward_bytes, edge.rerun_seconds)
         )
         edges[(leader, v, k)] = EdgeCost(specs, edge.cols, row_of, edge.col_of, seconds, kept, forward, rerun)
-    reduced = CostedGraph(costed.choices, costed.profile, nodes, edges)
+    reduced = CostedGraph(costed.choices, costed.profile, nodes, edges, costed.regime)
     return Simplified(reduced, followers)
 
 

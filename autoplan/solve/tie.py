@@ -187,7 +187,7 @@ def tie_costs(simplified: Simplified, twins: dict[str, str], node_weight) -> Tie
         name: NodeCost(tuple(c), tuple(m), tuple(b), kinds[name], tuple(e), tuple(tuple(row) for row in rest), tuple(f))
         for name, (c, m, b, e, *rest, f) in sums.items()
     }
-    tied = CostedGraph(costed.choices, costed.profile, nodes, edges)
+    tied = CostedGraph(costed.choices, costed.profile, nodes, edges, costed.regime)
     return Tied(tied, twin_of, simplified)
 
 
@@ -206,7 +206,7 @@ def scale_costs(costed: CostedGraph, node_weight) -> CostedGraph:
         w = node_weight(key[1])
         edges[key] = EdgeCost(e.rows, e.cols, e.row_of, e.col_of, tuple(tuple(w * t for t in row) for row in e.seconds),
                               _scaled(e.kept_bytes, w), _scaled(e.forward_bytes, w), _scaled(e.rerun_seconds, w))
-    return CostedGraph(costed.choices, costed.profile, nodes, edges)
+    return CostedGraph(costed.choices, costed.profile, nodes, edges, costed.regime)
 
 
 def _scaled(grid, w: float):

@@ -70,6 +70,9 @@ class MeasureJob:
     builder: str
     plan_json: str
     label: str = ""
+    compile: str = "none"
+    """The regime the step runs in: "none" (eager), "block" or "whole" (``verify/compiled.py``,
+    inductor); the warm-up steps compile it."""
 
 
 OP_OVERHEAD_PROBE = "<dtensor op overhead>"
@@ -215,14 +218,20 @@ def _time_job(job: MeasureJob, config: MeasureConfig, meshes: dict) -> dict:
     autoplan.apply_plan(model, plan, mesh, loss_fn=loss_function(module, Path(job.model_file)))
     local = autoplan.shard_batch(batch, plan, mesh)
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-4)
+    run = model
+    if job.compile != "none":
+        from autoplan.verify.compiled import compile_model
+
+        run = compile_model(model, job.compile)
 
     def step():
-        output = model(**local) if isinstance(local, dict) else model(*local)
+        output = run(**local) if isinstance(local, dict) else run(*local)
         autoplan.training_loss(output).backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
 
-    return _time_steps(step, config)
+    # A dispatch mode around a compiled step would make dynamo trace it again: not counted.
+    return _time_steps(step, config, count_ops=job.compile == "none")
 
 
 def _probe_step(mesh):
@@ -242,7 +251,7 @@ def _probe_step(mesh):
     return step
 
 
-def _time_steps(step, config: MeasureConfig, per_op: bool = False) -> dict:
+def _time_steps(step, config: MeasureConfig, per_op: bool = False, count_ops: bool = True) -> dict:
     """Warm up, time, and count the ops one step dispatches; ``per_op`` divides times by that count."""
     dist.barrier()
     warm = _run(step, config.warmup)
@@ -264,8 +273,9 @@ def _time_steps(step, config: MeasureConfig, per_op: bool = False) -> dict:
     assert best is not None  # the loop ran at least once
     steps, foreign = best
     counter = _OpCounter()
-    with counter:
-        step()
+    if count_ops:
+        with counter:
+            step()
     if per_op:
         steps, warm = [t / counter.ops for t in steps], [t / counter.ops for t in warm]
     return {"median_s": statistics.median(steps), "steps_s": steps, "warmup_s": warm, "error": "",

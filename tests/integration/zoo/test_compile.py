@@ -151,3 +151,25 @@ def test_compiled_training_matches_eager(fake_world, name, memory_gib, how):
     _assert_same(eager, compiled)
     assert check.passed, check.summary()
 
+
+
+def test_a_whole_compiled_model_is_not_compiled_again_each_step(fake_world):
+    """The apply engine's input hook once matched a tensor seen at several paths by its
+    ``id``: dynamo guarded the compiled forward on the batch's object id, and every step
+    (a new batch) compiled the model again, until dynamo's cache limit ran it eagerly."""
+    plan = _sharding_plan("llama", None)
+    example = import_model_file(EXAMPLES / "llama.py")
+    torch.manual_seed(0)
+    batch = example.example_inputs()
+    model = autoplan.apply_plan(example.build_model(), plan, fake_world)
+    torch._dynamo.reset()
+    backend = CompileCounterWithBackend("aot_eager")
+    call = torch.compile(model, backend=backend)
+    optimizer = torch.optim.AdamW(model.parameters())
+    frames = []
+    for _ in range(3):
+        autoplan.training_loss(call(**autoplan.shard_batch(batch, plan, fake_world))).backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        frames.append(backend.frame_count)
+    assert frames[0] > 0 and frames[2] == frames[1], f"frames compiled after each step: {frames}"
