@@ -37,8 +37,8 @@ from zoo import AXIS_NAMES, MODELS, plan_row  # noqa: E402
 
 from autoplan.cost.comm import table_seconds  # noqa: E402
 from autoplan.cost.profile import load_profile  # noqa: E402
-from autoplan.evaluate.baselines import BASELINES, build_baseline  # noqa: E402
 from autoplan.errors import AutoplanError  # noqa: E402
+from autoplan.evaluate.baselines import BASELINES, build_baseline  # noqa: E402
 from autoplan.explain.show import summarize  # noqa: E402
 from autoplan.model_file import import_model_file, load_model_file  # noqa: E402
 from autoplan.verify.numerics import build_seeded, seeded_batch  # noqa: E402

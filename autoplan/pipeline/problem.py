@@ -29,7 +29,7 @@ from autoplan.errors import InfeasibleError, TraceError
 from autoplan.model_file import default_axis_names
 from autoplan.pipeline.arguments import check_axis_names, check_mesh, check_profile, warn_if_large
 from autoplan.pipeline.budget import MemoryBudget, budget_words, given_budget, profiles_budget
-from autoplan.pipeline.repricing import StepInputs, keep_cheapest, plan_of
+from autoplan.pipeline.repricing import StepInputs, keep_cheapest, priced_plan
 from autoplan.plan.module_plan import Plan
 from autoplan.solve.ilp import Solution, solve
 from autoplan.solve.recompute import RecomputeUnit, stack_checkpointing, unit_for
@@ -306,14 +306,18 @@ def solve_problem(
     if not fits:
         extra.append(f"this layout does not fit the per-device budget of {problem.budget_words()}")
     with timed(seconds, "plan", progress):
-        plan = plan_of(problem, solution, tuple(extra))
+        plan, counted = priced_plan(problem, solution, tuple(extra))
     if reprice and fits:
 
+        # Candidates keep the optimum's checkpointing: they differ in layout, and each is one solve.
+        kept = (solution.recompute, solution.recompute_layers) if solution.recompute else False
+        held = unit_for(problem.layers.unit, kept) if unit is not None and problem.layers is not None else None
+
         def solve_again(excluded):
-            return solve(problem.reduced, problem.budget_bytes, time_limit_s, allowed, unit, excluded=excluded)
+            return solve(problem.reduced, problem.budget_bytes, time_limit_s, allowed, held, excluded=excluded)
 
         with timed(seconds, "reprice", progress):
-            plan, solution, _ = keep_cheapest(problem, solution, plan, solve_again, tuple(extra))
+            plan, solution, _ = keep_cheapest(problem, solution, plan, solve_again, tuple(extra), counted)
     return plan, solution, fits
 
 

@@ -14,7 +14,8 @@ at run time. So the price a plan carries is made from its step itself:
     keep_cheapest(...)              the solver's choice re-priced: candidate plans (the ILP's
                                     optimum, then the optimum of plans with another layout of
                                     parameters and batch, a no-good cut per candidate) priced
-                                    by their step, the cheapest kept
+                                    by their step, the cheapest kept; each candidate keeps the
+                                    optimum's checkpointing (one solve each)
 
 The ILP's error on the candidates priced so far bounds what another candidate can gain:
 the search stops once the next candidate's ILP objective, less the largest error seen, is
@@ -39,7 +40,7 @@ from autoplan.plan.builder import Checkpointed, build_plan, predict
 from autoplan.plan.expand import expand_plan
 from autoplan.plan.module_plan import Plan, rounded, total_table
 from autoplan.solve.ilp import Solution
-from autoplan.trace.repeats import KEPT_LAYERS
+from autoplan.trace.repeats import KEPT_LAYERS, RepeatedBlocks
 from autoplan.verify.dry_run import dry_run_collectives
 
 if TYPE_CHECKING:
@@ -62,6 +63,11 @@ def plan_of(problem: Problem, solution: Solution, warnings: tuple[str, ...] = ()
     """The whole model's plan of ``solution``, priced by its step where ``problem.step`` is
     given and the step runs on fake tensors, else by the cost stage and the rules of
     ``plan/collectives.py``. Its ``solver.objective`` is its step time."""
+    return priced_plan(problem, solution, warnings)[0]
+
+
+def priced_plan(problem: Problem, solution: Solution, warnings: tuple[str, ...] = ()) -> tuple[Plan, bool]:
+    """(``plan_of``'s plan, whether its price comes from a dry run of its step)."""
     choice = problem.expand(solution.choice)
     checkpointed = _checkpointed(problem, solution)
     step = problem.step
@@ -73,10 +79,10 @@ def plan_of(problem: Problem, solution: Solution, warnings: tuple[str, ...] = ()
     partly = checkpointed is not None and blocks is not None and KEPT_LAYERS <= checkpointed.layers < blocks.count
     counted = unchecked = None
     if step is not None:
-        counted = dry_run_collectives(step.model, step.batch, plan, step.loss_fn, blocks)
+        counted = _counted(step, plan, blocks)
         if counted is not None and partly:
             # the traced layers are both checkpointed, later ones past the first k are not
-            unchecked = dry_run_collectives(step.model, step.batch, replace(plan, recompute={}), step.loss_fn, blocks)
+            unchecked = _counted(step, replace(plan, recompute={}), blocks)
             counted = counted if unchecked is not None else None
     if counted is None:
         if step is not None:  # the step reads tensor values (or a process group runs here): the rules predict
@@ -89,7 +95,42 @@ def plan_of(problem: Problem, solution: Solution, warnings: tuple[str, ...] = ()
         plan = expand_plan(plan, blocks, checkpointed.layers if checkpointed else None, unchecked)
     if counted is not None:
         plan = _priced_by_step(plan, problem)
-    return replace(plan, solver=replace(plan.solver, objective=plan.predicted.step_time_s))
+    step_s = plan.predicted.step_time_s  # the objective; the bound keeps the solver's proved gap to it
+    plan = replace(plan, solver=replace(plan.solver, objective=step_s, bound=rounded(step_s * (1 - plan.solver.gap))))
+    return plan, counted is not None
+
+
+def _counted(step: StepInputs, plan: Plan, blocks: RepeatedBlocks | None) -> dict | None:
+    """The collectives of ``plan``'s step (``dry_run_collectives``). Tied (``blocks``): the
+    cut model's table, its rows outside the layers made those of the whole stack. A layer's
+    own rows are widened to every layer by ``expand_plan``; what a layer causes outside its
+    modules (a gradient moved between two layers, counted where no layer's autograd node
+    claims it) is not, so the step runs once more with one layer more, and each further
+    layer adds that difference."""
+    counted = dry_run_collectives(step.model, step.batch, plan, step.loss_fn, blocks)
+    if counted is None or blocks is None:
+        return counted
+    wider = replace(blocks, count=KEPT_LAYERS + 1)
+    longer = dry_run_collectives(step.model, step.batch, expand_plan(plan, wider), step.loss_fn, blocks, keep=KEPT_LAYERS + 1)
+    if longer is None:
+        return None
+    outside = {m for m in set(counted) | set(longer) if blocks.layer_of(m) is None}
+    more = blocks.count - KEPT_LAYERS
+    table = {m: rows for m, rows in counted.items() if m not in outside}
+    for module in sorted(outside):
+        cut, one_more = _entries(counted.get(module, {})), _entries(longer.get(module, {}))
+        for key in sorted(set(cut) | set(one_more)):
+            base, next_ = cut.get(key, (0, 0)), one_more.get(key, (0, 0))
+            count = max(0, base[0] + more * (next_[0] - base[0]))
+            nbytes = max(0, base[1] + more * (next_[1] - base[1]))
+            if count:
+                axis, kind = key
+                table.setdefault(module, {}).setdefault(axis, {})[kind] = {"count": count, "bytes": nbytes}
+    return table
+
+
+def _entries(per_axis: dict) -> dict[tuple[str, str], tuple[int, int]]:
+    return {(axis, kind): (e["count"], e["bytes"]) for axis, kinds in per_axis.items() for kind, e in kinds.items()}
 
 
 def _priced_by_step(plan: Plan, problem: Problem) -> Plan:
@@ -103,12 +144,14 @@ def _priced_by_step(plan: Plan, problem: Problem) -> Plan:
 
 def keep_cheapest(
     problem: Problem, first: Solution, first_plan: Plan, solve_again: Callable[[tuple[dict[str, int], ...]], Solution],
-    warnings: tuple[str, ...] = (),
+    warnings: tuple[str, ...] = (), counted: bool = True,
 ) -> tuple[Plan, Solution, int]:
-    """Of ``first`` (the ILP's optimum) and the optima that lay out parameters and batch
-    otherwise (``solve_again(excluded)``), the plan whose step is cheapest: (plan, its
-    solution, candidates priced). See the module docstring for when it stops."""
-    if problem.step is None:
+    """Of ``first`` (the ILP's optimum, whose plan ``first_plan`` was priced by its step where
+    ``counted``) and the optima that lay out parameters and batch otherwise
+    (``solve_again(excluded)``), the plan whose step is cheapest: (plan, its solution,
+    candidates priced). See the module docstring for when it stops. Without a dry run of
+    the step there is no other price than the ILP's, whose optimum ``first`` is."""
+    if problem.step is None or not counted:
         return first_plan, first, 1
     layout = _layout_decisions(problem, first)
     best_plan, best = first_plan, first
@@ -124,7 +167,9 @@ def keep_cheapest(
             break  # no other layout fits
         if found.objective_s - error >= best_plan.predicted.step_time_s:
             break
-        plan = plan_of(problem, found, warnings)
+        plan, counted = priced_plan(problem, found, warnings)
+        if not counted:
+            break  # this layout's step reads tensor values: no price to compare it by
         priced += 1
         error = max(error, abs(plan.predicted.step_time_s - found.objective_s))
         excluded.append({name: found.choice[name] for name in layout})

@@ -25,22 +25,25 @@ from torch import nn
 from autoplan.apply.engine import apply_plan
 from autoplan.plan.module_plan import Plan
 from autoplan.trace.known_values import known_values
-from autoplan.trace.repeats import RepeatedBlocks, truncated
+from autoplan.trace.repeats import KEPT_LAYERS, RepeatedBlocks, truncated
 from autoplan.verify.fake_model import DATA_DEPENDENT, fake_twin
 from autoplan.verify.observe import CollectiveCounter
 from autoplan.verify.step_check import _step
 
 
-def dry_run_collectives(model: nn.Module, batch, plan: Plan, loss_fn=None, blocks: RepeatedBlocks | None = None) -> dict | None:
+def dry_run_collectives(
+    model: nn.Module, batch, plan: Plan, loss_fn=None, blocks: RepeatedBlocks | None = None, keep: int = KEPT_LAYERS,
+) -> dict | None:
     """The collectives one training step of ``model`` under ``plan`` runs, as the plan's
     ``module_collectives`` table (module -> axis -> kind -> {"count", "bytes"}); None where
     the step cannot run on fake tensors (it reads tensor values) or no fake process group
     can be set up here (one is already running). With ``blocks``, ``plan`` is the cut
     model's (before ``expand_plan``) and the step runs on the model cut alike: the table is
-    the cut model's, which ``expand_plan`` widens as it widens the plan."""
+    the cut model's, which ``expand_plan`` widens as it widens the plan. ``keep``: how many
+    layers the cut keeps (``plan`` names as many)."""
     if dist.is_initialized():
         return None  # one process group per process: a job's own cannot host a fake world
-    with (truncated(model, blocks) if blocks is not None else nullcontext()):
+    with (truncated(model, blocks, keep) if blocks is not None else nullcontext()):
         twin = fake_twin(model)
     fake_batch = _fake_batch(batch)
     try:
