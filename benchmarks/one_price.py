@@ -10,7 +10,7 @@ draws it (``verify_plan(tensors="fake")``), every collective counted and priced 
 against that dry run. Rows: the zoo models (``benchmarks/zoo.py``), issue 45's four
 HuggingFace configs at real widths (``benchmarks/models/real_width.py``), each under the
 default budget and a forcing one (zoo's: half the model state sharded away), and the
-baselines of two models.
+baselines of two zoo models.
 
     python benchmarks/one_price.py [--rows zoo,real,baselines] [--models llama,moe] [--out benchmarks/results/one_price.json]
 """
@@ -47,7 +47,7 @@ from autoplan.verify.step_check import verify_plan  # noqa: E402
 REAL = "benchmarks/models/real_width.py"
 REAL_ROWS = ((f"{REAL}:qwen2_1p5b", (2, 4)), (f"{REAL}:neox_410m", (2, 2, 2)), (f"{REAL}:t5_small", (8,)),
              (f"{REAL}:vit_base", (2, 4)))
-BASELINE_ROWS = (("examples/llama.py", (2, 4)), (f"{REAL}:qwen2_1p5b", (2, 4)))
+BASELINE_ROWS = (("examples/llama.py", (2, 4)), ("examples/gpt2.py", (2, 4)))
 
 
 def dry_run_seconds(spec: str, plan) -> tuple[float, bool]:
