@@ -314,16 +314,20 @@ def solve_problem(
         held = unit_for(problem.layers.unit, kept) if unit is not None and problem.layers is not None else None
 
         def solve_again(excluded):
-            return solve(problem.reduced, problem.budget_bytes, time_limit_s, allowed, held, excluded=excluded)
+            with timed(seconds, "reprice", progress if "reprice" not in seconds else None):
+                return solve(problem.reduced, problem.budget_bytes, time_limit_s, allowed, held, excluded=excluded)
 
-        with timed(seconds, "reprice", progress):
-            plan, solution, _ = keep_cheapest(problem, solution, plan, solve_again, tuple(extra), counted)
+        def price(*args):
+            with timed(seconds, "reprice"):
+                return priced_plan(*args)
+
+        plan, solution, _ = keep_cheapest(problem, solution, plan, solve_again, tuple(extra), counted, price)
     return plan, solution, fits
 
 
 _STAGE_WORDS = {
     "trace": "tracing the model", "choices": "building the placement choices", "cost": "costing the choices",
-    "simplify": "merging followers", "solve": "solving the ILP", "plan": "writing the plan, priced by a dry run of its step",
+    "simplify": "merging followers", "solve": "solving the ILP", "plan": "writing the plan",
     "reprice": "pricing other candidate plans by their step",
 }
 

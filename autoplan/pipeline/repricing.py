@@ -29,7 +29,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from torch import nn
 
@@ -43,8 +43,8 @@ from autoplan.solve.ilp import Solution
 from autoplan.trace.repeats import KEPT_LAYERS, RepeatedBlocks
 from autoplan.verify.dry_run import dry_run_collectives
 
-if TYPE_CHECKING:
-    from autoplan.pipeline.problem import Problem
+Problem = Any
+"""``pipeline/problem.Problem`` (not imported: it imports this module)."""
 
 MAX_CANDIDATES = 3
 """Plans priced by their step per solve, the ILP's optimum included."""
@@ -144,12 +144,13 @@ def _priced_by_step(plan: Plan, problem: Problem) -> Plan:
 
 def keep_cheapest(
     problem: Problem, first: Solution, first_plan: Plan, solve_again: Callable[[tuple[dict[str, int], ...]], Solution],
-    warnings: tuple[str, ...] = (), counted: bool = True,
+    warnings: tuple[str, ...] = (), counted: bool = True, price: Callable | None = None,
 ) -> tuple[Plan, Solution, int]:
     """Of ``first`` (the ILP's optimum, whose plan ``first_plan`` was priced by its step where
     ``counted``) and the optima that lay out parameters and batch otherwise
     (``solve_again(excluded)``), the plan whose step is cheapest: (plan, its solution,
-    candidates priced). See the module docstring for when it stops. Without a dry run of
+    candidates priced); ``price``: ``priced_plan`` or a wrapper of it (the caller's timing). See the
+    module docstring for when it stops. Without a dry run of
     the step there is no other price than the ILP's, whose optimum ``first`` is."""
     if problem.step is None or not counted:
         return first_plan, first, 1
@@ -167,7 +168,7 @@ def keep_cheapest(
             break  # no other layout fits
         if found.objective_s - error >= best_plan.predicted.step_time_s:
             break
-        plan, counted = priced_plan(problem, found, warnings)
+        plan, counted = (price or priced_plan)(problem, found, warnings)
         if not counted:
             break  # this layout's step reads tensor values: no price to compare it by
         priced += 1

@@ -36,7 +36,8 @@ def dry_run_collectives(
 ) -> dict | None:
     """The collectives one training step of ``model`` under ``plan`` runs, as the plan's
     ``module_collectives`` table (module -> axis -> kind -> {"count", "bytes"}); None where
-    the step cannot run on fake tensors (it reads tensor values) or no fake process group
+    the step cannot run on fake tensors (it reads tensor values, or fails there: ``verify``
+    then says why on the step it runs) or no fake process group
     can be set up here (one is already running). With ``blocks``, ``plan`` is the cut
     model's (before ``expand_plan``) and the step runs on the model cut alike: the table is
     the cut model's, which ``expand_plan`` widens as it widens the plan. ``keep``: how many
@@ -54,6 +55,8 @@ def dry_run_collectives(
                 _step(twin, fake_batch, plan, device_mesh)
                 optimizer.step()
     except DATA_DEPENDENT:
+        return None
+    except Exception:  # noqa: BLE001  the step fails on fake tensors (a host read the model makes itself): the rules predict
         return None
     return counter.table()
 
