@@ -85,11 +85,12 @@ def priced_plan(problem: Problem, solution: Solution, warnings: tuple[str, ...] 
     blocks = problem.blocks
     partly = checkpointed is not None and blocks is not None and KEPT_LAYERS <= checkpointed.layers < blocks.count
     counted = unchecked = None
+    longer = longer_unchecked = None
     if step is not None:
-        counted = _counted(step, plan, blocks)
+        counted, longer = _counted(step, plan, blocks)
         if counted is not None and partly:
             # the traced layers are both checkpointed, later ones past the first k are not
-            unchecked = _counted(step, replace(plan, recompute={}), blocks)
+            unchecked, longer_unchecked = _counted(step, replace(plan, recompute={}), blocks)
             counted = counted if unchecked is not None else None
     if counted is None:
         if step is not None:  # the step reads tensor values (or a process group runs here): the rules predict
@@ -100,6 +101,11 @@ def priced_plan(problem: Problem, solution: Solution, warnings: tuple[str, ...] 
         plan = replace(plan, predicted=replace(plan.predicted, module_collectives=counted, collectives=total_table(counted)))
     if blocks:
         plan = expand_plan(plan, blocks, checkpointed.layers if checkpointed else None, unchecked)
+        if counted is not None and longer is not None:
+            k = checkpointed.layers if checkpointed is not None else 0
+            modules = _layers_as_run(plan.predicted.module_collectives, blocks, longer, longer_unchecked, k)
+            plan = replace(plan, predicted=replace(plan.predicted, module_collectives=modules,
+                                                   collectives=total_table(modules)))
     if counted is not None:
         plan = _priced_by_step(plan, problem)
     step_s = plan.predicted.step_time_s  # the objective; the bound keeps the solver's proved gap to it
@@ -107,20 +113,36 @@ def priced_plan(problem: Problem, solution: Solution, warnings: tuple[str, ...] 
     return plan, counted is not None
 
 
-def _counted(step: StepInputs, plan: Plan, blocks: RepeatedBlocks | None) -> dict | None:
+def _layers_as_run(table: dict, blocks: RepeatedBlocks, longer: dict, longer_unchecked: dict | None, k: int) -> dict:
+    """``table`` (widened) with each layer's rows those of its place in the three-layer run:
+    the first layer's, a middle one's (layer 1) or the last one's (layer 2): the last layer
+    hands its output to what follows the stack, which a middle one does not. A layer past
+    the first ``k`` (checkpointed) takes the unchecked run's rows."""
+    last = blocks.count - 1
+    out = {m: rows for m, rows in table.items() if blocks.layer_of(m) is None}
+    for index in range(blocks.count):
+        run = longer if index < k or longer_unchecked is None else longer_unchecked
+        source = 0 if index == 0 else 2 if index == last else 1
+        for fqn, rows in run.items():
+            if blocks.layer_of(fqn) == source:
+                out[blocks.rename(fqn, index)] = rows
+    return dict(sorted(out.items()))
+
+
+def _counted(step: StepInputs, plan: Plan, blocks: RepeatedBlocks | None) -> tuple[dict | None, dict | None]:
     """The collectives of ``plan``'s step (``dry_run_collectives``). Tied (``blocks``): the
     cut model's table, its rows outside the layers made those of the whole stack. A layer's
     own rows are widened to every layer by ``expand_plan``; what a layer causes outside its
     modules (a gradient moved between two layers, counted where no layer's autograd node
     claims it) is not, so the step runs once more with one layer more, and each further
-    layer adds that difference."""
+    layer adds that difference. Also returns that longer run's table (None untied)."""
     counted = dry_run_collectives(step.model, step.batch, plan, step.loss_fn, blocks)
     if counted is None or blocks is None:
-        return counted
+        return counted, None
     wider = replace(blocks, count=KEPT_LAYERS + 1)
     longer = dry_run_collectives(step.model, step.batch, expand_plan(plan, wider), step.loss_fn, blocks, keep=KEPT_LAYERS + 1)
     if longer is None:
-        return None
+        return None, None
     outside = {m for m in set(counted) | set(longer) if blocks.layer_of(m) is None}
     more = blocks.count - KEPT_LAYERS
     table = {m: rows for m, rows in counted.items() if m not in outside}
@@ -133,7 +155,7 @@ def _counted(step: StepInputs, plan: Plan, blocks: RepeatedBlocks | None) -> dic
             if count:
                 axis, kind = key
                 table.setdefault(module, {}).setdefault(axis, {})[kind] = {"count": count, "bytes": nbytes}
-    return table
+    return table, longer
 
 
 def _entries(per_axis: dict) -> dict[tuple[str, str], tuple[int, int]]:
