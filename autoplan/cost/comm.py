@@ -75,6 +75,35 @@ def collective_seconds(profile: ClusterProfile, kind: str, nbytes: float, mesh_s
     return cost.latency_s + bus_factor(kind, n) * nbytes / cost.bus_bandwidth_bytes_per_s
 
 
+def calls_seconds(profile: ClusterProfile, kind: str, count: int, nbytes: float, mesh_shape: tuple[int, ...],
+                  axes: tuple[int, ...]) -> float:
+    """``count`` calls of ``kind`` moving ``nbytes`` in all over ``axes`` (exact for a sum of
+    calls). Several axes: DTensor reduces over adjacent axes flattened into one group; each
+    call pays the latency of its slowest link, the bytes cross that link's bandwidth with
+    the bus factor of the whole group."""
+    n = math.prod(mesh_shape[a] for a in axes)
+    if n == 1 or nbytes <= 0 or count <= 0:
+        return 0.0
+    links = [link_cost(profile, kind, mesh_shape, a) for a in axes if mesh_shape[a] > 1]
+    latency = max(link.latency_s for link in links)
+    bandwidth = min(link.bus_bandwidth_bytes_per_s for link in links)
+    return count * latency + bus_factor(kind, n) * nbytes / bandwidth
+
+
+def table_seconds(table: dict, profile: ClusterProfile, mesh_shape: tuple[int, ...], axis_names: tuple[str, ...]) -> float:
+    """The time of a plan's collective table (module -> axis -> kind -> {"count", "bytes"},
+    or axis -> kind -> ... summed over modules); an axis named "dp+tp" is those axes flattened."""
+    index = {name: i for i, name in enumerate(axis_names)}
+    per_module = any("count" not in inner for value in table.values() for inner in value.values())
+    total = 0.0
+    for per_axis in (table.values() if per_module else [table]):
+        for axis, per_kind in per_axis.items():
+            axes = tuple(index[name] for name in axis.split("+"))
+            for kind, entry in per_kind.items():
+                total += calls_seconds(profile, kind, entry["count"], entry["bytes"], tuple(mesh_shape), axes)
+    return total
+
+
 def bus_factor(kind: str, n: int) -> float:
     """nccl-tests bus factor: the share of the buffer each rank sends over its link."""
     return 2 * (n - 1) / n if kind == "all_reduce" else (n - 1) / n

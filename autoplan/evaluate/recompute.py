@@ -29,8 +29,22 @@ from autoplan.plan.module_plan import Plan, total_table
 
 def with_recompute_prediction(model: nn.Module, example_inputs, plan: Plan, loss_fn=None, command: str = "verify") -> Plan:
     """``plan`` with ``predicted.module_collectives`` and ``predicted.collectives`` counting
-    the repeats of its ``recompute`` set on ``model`` (every layer traced: no tying)."""
-    check_plan_for_model(model, example_inputs, plan, loss_fn, command)
+    the repeats of its ``recompute`` set on ``model``. A set that checkpoints the first
+    layers of the repeated stack alike (what ``suggest`` makes): the tables of the plan's
+    layout scored with that set, counted on its step (``pipeline/repricing.py``), which for
+    a plan built with the set are its own. Any other set: the repeats the rules of
+    ``plan/collectives.py`` predict, added (every layer traced: no tying)."""
+    trace, _ = check_plan_for_model(model, example_inputs, plan, loss_fn, command)
+    if trace.blocks is not None:
+        tied = prepare_problem(model, example_inputs, plan.mesh_shape, plan.axis_names, plan_profile(plan, None),
+                               trace=trace, loss_fn=loss_fn)
+        mode = tied.recompute_mode(plan)
+        if mode:
+            pins, _, _ = pins_for_plan(tied, plan)
+            scored, _, _ = solve_problem(tied, pins, over_budget=True, recompute=mode)
+            counted = scored.predicted.module_collectives
+            return replace(plan, predicted=replace(plan.predicted, module_collectives=counted,
+                                                   collectives=total_table(counted)))
     problem = prepare_problem(
         model, example_inputs, plan.mesh_shape, plan.axis_names, plan_profile(plan, None), tie=False, loss_fn=loss_fn,
         regime=plan.regime,

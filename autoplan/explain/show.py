@@ -200,13 +200,10 @@ def _comm_rows(plan, cluster) -> list[CommRow]:
 
 def _priced(plan, cluster, axis: str, kind: str, entry: dict) -> float:
     """Seconds of ``entry["count"]`` calls moving ``entry["bytes"]`` in all (module docstring)."""
-    from autoplan.cost.comm import bus_factor, link_cost
+    from autoplan.cost.comm import calls_seconds
 
-    a = plan.axis_names.index(axis)
-    if plan.mesh_shape[a] <= 1:
-        return 0.0
-    cost = link_cost(cluster, kind, tuple(plan.mesh_shape), a)
-    return entry["count"] * cost.latency_s + bus_factor(kind, plan.mesh_shape[a]) * entry["bytes"] / cost.bus_bandwidth_bytes_per_s
+    axes = tuple(plan.axis_names.index(name) for name in axis.split("+"))  # "dp+tp": flattened axes
+    return calls_seconds(cluster, kind, entry["count"], entry["bytes"], tuple(plan.mesh_shape), axes)
 
 
 def _comm_by_module(plan, cluster) -> tuple[tuple[str, float], ...]:

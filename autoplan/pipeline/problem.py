@@ -15,10 +15,9 @@ plan ``suggest`` made scores to its own prediction.
 
 from __future__ import annotations
 
-import math
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from torch import nn
 
@@ -31,8 +30,7 @@ from autoplan.errors import InfeasibleError, TraceError
 from autoplan.model_file import default_axis_names
 from autoplan.pipeline.arguments import check_axis_names, check_mesh, check_profile, warn_if_large
 from autoplan.pipeline.budget import MemoryBudget, budget_words, given_budget, profiles_budget
-from autoplan.plan.builder import Checkpointed, build_plan, predict
-from autoplan.plan.expand import expand_plan
+from autoplan.pipeline.repricing import StepInputs, keep_cheapest, priced_plan
 from autoplan.plan.module_plan import Plan
 from autoplan.solve.ilp import Solution, solve
 from autoplan.solve.recompute import RecomputeUnit, stack_checkpointing, unit_for
@@ -125,6 +123,9 @@ class Problem:
     """``budget_bytes`` as it was given (its unit, where it comes from), for printing."""
     regime_warning: str | None = None
     """Where the regime priced differs from the one asked (``cost/regime.py``), why."""
+    step: StepInputs | None = None
+    """The model and batch, for a dry run of each plan's step: what its price is made from
+    (``repricing.py``). None: priced by the cost stage and the rules of ``plan/collectives.py``."""
 
     @property
     def regime(self) -> str:
@@ -238,7 +239,9 @@ def prepare_problem(
             simplified = merge_followers(costed, layer_regions(choices))
             twins, reduced = {}, simplified.costed
     layers = layer_stack(choices, regions, simplified, reduced, blocks) if blocks else None
-    return Problem(trace, choices, costed, simplified, twins, reduced, budget.bytes, seconds, layers, budget, regime_warning)
+    step = StepInputs(model, example_inputs, loss_fn)
+    return Problem(trace, choices, costed, simplified, twins, reduced, budget.bytes, seconds, layers, budget,
+                   regime_warning, step)
 
 
 @dataclass(frozen=True)
@@ -285,6 +288,7 @@ def solve_problem(
     seconds: dict[str, float] | None = None,
     progress=None,
     recompute: bool | str | tuple[str, int] = False,
+    reprice: bool = False,
 ) -> tuple[Plan, Solution, bool]:
     """The cheapest plan under ``pins`` (a ``pinning.Pins``; ``Pins(problem)`` pins only
     what every plan pins): (plan of the whole model, solution, fits the memory budget).
@@ -293,7 +297,9 @@ def solve_problem(
     budget, and comes back with ``fits`` False: a score must exist for plans that do not
     fit. Without it, that is an InfeasibleError. ``seconds`` gets the solve and plan stages' times.
     ``recompute``: the solver may checkpoint the repeated layers (``solve/recompute.py``);
-    a mode's name holds it to that mode (scoring a plan that checkpoints).
+    a mode's name holds it to that mode (scoring a plan that checkpoints). Every plan is
+    priced by its step (``repricing.plan_of``); with ``reprice`` the solver's choice is too:
+    candidate plans priced by their step, the cheapest kept (``repricing.keep_cheapest``).
     """
     seconds = {} if seconds is None else seconds
     allowed = pins.allowed
@@ -313,33 +319,29 @@ def solve_problem(
     if not fits:
         extra.append(f"this layout does not fit the per-device budget of {problem.budget_words()}")
     with timed(seconds, "plan", progress):
-        choice = problem.expand(solution.choice)
-        checkpointed = _checkpointed(problem, solution)
-        plan = build_plan(problem.costed, choice, solution, extra_warnings=tuple(extra), checkpointed=checkpointed)
-        if math.isfinite(problem.budget_bytes):
-            plan = replace(plan, solver=replace(plan.solver, memory_budget_bytes=problem.budget_bytes))
-        if problem.blocks:
-            unchecked = None
-            if checkpointed is not None and KEPT_LAYERS <= checkpointed.layers < problem.blocks.count:
-                # the traced layers are both checkpointed, later ones past the first k are not
-                unchecked = predict(problem.costed, choice, plan.axis_names, plan.modules).module_collectives
-            plan = expand_plan(plan, problem.blocks, checkpointed.layers if checkpointed else None, unchecked)
+        plan, counted = priced_plan(problem, solution, tuple(extra))
+    if reprice and fits:
+
+        # Candidates keep the optimum's checkpointing: they differ in layout, and each is one solve.
+        kept = (solution.recompute, solution.recompute_layers) if solution.recompute else False
+        held = unit_for(problem.layers.unit, kept) if unit is not None and problem.layers is not None else None
+
+        def solve_again(excluded):
+            with timed(seconds, "reprice", progress if "reprice" not in seconds else None):
+                return solve(problem.reduced, problem.budget_bytes, time_limit_s, allowed, held, excluded=excluded)
+
+        def price(*args):
+            with timed(seconds, "reprice"):
+                return priced_plan(*args)
+
+        plan, solution, _ = keep_cheapest(problem, solution, plan, solve_again, tuple(extra), counted, price)
     return plan, solution, fits
-
-
-def _checkpointed(problem: Problem, solution: Solution) -> Checkpointed | None:
-    """The solution's checkpointing in the terms of the whole traced graph, or None."""
-    if solution.recompute is None:
-        return None
-    assert problem.layers is not None  # a solution checkpoints only the problem's layer stack
-    layers, unit, k = problem.layers, problem.layers.unit, solution.recompute_layers
-    return Checkpointed(solution.recompute, layers.decisions, layers.freed, unit.freed_share(k), unit.modules[:k],
-                        rerun_share=unit.rerun_share(k), layers=k, inputs=layers.inputs)
 
 
 _STAGE_WORDS = {
     "trace": "tracing the model", "choices": "building the placement choices", "cost": "costing the choices",
     "simplify": "merging followers", "solve": "solving the ILP", "plan": "writing the plan",
+    "reprice": "pricing other candidate plans by their step",
 }
 
 

@@ -151,7 +151,8 @@ def suggest_with_report(
     for name, spec in pinned.items():
         pins.place(name, spec)
     stage_seconds = dict(problem.stage_seconds)
-    plan, solution, _ = solve_problem(problem, pins, time_limit_s, seconds=stage_seconds, progress=progress, recompute=recompute)
+    plan, solution, _ = solve_problem(problem, pins, time_limit_s, seconds=stage_seconds, progress=progress, recompute=recompute,
+                                      reprice=True)
     blocks = problem.blocks
     report = SuggestReport(
         plan=plan,
@@ -164,6 +165,7 @@ def suggest_with_report(
         budget=problem.budget_words(),
         extra={
             "one_device_s": one_device_seconds(problem.costed),
+            "ilp_objective_s": solution.objective_s,  # the ILP's own price of the plan kept (repricing.py)
             "search_s": solution.search_s,
             "search_cpu_s": solution.search_cpu_s,
             "stopped_by_time_limit": solution.stopped_by_time_limit,

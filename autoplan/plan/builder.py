@@ -59,9 +59,12 @@ class Checkpointed:
 
 def build_plan(
     costed: CostedGraph, choice: dict[str, int], solution: Solution, extra_warnings=(), checkpointed: Checkpointed | None = None,
+    collectives: bool = True,
 ) -> Plan:
     """``choice`` is the full assignment (followers expanded); ``solution`` reports the solve;
-    ``checkpointed``: the layers it checkpoints, if any."""
+    ``checkpointed``: the layers it checkpoints, if any. ``collectives``: predict the step's
+    collectives by the rules of ``collectives.py``; without, the tables are left empty for
+    a dry run of the step to fill (``verify/dry_run.py``)."""
     choices = costed.choices
     graph = choices.graph
     traced = choices.traced
@@ -107,7 +110,7 @@ def build_plan(
         parameters=parameters,
         modules=modules,
         inputs=inputs,
-        predicted=predict(costed, choice, choices.axis_names, modules, checkpointed),
+        predicted=predict(costed, choice, choices.axis_names, modules, checkpointed, collectives),
         profile=costed.profile.name,
         regime=costed.regime,
         fingerprint=traced.fingerprint,
@@ -149,9 +152,10 @@ def _moved_inplace_selves(graph, choice: dict[str, int]) -> list[str]:
 
 def predict(
     costed: CostedGraph, choice: dict[str, int], axis_names: tuple[str, ...], modules: dict | None = None,
-    checkpointed: Checkpointed | None = None,
+    checkpointed: Checkpointed | None = None, collectives: bool = True,
 ) -> Predicted:
-    """Step time, memory and collectives of one full assignment, from the unsimplified costs."""
+    """Step time, memory and collectives of one full assignment, from the unsimplified costs
+    (``collectives``: by the rules of ``collectives.py``, else left empty)."""
     compute = comm = 0.0
     parts = dict.fromkeys(COMPUTE_SPLIT, 0.0)
     for name, cost in costed.nodes.items():
@@ -168,7 +172,7 @@ def predict(
         parts["recompute_s"] += ops
     memory = memory_split(costed, choice, checkpointed)
     recompute = checkpointed.recompute if checkpointed is not None else None
-    modules = module_table(step_collectives(costed, choice, modules, recompute), axis_names)
+    modules = module_table(step_collectives(costed, choice, modules, recompute), axis_names) if collectives else {}
     step_s, compute_s = rounded(compute + comm), rounded(compute)
     return Predicted(
         step_time_s=step_s,

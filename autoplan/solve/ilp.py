@@ -110,17 +110,20 @@ def solve(
     allowed: dict[str, set[int]] | None = None,
     recompute: RecomputeUnit | None = None,
     budget_words: str | None = None,
+    excluded: tuple[dict[str, int], ...] = (),
 ) -> Solution:
     """Optimal strategies under the budget; ``allowed`` restricts some decisions (pinning);
     ``recompute``: the layers that may be checkpointed (``solve/recompute.py``: one model
     per mode and count of layers, the fastest plan kept; the time limit holds for each).
-    ``budget_words``: the budget as the user gave it, for the error when nothing fits."""
+    ``budget_words``: the budget as the user gave it, for the error when nothing fits.
+    ``excluded``: partial assignments no answer may repeat whole (the layouts of candidate
+    plans already priced by their step, ``pipeline/repricing.py``)."""
     started = time.perf_counter()
     allowed = allowed or {}
     tried: list[Solution] = []
 
     def attempt(budget: float, mode: str | None = None, layers: int = 0) -> Solution | None:
-        found = _solve_mode(costed, budget, time_limit_s, allowed, recompute, mode, layers)
+        found = _solve_mode(costed, budget, time_limit_s, allowed, recompute, mode, layers, excluded)
         tried.append(found)
         return found if found.status in ("optimal", "feasible") else None
 
@@ -213,13 +216,15 @@ def _grid_terms(costed, s, e, keys, scale: float, grid_of, whole: bool = False) 
     return terms, constant
 
 
-def _solve_mode(costed, memory_budget_bytes, time_limit_s, allowed, recompute, mode, layers) -> Solution:
+def _solve_mode(costed, memory_budget_bytes, time_limit_s, allowed, recompute, mode, layers, excluded=()) -> Solution:
     """The optimum with the first ``layers`` layers checkpointed under ``mode`` (None: none
     checkpointed); its status "infeasible" or "out_of_time" where it found no plan."""
     started = time.perf_counter()
     model = mathopt.Model(name="autoplan")
     s = _add_strategy_vars(model, costed)
     _pin(model, s, allowed)
+    for assignment in excluded:
+        _exclude(model, s, assignment)
     e = _add_edge_vars(model, costed, s)
     checkpoint = _checkpoint_terms(costed, s, e, recompute, mode, layers) if mode is not None else None
     _add_memory_limit(model, costed, s, e, memory_budget_bytes, checkpoint)
@@ -362,6 +367,16 @@ def _pin(model, s, allowed):
         for i, var in enumerate(variables):
             if i not in keep:
                 model.add_linear_constraint(var == 0)
+
+
+def _exclude(model, s, assignment: dict[str, int]) -> None:
+    """No answer takes every strategy of ``assignment`` at once (a no-good cut): at least
+    one of those decisions differs. Decisions with one strategy cannot differ and drop out."""
+    free = [s[name][index] for name, index in assignment.items() if not isinstance(s[name], int)]
+    fixed_elsewhere = any(isinstance(s[name], int) and s[name] != index for name, index in assignment.items())
+    if fixed_elsewhere:
+        return  # the assignment cannot happen anyway
+    model.add_linear_constraint(mathopt.fast_sum(free) <= len(free) - 1)
 
 
 def _strategy_sum(s_v, members):

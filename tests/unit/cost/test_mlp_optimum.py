@@ -17,8 +17,9 @@ the work 4 ways, so compute = 40Bd^2 / (4 * PEAK).
 Column-then-row (W1 = S(0), W2 = S(1), input replicated): the only collective is the
 forward all-reduce of out [B, d] before the loss; its backward is free.
     comm = ALPHA + 2 * 3/4 * 4Bd / BETA
-Data parallel (batch S(0), weights replicated): each weight's gradient is all-reduced.
-    comm = 2 * ALPHA + 2 * 3/4 * 4 * (4d^2 + 4d^2) / BETA
+Data parallel (batch S(0), weights replicated): each weight's gradient is all-reduced,
+and so is the loss, a scalar partial over the batch split.
+    comm = 2 * ALPHA + 2 * 3/4 * 4 * (4d^2 + 4d^2) / BETA + ALPHA + 2 * 3/4 * 4 / BETA
 """
 
 import dataclasses
@@ -98,6 +99,9 @@ def test_small_hidden_large_batch_is_data_parallel(d, batch):
     assert plan.parameters["net.0.weight"] == ("R",)
     assert plan.parameters["net.2.weight"] == ("R",)
     assert plan.inputs["[0][0]"].placements == ("S(0)",)
-    expected = compute_s(d, batch) + 2 * ALPHA + 1.5 * 4 * 8 * d * d / BETA
+    # The step also all-reduces the loss, a float32 scalar partial over the batch split:
+    # the plan's price is the step's own collectives (issue 45), that one included.
+    loss = ALPHA + 1.5 * 4 / BETA
+    expected = compute_s(d, batch) + 2 * ALPHA + 1.5 * 4 * 8 * d * d / BETA + loss
     assert plan.solver.objective == pytest.approx(expected, rel=1e-5)
-    assert plan.predicted.comm_s == pytest.approx(2 * ALPHA + 1.5 * 4 * 8 * d * d / BETA, rel=1e-5)
+    assert plan.predicted.comm_s == pytest.approx(2 * ALPHA + 1.5 * 4 * 8 * d * d / BETA + loss, rel=1e-5)
