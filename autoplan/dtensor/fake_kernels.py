@@ -15,9 +15,9 @@ A convolution on fake tensors of the meta device (the trace's) returns a contigu
 as torch's fake kernel cannot tell which device kernel would run; but the CPU's (oneDNN)
 and CUDA's (cuDNN) kernels both lay the result out channels-last where the input or the
 weight is channels-last. ``DEVICE_LAYOUTS`` wraps torch's fake kernel to do the same on the
-meta device, so the trace sees the layout the step has: timm's ``LayerNorm2d`` leaves a
-ConvNeXt's activations channels-last, and its head's ``AdaptiveAvgPool2d`` then pools
-them with a mean and an in-place restride (``as_strided_``) the trace never saw.
+meta device, so the trace sees the layout the step has: a norm that leaves activations
+channels-last, then an adaptive average pool, pools them with a mean and an in-place
+restride (``as_strided_``) the trace would otherwise never see.
 """
 
 from __future__ import annotations

@@ -49,7 +49,8 @@ Problem = Any
 
 MAX_CANDIDATES = 2
 """Plans priced by their step per solve, the ILP's optimum included (each costs a solve and
-two to four dry runs: the Llama-3-8B shape on 8x8 plans in 2.4x the CPU time with one more)."""
+two to four dry runs: a partly checkpointed 32-layer stack on 8x8 planned in 2.4x the CPU
+time with a third)."""
 
 SEARCH_ABOVE = 0.01
 """Other candidates are solved only where the ILP's price of its optimum is off its step's by

@@ -6,8 +6,8 @@ token (``pad_token_id in input_ids[:, [-1, 0]]``: a comparison, an ``any``, and 
 its value) and warns once. It returns at once while tracing (``is_tracing(input_ids)``), so a
 trace never saw it, but the training step runs it on the batch as the plan lays it out, and
 DTensor moves what ``any`` needs: torch 2.14 runs ``any`` only on an input whole on every
-axis (it is not a linear reduction), so a batch split by rows is gathered first (DeBERTa's
-input ids, split on tp: 16 bytes on every step that the prediction lacked). 2.13 ran it as a
+axis (it is not a linear reduction), so a batch split by rows is gathered first (input ids
+split on tp: a few bytes on every step that the prediction lacked). 2.13 ran it as a
 partial sum whose local value was read, moving nothing.
 
 ``eager_checks()``, entered with ``known_values()`` (the trace, and ``verify`` on fake
