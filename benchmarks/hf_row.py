@@ -117,6 +117,21 @@ def run_row(row: dict, model_file: Path, dtypes: list[str], numerics: bool, nume
     return row
 
 
+def run_source_row(spec: str, out: Path, dtypes: list[str], numerics: bool, numerics_max_step_s: float,
+                   class_name, model_file_text, more_stages=None) -> None:
+    """One ``source:name`` row of a benchmark whose rows are written by ``model_file_text``
+    (``plain_coverage.py``, ``vision_coverage.py``), in this process: its model file next to
+    ``out``, then ``run_row``. ``more_stages(recorder, plans, device_mesh, model_file)``, where
+    given, runs after the plans' steps."""
+    torch.set_num_threads(1)  # rows run side by side on few cores
+    source, name = spec.split(":", 1)
+    model_file = out.with_suffix(".model.py")
+    model_file.write_text(model_file_text(source, name))
+    row = {"task": source, "model_type": name, "class": class_name(source, name)}
+    extra = None if more_stages is None else (lambda recorder, plans, mesh: more_stages(recorder, plans, mesh, model_file))
+    run_row(row, model_file, dtypes, numerics, numerics_max_step_s, out, more_stages=extra)
+
+
 def load_row_model(model_file: Path, dtype: torch.dtype = torch.float32):
     """``(model, batch, loss_fn)`` from a fresh import of the model file, on the current
     default device. For bfloat16 the model is cast as transformers' ``from_pretrained(dtype=...)``

@@ -55,16 +55,10 @@ def select_rows(rows, models: str | None) -> list[tuple[str, str]]:
 
 
 def row_main(spec: str, out: Path, dtypes: list[str], numerics: bool, numerics_max_step_s: float) -> None:
-    import torch
-    from hf_row import run_row
+    from hf_row import run_source_row
     from plain_models import class_name, model_file_text
 
-    torch.set_num_threads(1)  # rows run side by side on few cores
-    source, name = spec.split(":", 1)
-    model_file = out.with_suffix(".model.py")
-    model_file.write_text(model_file_text(source, name))
-    row = {"task": source, "model_type": name, "class": class_name(source, name)}
-    run_row(row, model_file, dtypes, numerics, numerics_max_step_s, out)
+    run_source_row(spec, out, dtypes, numerics, numerics_max_step_s, class_name, model_file_text)
 
 
 def main(argv=None) -> dict | None:
