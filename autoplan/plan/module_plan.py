@@ -16,6 +16,7 @@ from pathlib import Path
 from autoplan._files import write_atomic
 from autoplan.errors import PlanError
 from autoplan.placements import Spec, format_spec, layout_problem
+from autoplan.plan.pipeline_plan import PipelinePlan, check_pipeline_data
 from autoplan.validation import check_schema, read_json
 
 SCHEMA_VERSION = 1
@@ -130,9 +131,12 @@ class Plan:
     """The compile regime the step is priced for (``cost/regime.py``): "none" (eager),
     "block" (each repeated block compiled) or "whole"; plans written before plans recorded
     it were priced eager."""
+    pipeline: PipelinePlan | None = None
+    """Pipeline stages over a pipeline axis (``plan/pipeline_plan.py``); None: no pipeline.
+    Where set, ``mesh_shape``/``axis_names`` are one stage's mesh, the full mesh less that axis."""
 
     def to_dict(self) -> dict:
-        return {
+        data = {
             "schema_version": SCHEMA_VERSION,
             "mesh": {"shape": list(self.mesh_shape), "axis_names": list(self.axis_names)},
             "parameters": {fqn: list(spec) for fqn, spec in sorted(self.parameters.items())},
@@ -163,6 +167,9 @@ class Plan:
             "recompute": dict(sorted(self.recompute.items())),
             "regime": self.regime,
         }
+        if self.pipeline is not None:  # absent otherwise: plans without stages keep their bytes
+            data["pipeline"] = self.pipeline.to_dict()
+        return data
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n"
@@ -209,6 +216,10 @@ def check_plan_data(data: dict, source: str) -> None:
     for fqn, layout in data["modules"].items():
         for side in ("inputs", "outputs"):
             specs += [(f"modules.{fqn}.{side}.{key}", spec, None) for key, spec in layout[side].items()]
+    if "pipeline" in data:
+        problem = check_pipeline_data(data["pipeline"], data)
+        if problem:
+            fail(problem)
     for where, spec, tensor_shape in specs:
         if len(spec) != len(shape):
             fail(f"{where}: expected one placement per mesh axis ({len(shape)}), got {spec!r}")
@@ -248,6 +259,7 @@ def _build(data: dict) -> Plan:
         tied_parameters=dict(data.get("tied_parameters", {})),
         recompute=dict(data.get("recompute", {})),
         regime=data.get("regime", "none"),
+        pipeline=PipelinePlan.from_dict(data["pipeline"]) if "pipeline" in data else None,
     )
 
 
