@@ -54,6 +54,7 @@ from ortools.math_opt.python import mathopt
 from autoplan.choices.graph import INPUT, OP
 from autoplan.cost.estimate import CostedGraph
 from autoplan.errors import InfeasibleError
+from autoplan.solve.linear_model import LinearModel
 from autoplan.solve.recompute import (
     RecomputeUnit,
     fewest_layers,
@@ -202,7 +203,7 @@ def _grid_terms(costed, s, e, keys, scale: float, grid_of, whole: bool = False) 
         edge, (u, v, _) = costed.edges[key], key
         grid = grid_of(edge)
         if key in e:
-            terms.extend(var * scaled(grid[r][c]) for r, cells in enumerate(e[key]) for c, var in enumerate(cells) if grid[r][c])
+            terms.extend((var, scaled(grid[r][c])) for r, cells in enumerate(e[key]) for c, var in enumerate(cells) if grid[r][c])
             continue
         folded = _by_one_end(edge, grid, s[u], s[v])
         if folded is None:
@@ -212,7 +213,7 @@ def _grid_terms(costed, s, e, keys, scale: float, grid_of, whole: bool = False) 
         if isinstance(end, int):
             constant += scaled(per[end])
         else:
-            terms.extend(var * scaled(b) for var, b in zip(end, per) if b)
+            terms.extend((var, scaled(b)) for var, b in zip(end, per) if b)
     return terms, constant
 
 
@@ -220,7 +221,7 @@ def _solve_mode(costed, memory_budget_bytes, time_limit_s, allowed, recompute, m
     """The optimum with the first ``layers`` layers checkpointed under ``mode`` (None: none
     checkpointed); its status "infeasible" or "out_of_time" where it found no plan."""
     started = time.perf_counter()
-    model = mathopt.Model(name="autoplan")
+    model = LinearModel(name="autoplan")
     s = _add_strategy_vars(model, costed)
     _pin(model, s, allowed)
     for assignment in excluded:
@@ -228,8 +229,13 @@ def _solve_mode(costed, memory_budget_bytes, time_limit_s, allowed, recompute, m
     e = _add_edge_vars(model, costed, s)
     checkpoint = _checkpoint_terms(costed, s, e, recompute, mode, layers) if mode is not None else None
     _add_memory_limit(model, costed, s, e, memory_budget_bytes, checkpoint)
-    rerun = mathopt.fast_sum(checkpoint.rerun_ns) + checkpoint.rerun_constant_ns if checkpoint else 0.0
-    model.minimize(_objective(costed, s, e) + rerun)
+    terms, constant = _objective(costed, s, e)
+    if checkpoint:
+        terms.extend(checkpoint.rerun_ns)
+        constant += checkpoint.rerun_constant_ns
+    model.minimize(terms, constant)
+    counts = model.variable_count, model.row_count
+    built = model.build()
 
     params = mathopt.SolveParameters(
         random_seed=0,
@@ -237,9 +243,9 @@ def _solve_mode(costed, memory_budget_bytes, time_limit_s, allowed, recompute, m
         time_limit=datetime.timedelta(seconds=time_limit_s) if time_limit_s else None,
     )
     start = greedy_start(costed, memory_budget_bytes, allowed)
-    hint = mathopt.ModelSolveParameters(solution_hints=[_hint(costed, s, e, start)])
+    hint = mathopt.ModelSolveParameters(solution_hints=[_hint(built, costed, s, e, start)])
     searching, searching_cpu = time.perf_counter(), time.process_time()
-    result = mathopt.solve(model, mathopt.SolverType.HIGHS, params=params, model_params=hint)
+    result = mathopt.solve(built, mathopt.SolverType.HIGHS, params=params, model_params=hint)
     search_s, search_cpu_s = time.perf_counter() - searching, time.process_time() - searching_cpu
     reason = result.termination.reason
     stopped = result.termination.limit == mathopt.Limit.TIME
@@ -247,7 +253,7 @@ def _solve_mode(costed, memory_budget_bytes, time_limit_s, allowed, recompute, m
         mathopt.TerminationReason.INFEASIBLE_OR_UNBOUNDED) or not result.has_primal_feasible_solution():
         status = "out_of_time" if reason == mathopt.TerminationReason.NO_SOLUTION_FOUND else "infeasible"
         return Solution({}, status, math.inf, math.inf, 0.0, 0, 0, 0.0, search_s, search_cpu_s, stopped, mode, layers)
-    values = result.variable_values()
+    values = {var.id: value for var, value in result.variable_values().items()}
     choice = {}
     for name, variables in s.items():
         if isinstance(variables, int):
@@ -268,8 +274,8 @@ def _solve_mode(costed, memory_budget_bytes, time_limit_s, allowed, recompute, m
         objective_s=objective,
         bound_s=bound,
         gap=gap,
-        variables=model.get_num_variables(),
-        constraints=model.get_num_linear_constraints(),
+        variables=counts[0],
+        constraints=counts[1],
         wall_s=time.perf_counter() - started,
         search_s=search_s,
         search_cpu_s=search_cpu_s,
@@ -287,9 +293,9 @@ def plan_seconds(costed: CostedGraph, choice: dict[str, int]) -> float:
     return total
 
 
-def _hint(costed, s, e, start: dict[str, int]):
+def _hint(model: mathopt.Model, costed, s, e, start: dict[str, int]):
     """The warm start as values for every variable (edge variables: the product of the two ends)."""
-    values = {}
+    values: dict[int, float] = {}
     for name, variables in s.items():
         if not isinstance(variables, int):
             for i, var in enumerate(variables):
@@ -300,7 +306,7 @@ def _hint(costed, s, e, start: dict[str, int]):
         for r, cells in enumerate(grid):
             for c, var in enumerate(cells):
                 values[var] = 1.0 if (r, c) == (row, col) else 0.0
-    return mathopt.SolutionHint(variable_values=values)
+    return mathopt.SolutionHint(variable_values={model.get_variable(i, validate=False): v for i, v in values.items()})
 
 
 def least_memory_bytes(
@@ -311,21 +317,21 @@ def least_memory_bytes(
     min m subject to both memory rows <= m, over the same variables. The per-decision
     bound (``minimum_memory_bytes``) can fall short of every real plan: the copies a
     layout keeps live on edges, between two decisions' choices."""
-    model = mathopt.Model(name="autoplan-least-memory")
+    model = LinearModel(name="autoplan-least-memory")
     s = _add_strategy_vars(model, costed)
     _pin(model, s, allowed)
     e = _add_edge_vars(model, costed, s)
-    peak = model.add_variable(lb=0.0, name="peak_gib")
+    peak = model.variable(0.0, math.inf, name="peak_gib")
     leanest_choice = leanest(recompute)
     checkpoint = (_checkpoint_terms(costed, s, e, recompute, *leanest_choice)
                   if recompute is not None and leanest_choice is not None else None)
     for terms, constant in _memory_rows(costed, s, e, checkpoint):
-        model.add_linear_constraint(mathopt.fast_sum(terms) + constant / 2**30 <= peak)
-    model.minimize(peak)
+        model.row([*terms, (peak, -1.0)], upper=0.0, constant=constant / 2**30)
+    model.minimize([(peak, 1.0)])
     params = mathopt.SolveParameters(
         random_seed=0, time_limit=datetime.timedelta(seconds=time_limit_s) if time_limit_s else None,
     )
-    result = mathopt.solve(model, mathopt.SolverType.HIGHS, params=params)
+    result = mathopt.solve(model.build(), mathopt.SolverType.HIGHS, params=params)
     if not result.has_primal_feasible_solution():
         return minimum_memory_bytes(costed)
     if result.termination.reason == mathopt.TerminationReason.OPTIMAL:
@@ -350,8 +356,8 @@ def _add_strategy_vars(model, costed):
         if count == 1:
             s[name] = 0
             continue
-        variables = [model.add_binary_variable(name=f"s[{name},{i}]") for i in range(count)]
-        model.add_linear_constraint(mathopt.fast_sum(variables) == 1)
+        variables = [model.binary(f"s[{name},{i}]") for i in range(count)]
+        model.equal([(var, 1.0) for var in variables], 1.0)
         s[name] = variables
     return s
 
@@ -366,7 +372,7 @@ def _pin(model, s, allowed):
             continue
         for i, var in enumerate(variables):
             if i not in keep:
-                model.add_linear_constraint(var == 0)
+                model.equal([(var, 1.0)], 0.0)
 
 
 def _exclude(model, s, assignment: dict[str, int]) -> None:
@@ -376,13 +382,15 @@ def _exclude(model, s, assignment: dict[str, int]) -> None:
     fixed_elsewhere = any(isinstance(s[name], int) and s[name] != index for name, index in assignment.items())
     if fixed_elsewhere:
         return  # the assignment cannot happen anyway
-    model.add_linear_constraint(mathopt.fast_sum(free) <= len(free) - 1)
+    model.row([(var, 1.0) for var in free], upper=len(free) - 1)
 
 
-def _strategy_sum(s_v, members):
+def _match(model: LinearModel, cells: list[int], s_v, members: list[int]) -> None:
+    """sum(cells) = sum of s_v over ``members`` (a constant where s_v is fixed)."""
     if isinstance(s_v, int):
-        return 1.0 if s_v in members else 0.0
-    return mathopt.fast_sum(s_v[i] for i in members)
+        model.equal([(var, 1.0) for var in cells], 1.0 if s_v in members else 0.0)
+    else:
+        model.equal([*((var, 1.0) for var in cells), *((s_v[i], -1.0) for i in members)], 0.0)
 
 
 def _add_edge_vars(model, costed, s):
@@ -394,11 +402,11 @@ def _add_edge_vars(model, costed, s):
             continue
         rows = [[i for i, r in enumerate(edge.row_of) if r == row] for row in range(len(edge.rows))]
         cols = [[j for j, c in enumerate(edge.col_of) if c == col] for col in range(len(edge.cols))]
-        grid = [[model.add_variable(lb=0.0, ub=1.0) for _ in edge.cols] for _ in edge.rows]
+        grid = [[model.variable() for _ in edge.cols] for _ in edge.rows]
         for r, members in enumerate(rows):
-            model.add_linear_constraint(mathopt.fast_sum(grid[r]) == _strategy_sum(s[u], members))
+            _match(model, grid[r], s[u], members)
         for c, members in enumerate(cols):
-            model.add_linear_constraint(mathopt.fast_sum(grid[r][c] for r in range(len(rows))) == _strategy_sum(s[v], members))
+            _match(model, [grid[r][c] for r in range(len(rows))], s[v], members)
         e[key] = grid
     return e
 
@@ -438,7 +446,7 @@ def _edge_folds(costed, s) -> dict[str, list[int]]:
 def _add_memory_limit(model, costed, s, e, budget, checkpoint=None):
     """The two peaks of ``cost/memory.py``, each within the budget (coefficients in GiB)."""
     for terms, constant in _memory_rows(costed, s, e, checkpoint):
-        model.add_linear_constraint(mathopt.fast_sum(terms) <= budget / 2**30 - constant / 2**30)
+        model.row(terms, upper=budget / 2**30 - constant / 2**30)
 
 
 def _memory_rows(costed, s, e, checkpoint=None) -> list[tuple[list, float]]:
@@ -461,12 +469,12 @@ def _memory_rows(costed, s, e, checkpoint=None) -> list[tuple[list, float]]:
             if isinstance(s[name], int):
                 constant += per[s[name]]
             else:
-                terms.extend(var * (b / 2**30) for var, b in zip(s[name], per) if b)
+                terms.extend((var, b / 2**30) for var, b in zip(s[name], per) if b)
         if grid_of:
             for key, grid in e.items():
                 held = grid_of(costed.edges[key])
                 if held:
-                    terms.extend(grid[r][c] * (b / 2**30) for r, cells in enumerate(held) for c, b in enumerate(cells) if b)
+                    terms.extend((grid[r][c], b / 2**30) for r, cells in enumerate(held) for c, b in enumerate(cells) if b)
             if checkpoint is not None:
                 terms.extend(checkpoint.freed_gib)
                 constant += checkpoint.freed_constant_bytes
@@ -529,8 +537,10 @@ def _sharded_outputs(costed, name: str, index: int) -> int:
     return sum(p != "R" for spec in outputs if spec for p in spec)
 
 
-def _objective(costed, s, e):
-    terms, constant = [], 0.0
+def _objective(costed, s, e) -> tuple[list, float]:
+    """The objective's terms (nanoseconds) and its constant part."""
+    terms: list = []
+    constant = 0.0
     folds = _edge_folds(costed, s)
     for name, cost in costed.nodes.items():
         per = [
@@ -540,8 +550,8 @@ def _objective(costed, s, e):
         if isinstance(s[name], int):
             constant += per[s[name]]
         else:
-            terms.extend(var * p for var, p in zip(s[name], per) if p)
+            terms.extend((var, p) for var, p in zip(s[name], per) if p)
     for key, grid in e.items():
         for r, row in enumerate(costed.edges[key].seconds):
-            terms.extend(grid[r][c] * round(t * NS) for c, t in enumerate(row) if round(t * NS))
-    return mathopt.fast_sum(terms) + constant
+            terms.extend((grid[r][c], round(t * NS)) for c, t in enumerate(row) if round(t * NS))
+    return terms, constant

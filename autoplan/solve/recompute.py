@@ -110,7 +110,7 @@ def _linear(costed, s, names, row: int, scale: float, whole: bool = False) -> _L
         if isinstance(s[name], int):
             constant += values[s[name]]
         else:
-            terms.extend(var * v for var, v in zip(s[name], values) if v)
+            terms.extend((var, v) for var, v in zip(s[name], values) if v)
     return _Linear(terms, constant)
 
 
@@ -124,7 +124,7 @@ def recompute_terms(costed: CostedGraph, s: dict, unit: RecomputeUnit, mode: str
         if isinstance(s[name], int):
             freed.constant += per[s[name]]
         else:
-            freed.terms.extend(var * b for var, b in zip(s[name], per) if b)
+            freed.terms.extend((var, b) for var, b in zip(s[name], per) if b)
     rerun = _linear(costed, s, unit.decisions, 2 * index, unit.rerun_share(checkpointed) * _NS, whole=True)
     return RecomputeTerms(freed.terms, freed.constant * _GIB, rerun.terms, rerun.constant)
 
