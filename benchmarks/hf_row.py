@@ -88,6 +88,7 @@ def run_row(row: dict, model_file: Path, dtypes: list[str], numerics: bool, nume
                 if not row["stages"][f"build {dtype_name}"]["ok"]:
                     continue
             default = None
+            prepared: list = []  # the row's problem, prepared by its first plan and solved at every budget
             for budget in BUDGETS:
                 key = f"{dtype_name}/{budget}"
                 if budget == "forced" and default is None:
@@ -96,7 +97,7 @@ def run_row(row: dict, model_file: Path, dtypes: list[str], numerics: bool, nume
                     recorder.save()
                     continue
                 with recorder.stage(f"plan {key}") as info:
-                    plan = _plan(model_file, DTYPES[dtype_name], default, info)
+                    plan = _plan(model_file, DTYPES[dtype_name], default, info, prepared)
                 if not row["stages"][f"plan {key}"]["ok"]:
                     continue
                 if budget == "default":
@@ -191,22 +192,24 @@ def _build_on_meta(model_file: Path, info: dict) -> None:
     info["parameters"] = sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
 
 
-def _plan(model_file: Path, dtype: torch.dtype, default, info: dict):
+def _plan(model_file: Path, dtype: torch.dtype, default, info: dict, prepared: list):
     """The default-budget plan, or (after it) the forced-budget one: the least memory any
-    plan needs plus a sixty-fourth of the replicated model state (``FORCED_SLACK``)."""
+    plan needs plus a sixty-fourth of the replicated model state (``FORCED_SLACK``).
+    ``prepared`` holds the row's traced and costed problem once the first plan made it
+    (an empty list before): every budget solves that one (``problem.at_budget``)."""
     from autoplan.errors import InfeasibleError
 
     if default is None:
-        return _suggest(model_file, dtype, None, info)
+        return _suggest(model_file, dtype, None, info, prepared)
     started = time.perf_counter()
     try:  # a budget no plan meets: the solver says what the leanest plan needs
-        return _checked(model_file, _suggest(model_file, dtype, 1.0, info), info)
+        return _checked(model_file, _suggest(model_file, dtype, 1.0, info, prepared), info)
     except InfeasibleError as err:
         smallest = err.smallest_bytes
     info["probe_seconds"] = round(time.perf_counter() - started, 3)
     info["smallest_gib"] = smallest / GIB
     budget = smallest + FORCED_SLACK * _replicated_state_bytes(model_file, dtype)
-    return _checked(model_file, _suggest(model_file, dtype, budget, info), info)
+    return _checked(model_file, _suggest(model_file, dtype, budget, info, prepared), info)
 
 
 def _checked(model_file: Path, plan, info: dict):
@@ -224,14 +227,24 @@ def _replicated_state_bytes(model_file: Path, dtype: torch.dtype) -> int:
     return 4 * sum(p.numel() * p.element_size() for p in unique)
 
 
-def _suggest(model_file: Path, dtype: torch.dtype, budget_bytes: float | None, info: dict):
+def _suggest(model_file: Path, dtype: torch.dtype, budget_bytes: float | None, info: dict, prepared: list):
+    """``suggest`` at ``budget_bytes`` (None: the profile's), on the row's problem where
+    ``prepared`` has it (else prepared here and kept there). ``plan_seconds``: the first
+    plan's include tracing and costing, the others' solving and pricing only."""
+    from autoplan.pipeline.problem import at_budget, prepare_problem
     from autoplan.pipeline.suggest import suggest_with_report
 
-    with torch.device("meta"):
-        model, batch, loss_fn = load_row_model(model_file, dtype)
     started = time.perf_counter()
     memory_gib = budget_bytes / GIB if budget_bytes else None
-    plan, _report = suggest_with_report(model, batch, MESH, AXIS_NAMES, memory_gib=memory_gib, loss_fn=loss_fn)
+    if not prepared:
+        with torch.device("meta"):
+            model, batch, loss_fn = load_row_model(model_file, dtype)
+        prepared.append(prepare_problem(model, batch, MESH, AXIS_NAMES, loss_fn=loss_fn))
+    problem = at_budget(prepared[0], memory_gib=memory_gib)
+    step = problem.step
+    assert step is not None  # prepare_problem keeps the model and batch
+    plan, _report = suggest_with_report(step.model, step.batch, MESH, AXIS_NAMES, loss_fn=step.loss_fn,
+                                        problem=problem)
     info["plan_seconds"] = round(time.perf_counter() - started, 3)
     info["budget_gib"] = memory_gib
     info["peak_gib"] = plan.predicted.peak_memory_bytes / GIB

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from torch import nn
 
@@ -242,6 +242,14 @@ def prepare_problem(
     step = StepInputs(model, example_inputs, loss_fn)
     return Problem(trace, choices, costed, simplified, twins, reduced, budget.bytes, seconds, layers, budget,
                    regime_warning, step)
+
+
+def at_budget(problem: Problem, memory_gb: float | None = None, *, memory_gib: float | None = None) -> Problem:
+    """The same problem under another per-device budget (``memory_gb``: 10**9 bytes,
+    ``memory_gib``: 2**30 bytes, neither: the profile's device memory). Tracing and costing
+    do not depend on the budget, so plans for several budgets share one preparation."""
+    budget = given_budget(memory_gb, memory_gib) or profiles_budget(problem.profile)
+    return replace(problem, budget_bytes=budget.bytes, budget=budget)
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from autoplan.cost.regime import DEFAULT_REGIME, check_regime
 from autoplan.explain.mesh_gain import one_device_seconds
 from autoplan.explain.show import peak_memory_lines
 from autoplan.pipeline.pinning import Pins
-from autoplan.pipeline.problem import ModelTrace, prepare_problem, solve_problem
+from autoplan.pipeline.problem import ModelTrace, Problem, prepare_problem, solve_problem
 from autoplan.placements import Spec, format_spec
 from autoplan.plan.module_plan import Plan
 from autoplan.trace.repeats import KEPT_LAYERS, find_repeated_blocks, laid_out_alike
@@ -123,6 +123,7 @@ def suggest_with_report(
     memory_gib: float | None = None,
     budget=None,
     compile: str = DEFAULT_REGIME,  # the command line's --compile
+    problem: Problem | None = None,
 ) -> tuple[Plan, SuggestReport]:
     """Plan ``model`` for ``mesh``; ``pinned`` fixes parameter FQNs / batch keys to given specs.
 
@@ -137,16 +138,19 @@ def suggest_with_report(
     (10**9 bytes) or ``memory_gib`` (2**30 bytes), else ``budget`` (a ``MemoryBudget``
     already resolved), else the profile's device memory. ``compile``: the regime the step
     runs in, priced as such: "none" (eager), "block" (each repeated block under
-    ``torch.compile``) or "whole" (``cost/regime.py``).
+    ``torch.compile``) or "whole" (``cost/regime.py``). ``problem``: ``prepare_problem``'s
+    result for this model and batch when the caller has it (plans at several budgets:
+    ``problem.at_budget``); the options it was prepared with hold, those given here are not read.
     """
     check_regime(compile)
     pinned = {name: tuple(spec) for name, spec in (pinned or {}).items()}
     if tie and pinned and not laid_out_alike(find_repeated_blocks(model), pinned):
-        tie, trace = False, None
-    problem = prepare_problem(
-        model, example_inputs, mesh, axis_names, profile, memory_gb, memory_gib=memory_gib, budget=budget, tie=tie,
-        trace=trace, loss_fn=loss_fn, progress=progress, regime=compile,
-    )
+        tie, trace, problem = False, None, None
+    if problem is None:
+        problem = prepare_problem(
+            model, example_inputs, mesh, axis_names, profile, memory_gb, memory_gib=memory_gib, budget=budget, tie=tie,
+            trace=trace, loss_fn=loss_fn, progress=progress, regime=compile,
+        )
     pins = Pins(problem)
     for name, spec in pinned.items():
         pins.place(name, spec)
