@@ -116,8 +116,9 @@ def both_axes_plan(path: str, mesh=(2, 4), axis_names=("dp", "tp")):
     raise AssertionError("a plan fitting 1e-12 GiB per device")
 
 
-def verify_on_fake_world(model, batch, plan, loss_fn=None):
-    """``verify_plan`` of one training step (with ``loss_fn``'s loss) on a fake process group of the plan's mesh."""
+def verify_on_fake_world(model, batch, plan, loss_fn=None, tensors: str = "real"):
+    """``verify_plan`` of one training step (with ``loss_fn``'s loss) on a fake process group
+    of the plan's mesh, on real or fake ``tensors``."""
     import math
 
     import torch.distributed as dist
@@ -129,7 +130,7 @@ def verify_on_fake_world(model, batch, plan, loss_fn=None):
     dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=math.prod(plan.mesh_shape))
     try:
         mesh = init_device_mesh("cpu", tuple(plan.mesh_shape), mesh_dim_names=tuple(plan.axis_names))
-        return verify_plan(model, batch, plan, mesh, loss_fn=loss_fn)
+        return verify_plan(model, batch, plan, mesh, loss_fn=loss_fn, tensors=tensors)
     finally:
         dist.destroy_process_group()
 

@@ -80,11 +80,16 @@ def test_counter_sees_each_collective_with_its_axis_and_bytes(fake_world):
 
 @pytest.mark.parametrize("name,mesh", CASES)
 def test_one_training_step_runs_the_predicted_collectives(name, mesh):
+    """The real step runs the prediction; and ``autoplan verify``'s count on fake tensors
+    (``verify/fake_model.py``) is that of the real step, row by row, with no fallback."""
     axis_names = MESHES[mesh]
     plan = forced_plan(example_path(name), mesh, axis_names)
     assert plan.predicted.collectives, f"{name}: the forced plan communicates nothing"
-    result = _verify(name, plan)
+    result, fake = _verify(name, plan)
     assert result.passed, "\n" + result.summary()
+    assert fake.tensors == "fake", fake.fallback
+    assert _observed(fake) == _observed(result)
+    assert fake.passed, "\n" + fake.summary()
     totals = {(row.axis, row.kind): row.observed for row in result.totals()}
     # the plan's totals as DTensor runs them on this CPU mesh (an all_to_all is an all_gather there)
     sizes = dict(zip(plan.axis_names, plan.mesh_shape))
@@ -97,9 +102,16 @@ def test_one_training_step_runs_the_predicted_collectives(name, mesh):
 
 
 def _verify(example_name: str, plan):
+    """The step counted on real tensors, then on fake ones (``tensors="fake"``)."""
     example = import_model_file(EXAMPLES / f"{example_name}.py")
     model, batch = build_seeded(example, "build_model", 0), seeded_batch(example, 1)
-    return verify_on_fake_world(model, batch, plan)
+    real = verify_on_fake_world(model, batch, plan)
+    fake = verify_on_fake_world(build_seeded(example, "build_model", 0), seeded_batch(example, 1), plan, tensors="fake")
+    return real, fake
+
+
+def _observed(result):
+    return [(row.module, row.axis, row.kind, row.observed) for row in result.rows]
 
 
 @pytest.mark.slow
