@@ -121,6 +121,11 @@ def _worker(rank: int, world: int, port: int, jobs: list[NumericsJob], seed: int
                 plan = autoplan.Plan.from_dict(json.loads(job.plan_json))
                 module = import_model_file(Path(job.model_file))
                 loss_fn = loss_function(module, Path(job.model_file))
+                if plan.pipeline is not None:
+                    from autoplan.verify.pipeline_numerics import compare_pipelined, full_mesh
+
+                    results.append(compare_pipelined(module, job.builder, plan, full_mesh(plan), seed, loss_fn))
+                    continue
                 mesh = init_device_mesh("cpu", plan.mesh_shape, mesh_dim_names=plan.axis_names)
                 results.append(_compare(module, job.builder, plan, mesh, seed, loss_fn))
             except Exception as err:
