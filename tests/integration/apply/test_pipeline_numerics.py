@@ -1,5 +1,8 @@
 """Plans with pipeline stages on gloo (issue 47, Must-show 1): one training step of the
-schedule gives one device's loss and gradients within 1e-5 (relative, as the zoo's numerics).
+schedule gives one device's loss and gradients within 1e-5 (relative, as the zoo's numerics),
+and on every rank runs the collectives and point-to-point sends and receives the plan
+predicts (``verify/pipeline_counts.py``: the layout's collectives once per microbatch for
+the rank's modules; one send and one receive per microbatch and stage boundary each way).
 
 The layout is planned on the stage mesh under a budget that makes it shard weights
 (``zoo.forced_plan``), then cut into stages by hand (the planner's stage split is not this
@@ -17,6 +20,8 @@ from zoo import forced_plan
 from autoplan.plan.module_plan import Plan
 from autoplan.plan.pipeline_plan import PipelinePlan, Stage
 from autoplan.verify.numerics import NumericsJob, check_numerics
+from autoplan.verify.pipeline_counts import p2p_counts, predicted_counts, without_bytes
+from autoplan.verify.step_check import compare
 
 TOLERANCE = 1e-5
 LLAMA = str(ROOT / "tests" / "models" / "pipeline_llama.py")
@@ -51,3 +56,10 @@ def test_pipelined_step_matches_one_device(build):
     assert len(result.gradients) == len(plan.parameters), "a parameter's gradient was not compared"
     assert result.loss <= TOLERANCE, result.loss
     assert worst[1] <= TOLERANCE, worst
+    per_pipeline_rank = 8 // plan.pipeline.size
+    for rank, observed in enumerate(result.counts):
+        pp_rank = rank // per_pipeline_rank  # the pipeline axis is the mesh's first
+        verification = compare(predicted_counts(plan, pp_rank), without_bytes(observed))
+        assert verification.passed and not verification.moved, f"rank {rank}:\n{verification.summary(all_rows=True)}"
+        sends = p2p_counts(observed, "pp")
+        assert sends["send"] == sends["recv"] > 0, sends
