@@ -120,6 +120,25 @@ class Pipelined:
         for module in self.modules:
             yield from module.named_parameters()
 
+    def checkpoint_view(self) -> nn.Module:
+        """One module holding this rank's stage modules under their FQNs (plain containers
+        above them): what ``save_checkpoint`` and ``load_checkpoint`` read and write, so a
+        checkpoint saved under one cut into stages loads under another. What lies outside
+        every stage (buffers of modules no stage names) is not in it."""
+        view = nn.Module()
+        pipeline = self.plan.pipeline
+        assert pipeline is not None
+        for stage in self.stages:
+            for fqn in pipeline.stages[stage.index].modules:
+                parent = view
+                *path, name = fqn.split(".")
+                for part in path:
+                    if part not in parent._modules:
+                        parent._modules[part] = nn.Module()
+                    parent = parent.get_submodule(part)
+                parent._modules[name] = stage.model.get_submodule(fqn)
+        return view
+
     def step(self, batch) -> torch.Tensor | None:
         pipeline = self.plan.pipeline
         assert pipeline is not None
