@@ -165,6 +165,7 @@ def apply_pipelined(model: nn.Module, plan: Plan, device_mesh: DeviceMesh, apply
     pipeline = plan.pipeline
     assert pipeline is not None
     _check_full_mesh(plan, pipeline, device_mesh)
+    _check_stage_ranks(pipeline)
     pp_rank = device_mesh.get_local_rank(pipeline.axis)
     group = device_mesh.get_group(pipeline.axis)
     stage_mesh = device_mesh[plan.axis_names] if len(plan.axis_names) > 1 else device_mesh[plan.axis_names[0]]
@@ -217,6 +218,23 @@ def _check_full_mesh(plan: Plan, pipeline: PipelinePlan, mesh: DeviceMesh) -> No
                 f"got a DeviceMesh of shape {got} with axes {list(mesh.mesh_dim_names or ())}",
             hint=f"build the DeviceMesh with init_device_mesh(device, {shape}, mesh_dim_names={names})",
         )
+
+
+def _check_stage_ranks(pipeline: PipelinePlan) -> None:
+    """Stages on the ranks the schedule puts them on: torch's schedules place stage i on
+    pipeline rank i % size (looped), or, for ZBVZeroBubble, in a V (down the ranks, then
+    back up); a plan that places them otherwise would send to ranks that do not expect it."""
+    size = pipeline.size
+    for index, stage in enumerate(pipeline.stages):
+        if pipeline.schedule == "ZBVZeroBubble":
+            expected = index if index < size else 2 * size - 1 - index
+        else:
+            expected = index % size
+        if stage.rank != expected:
+            raise PlanError(
+                f"pipeline stage {index} is on pipeline rank {stage.rank}, but {pipeline.schedule} runs it on rank {expected}",
+                hint="place stage i on rank i % size (on ZBVZeroBubble: i, then 2 * size - 1 - i), or re-plan",
+            )
 
 
 def _microbatched(batch, plan: Plan, mesh: DeviceMesh, microbatches: int, input_key: str | None):

@@ -3,11 +3,14 @@ left, and stage after stage computes what the whole model does."""
 
 import copy
 
+import pytest
 import torch
 from torch import nn
 from transformers import LlamaConfig, LlamaForCausalLM
 
+from autoplan.apply.pipelined import _check_stage_ranks
 from autoplan.apply.stages import PassThrough, keep_stage
+from autoplan.errors import PlanError
 from autoplan.plan.pipeline_plan import PipelinePlan, Stage
 
 
@@ -107,3 +110,13 @@ def test_module_dict_blocks_and_a_middle_stage():
     for part in parts:
         h = part(h)
     torch.testing.assert_close(h, model(tokens))
+
+
+def test_stages_on_ranks_the_schedule_does_not_use_are_refused():
+    looped = PipelinePlan("pp", 2, 0, "Interleaved1F1B", 2, tuple(Stage((f"{i}",), i % 2) for i in range(4)))
+    _check_stage_ranks(looped)
+    v_shape = PipelinePlan("pp", 2, 0, "ZBVZeroBubble", 2, tuple(Stage((f"{i}",), r) for i, r in enumerate((0, 1, 1, 0))))
+    _check_stage_ranks(v_shape)
+    wrong = PipelinePlan("pp", 2, 0, "Interleaved1F1B", 2, tuple(Stage((f"{i}",), r) for i, r in enumerate((0, 1, 1, 0))))
+    with pytest.raises(PlanError, match="stage 2 is on pipeline rank 1, but Interleaved1F1B runs it on rank 0"):
+        _check_stage_ranks(wrong)
