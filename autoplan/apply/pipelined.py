@@ -60,12 +60,19 @@ class StageModule(nn.Module):
             activation = _GradientInLayout.apply(activation)
         output = self.model(activation, **kwargs) if self.input_key is None else self.model(**{self.input_key: activation}, **kwargs)
         if self.last:
-            return plain(output if isinstance(output, torch.Tensor) and output.dim() == 0 else find_loss(output).tensor)
+            return _not_a_view(plain(output if isinstance(output, torch.Tensor) and output.dim() == 0 else find_loss(output).tensor))
         activation = first_tensor(output)
         if activation is None:
             raise PlanError(f"pipeline stage {self.index} returned no tensor to send to the next stage ({type(output).__name__})",
                             hint="cut the model where its forward hands a tensor on, or return one from the stage's last module")
-        return _unpartial(activation)
+        return _not_a_view(_unpartial(activation))
+
+
+def _not_a_view(tensor: torch.Tensor) -> torch.Tensor:
+    """A stage's output as a tensor of its own: the zero-bubble schedules detach it in place
+    once its input gradients are taken, which a view (a head passed through, its logits a
+    slice of the hidden states) refuses."""
+    return tensor.clone() if tensor._is_view() else tensor
 
 
 def _unpartial(tensor: torch.Tensor) -> torch.Tensor:

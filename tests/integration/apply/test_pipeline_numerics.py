@@ -8,7 +8,9 @@ The layout is planned on the stage mesh under a budget that makes it shard weigh
 (``zoo.forced_plan``), then cut into stages by hand (the planner's stage split is not this
 test's subject): pp 2 x dp 2 x tp 2 on 8 processes with 1F1B, and pp 4 x tp 2 with
 Interleaved1F1B, two stages per rank, on a Llama of eight layers. Each job runs in its own
-launch of 8 gloo processes on 127.0.0.1.
+launch of 8 gloo processes on 127.0.0.1. The other schedules a plan may name (GPipe and
+the zero-bubble ones, whose V places two neighbouring stages on one rank) run on pp 2 x
+tp 2, in one launch of 4.
 """
 
 import dataclasses
@@ -17,6 +19,8 @@ import pytest
 from conftest import ROOT
 from zoo import forced_plan
 
+import autoplan
+from autoplan.model_file import load_model_file
 from autoplan.plan.module_plan import Plan
 from autoplan.plan.pipeline_plan import PipelinePlan, Stage
 from autoplan.verify.numerics import NumericsJob, check_numerics
@@ -63,3 +67,26 @@ def test_pipelined_step_matches_one_device(build):
         assert verification.passed and not verification.moved, f"rank {rank}:\n{verification.summary(all_rows=True)}"
         sends = p2p_counts(observed, "pp")
         assert sends["send"] == sends["recv"] > 0, sends
+
+
+def _on_pp2_tp2(schedule: str, ranks: tuple[int, ...]) -> Plan:
+    loaded = load_model_file(LLAMA)
+    layout = autoplan.suggest(loaded.model, loaded.example_inputs, mesh=(2,), axis_names=("tp",), cache=False)
+    cuts = [("model.embed_tokens", *LAYERS[:4]), (*LAYERS[4:], "model.norm", "lm_head")] if len(ranks) == 2 else \
+        [("model.embed_tokens", *LAYERS[:2]), LAYERS[2:4], LAYERS[4:6], (*LAYERS[6:], "model.norm", "lm_head")]
+    stages = tuple(Stage(tuple(modules), rank) for modules, rank in zip(cuts, ranks))
+    return dataclasses.replace(layout, pipeline=PipelinePlan("pp", 2, 0, schedule, 4, stages))
+
+
+@pytest.mark.slow
+@pytest.mark.gloo
+def test_gpipe_and_zero_bubble_schedules_match_one_device():
+    plans = {"GPipe": _on_pp2_tp2("GPipe", (0, 1)), "ZBVZeroBubble": _on_pp2_tp2("ZBVZeroBubble", (0, 1, 1, 0)),
+             "InterleavedZeroBubble": _on_pp2_tp2("InterleavedZeroBubble", (0, 1, 0, 1))}
+    results = check_numerics([NumericsJob(LLAMA, "build_model", plan.to_json()) for plan in plans.values()], world=4)
+    for (schedule, plan), result in zip(plans.items(), results):
+        print(f"{schedule}: loss error {result.loss:.3g}, worst gradient error {result.worst:.3g} ({result.worst_name})")
+        assert result.loss <= TOLERANCE and result.worst <= TOLERANCE, (schedule, result.worst_name, result.worst)
+        for rank, observed in enumerate(result.counts):
+            verification = compare(predicted_counts(plan, rank // 2), without_bytes(observed))
+            assert verification.passed and not verification.moved, f"{schedule} rank {rank}:\n{verification.summary(all_rows=True)}"
