@@ -46,7 +46,7 @@ from autoplan.trace.training_call import training_kwargs
 from autoplan.tree_paths import keyed_leaves, map_keyed_leaves, tensor_leaves
 
 
-def apply_plan(model: nn.Module, plan: Plan, device_mesh: DeviceMesh, init=None, loss_fn=None) -> nn.Module:
+def apply_plan(model: nn.Module, plan: Plan, device_mesh: DeviceMesh, init=None, loss_fn=None):
     """Distribute ``model`` in place per ``plan``; returns the same module.
 
     A model built on the meta device gets only its local shards, filled by ``init``
@@ -55,14 +55,26 @@ def apply_plan(model: nn.Module, plan: Plan, device_mesh: DeviceMesh, init=None,
     call of the model returns ``loss_fn(output, batch)`` as a plain scalar holding the
     global-batch loss: ``loss = model(**local_batch); loss.backward()``. A ``LossWithInputs``
     names batch keys only the loss reads: the model's forward is called without them.
+
+    A plan with pipeline stages (``plan.pipeline``) is applied on the full mesh, pipeline axis
+    included: the rank keeps its stages' modules, and the result is a ``Pipelined``
+    (``apply/pipelined.py``) whose ``step(batch)`` runs the plan's schedule.
     """
     check_loss_fn(loss_fn)
+    if plan.pipeline is not None:
+        from autoplan.apply.pipelined import apply_pipelined  # torch.distributed.pipelining, only for pipelines
+
+        return apply_pipelined(model, plan, device_mesh, _apply_layout, init, loss_fn)
+    _apply_layout(model, plan, device_mesh, init, loss_fn)
+    return model
+
+
+def _apply_layout(model: nn.Module, plan: Plan, device_mesh: DeviceMesh, init=None, loss_fn=None) -> None:
     _check_mesh(plan, device_mesh)
     _check_model(model, plan)
     fallbacks = _fallback_ops(plan)
     with overrides.installed(fallbacks):
         _apply(model, plan, device_mesh, fallbacks, init, loss_fn)
-    return model
 
 
 def _fallback_ops(plan: Plan) -> frozenset:

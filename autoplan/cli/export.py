@@ -84,6 +84,11 @@ def run(args: argparse.Namespace) -> int:
         not_expressed = exported.not_expressed
     write_outputs({out: text}, {"--out": out})
     print(f"exported {args.plan} as {args.format}: {summary}")
+    if plan.pipeline is not None and args.format == "torch":
+        pipeline = plan.pipeline
+        starts = ", ".join(stage.modules[0] for stage in pipeline.stages)
+        print(f"pipeline on {pipeline.axis}: {pipeline.size} ranks, {pipeline.schedule}, {pipeline.microbatches} microbatches, "
+              f"stages start at {starts} (TORCHTITAN_PARALLELISM in the file)")
     if args.format == "torch":
         from autoplan.interop.export_table import print_export_table
 

@@ -26,6 +26,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         "that ran (count and bytes per module, mesh axis and kind) with the plan's "
         "predicted.module_collectives. With --numerics, also run the step on gloo processes on "
         "127.0.0.1 and compare the loss and gradients with the single-device model. "
+        "A plan with pipeline stages runs its step on gloo processes, one per device of its full mesh, each rank's "
+        "collectives and point-to-point sends and receives counted against the prediction. "
         "Exits 1 on any mismatch.",
     )
     parser.add_argument(
@@ -63,6 +65,10 @@ def run(args: argparse.Namespace) -> int:
 
         plan = Plan.load(args.plan)
         loaded = load_model_file(args.model)
+        if plan.pipeline is not None:
+            from autoplan.cli.verify_pipelined import verify_pipelined
+
+            return 0 if verify_pipelined(args, plan, loaded, say) else MISMATCH_STATUS
         plan, result, eager = _count_collectives(args, plan, loaded, say)
     world = math.prod(plan.mesh_shape)
     how = f", compiled ({args.compile}, {args.backend})" if args.compile else ""

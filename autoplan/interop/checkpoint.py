@@ -7,7 +7,9 @@ shards, once each (replicated tensors are written by one rank), and rank 0 write
 ``load_checkpoint(model, optimizer, path)`` reads into the model's current tensors in
 place, each rank fetching the pieces that overlap its shards. The layout at load time is
 whatever the model has then: another plan, another mesh shape, or a plain model on one
-device; DCP reshards. AdamW's moments follow their parameters' placements.
+device; DCP reshards. AdamW's moments follow their parameters' placements. A pipelined
+model (``apply_plan``'s ``Pipelined``) saves and loads the modules of its rank's stages,
+so a checkpoint moves between plans that cut the model into other stages too.
 
 State dicts come from ``torch.distributed.checkpoint.state_dict``: parameters by FQN
 (``apply_plan`` keeps FQNs), the optimizer's state keyed by parameter FQN rather than by
@@ -49,6 +51,7 @@ from torch.distributed.checkpoint.state_dict import (
     set_state_dict,
 )
 
+from autoplan.apply.pipelined import Pipelined
 from autoplan.errors import PlanError
 
 MODEL_KEY = "model"
@@ -56,7 +59,7 @@ OPTIMIZER_KEY = "optimizer"
 METADATA_FILE = ".metadata"  # DCP's name for it
 
 
-def save_checkpoint(model: nn.Module, optimizer: torch.optim.Optimizer | None, path: str | os.PathLike) -> Path:
+def save_checkpoint(model: nn.Module | Pipelined, optimizer: torch.optim.Optimizer | None, path: str | os.PathLike) -> Path:
     """Write ``model``'s (and ``optimizer``'s) state to the directory ``path``; call on every rank.
 
     Returns the checkpoint's path. ``path`` holds a complete checkpoint afterwards, or,
@@ -70,6 +73,7 @@ def save_checkpoint(model: nn.Module, optimizer: torch.optim.Optimizer | None, p
             "the optimizer has no state yet (it has not stepped)",
             hint="save after the first optimizer step, or pass optimizer=None to save the model alone",
         )
+    model = _module_of(model)
     path = Path(path)
     partial, old = _siblings(path)
     rank0 = _rank() == 0
@@ -93,12 +97,14 @@ def save_checkpoint(model: nn.Module, optimizer: torch.optim.Optimizer | None, p
     return path
 
 
-def load_checkpoint(model: nn.Module, optimizer: torch.optim.Optimizer | None, path: str | os.PathLike) -> None:
+def load_checkpoint(model: nn.Module | Pipelined, optimizer: torch.optim.Optimizer | None, path: str | os.PathLike) -> None:
     """Read the checkpoint at ``path`` into ``model`` (and ``optimizer``) in place; call on every rank.
 
     ``optimizer`` may be freshly built: its state is created, then overwritten, including
     its hyperparameters (learning rate and so on), as ``Optimizer.load_state_dict`` does.
     """
+    pipelined = isinstance(model, Pipelined)
+    model = _module_of(model)
     path = Path(path)
     saved = _saved_items(path)
     if optimizer is not None and not any(key.startswith(OPTIMIZER_KEY + ".") for key in saved):
@@ -109,14 +115,19 @@ def load_checkpoint(model: nn.Module, optimizer: torch.optim.Optimizer | None, p
     # The model first: building the optimizer's state dict initialises a fresh optimizer's
     # state (one step with zero gradients and zero learning rate), which a model that does
     # not match should not cause.
-    _check_matches(saved, {MODEL_KEY: get_model_state_dict(model)}, path)
+    _check_matches(saved, {MODEL_KEY: get_model_state_dict(model)}, path, pipelined)
     state = _state(model, optimizer)
-    _check_matches(saved, state, path)
+    _check_matches(saved, state, path, pipelined)
     dcp.load(state, checkpoint_id=path)
     if optimizer is None:
         set_model_state_dict(model, state[MODEL_KEY])
     else:
         set_state_dict(model, optimizer, model_state_dict=state[MODEL_KEY], optim_state_dict=state[OPTIMIZER_KEY])
+
+
+def _module_of(model) -> nn.Module:
+    """The module whose state is saved: the model, or a pipelined model's stages on this rank."""
+    return model.checkpoint_view() if isinstance(model, Pipelined) else model
 
 
 def _state(model: nn.Module, optimizer) -> dict:
@@ -177,14 +188,16 @@ def _saved_items(path: Path) -> dict[str, tuple[int, ...] | None]:
     }
 
 
-def _check_matches(saved: dict[str, tuple[int, ...] | None], state: dict, path: Path) -> None:
-    """Raise unless every item of ``state`` is in the checkpoint, each tensor with the same global shape."""
+def _check_matches(saved: dict[str, tuple[int, ...] | None], state: dict, path: Path, pipelined: bool = False) -> None:
+    """Raise unless every item of ``state`` is in the checkpoint, each tensor with the same
+    global shape, and (but for a rank's pipeline stages, which hold part of the model) every
+    model tensor saved is one ``state`` has."""
     # DCP's own flattening, so the keys are exactly the ones dcp.load will look up.
     flat, _ = flatten_state_dict(state)
     wanted = {key: tuple(value.shape) if isinstance(value, torch.Tensor) else None for key, value in flat.items()}
     model_prefix = MODEL_KEY + "."
     missing = sorted(key for key in wanted if key not in saved)
-    unexpected = sorted(key for key in saved if key.startswith(model_prefix) and key not in wanted)
+    unexpected = [] if pipelined else sorted(key for key in saved if key.startswith(model_prefix) and key not in wanted)
     shapes = sorted(
         f"{key}: checkpoint {_shape(saved[key])}, model {_shape(shape)}"
         for key, shape in wanted.items()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from autoplan.interop.export_pipeline import pipeline_source
 from autoplan.interop.module_groups import group_modules
 from autoplan.plan.module_plan import Plan
 from autoplan.plan.recompute import KEPT_BY_SELECTIVE
@@ -32,6 +33,11 @@ def render_torch(plan: Plan, export: TorchExport, source_name: str, score_lines:
         f"Tensor parallel on {tp!r} with parallelize_module; data parallel on {dp!r}: {dp_how}."
         if dp else f"Tensor parallel on {tp!r} with parallelize_module.",
     ]
+    if plan.pipeline is not None:
+        pipeline = plan.pipeline
+        lines += ["", (f"Pipeline stages on {pipeline.axis!r} ({pipeline.size} ranks, {pipeline.schedule}, "
+                       f"{pipeline.microbatches} microbatches): TORCHTITAN_PARALLELISM below. parallelize() lays out "
+                       "one stage's modules on the stage mesh (the mesh less the pipeline axis).")]
     differences = difference_lines(export)
     if score_lines:
         lines += ["", *score_lines]
@@ -91,6 +97,7 @@ def render_torch(plan: Plan, export: TorchExport, source_name: str, score_lines:
         "",
         f"NOT_EXPRESSED = {tuple(export.not_expressed)!r}",
         "",
+        *pipeline_source(plan),
         "",
         *(_recompute_source(plan.recompute) if plan.recompute else []),
         "def parallelize(model, device_mesh):",

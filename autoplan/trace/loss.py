@@ -191,6 +191,11 @@ def _scalar_items(output) -> list[int]:
     return [i for i, item in enumerate(output) if isinstance(item, torch.Tensor) and item.dim() == 0]
 
 
+def first_tensor(output) -> torch.Tensor | None:
+    """The first tensor of ``output`` (tuples, lists, dicts, dataclasses), or None."""
+    return _first_tensor(output, "")[1]
+
+
 def _first_tensor(value, where: str) -> tuple[str, torch.Tensor | None]:
     """The first tensor in ``value`` (tuples, lists, dicts, dataclasses) and its place."""
     if isinstance(value, torch.Tensor):

@@ -24,6 +24,10 @@ The worst error is named (``NumericsResult.worst_name``).
 A model with an op that has no float64 kernel (a mixture of experts' ``_grouped_mm``) is
 judged by size and floor alone.
 
+A plan with pipeline stages runs on its full mesh (``compare_pipelined``): each rank
+compares the gradients of its stages' parameters, and also counts its step's collectives
+and point-to-point ops (``NumericsResult.counts``, ``verify/pipeline_counts.py``).
+
 All jobs run in one launch of ``world`` processes on 127.0.0.1, since starting the
 processes (importing torch) costs far more than a small model's step. Used by the tests,
 ``benchmarks/zoo.py`` and, later, ``autoplan verify --numerics``.
@@ -76,6 +80,9 @@ class NumericsResult:
     buffers: dict[str, float] = field(default_factory=dict)
     reference_loss: float = math.nan
     """The single-device model's loss: which loss both sides computed (``compute_loss``'s or the model's own)."""
+    counts: list = field(default_factory=list)
+    """For a pipelined plan: per rank, the collectives and point-to-point ops its step ran
+    (module -> axis -> kind -> {"count", "bytes"}, ``verify/pipeline_counts.py``)."""
 
     @property
     def worst(self) -> float:
@@ -121,6 +128,9 @@ def _worker(rank: int, world: int, port: int, jobs: list[NumericsJob], seed: int
                 plan = autoplan.Plan.from_dict(json.loads(job.plan_json))
                 module = import_model_file(Path(job.model_file))
                 loss_fn = loss_function(module, Path(job.model_file))
+                if plan.pipeline is not None:
+                    results.append(compare_pipelined(module, job.builder, plan, full_mesh(plan), seed, loss_fn))
+                    continue
                 mesh = init_device_mesh("cpu", plan.mesh_shape, mesh_dim_names=plan.axis_names)
                 results.append(_compare(module, job.builder, plan, mesh, seed, loss_fn))
             except Exception as err:
@@ -164,16 +174,33 @@ def _compare(module, builder: str, plan, mesh, seed: int, loss_fn=None) -> dict:
         # Applied with loss_fn, the model returns that loss itself.
         loss = autoplan.training_loss(call_model(model, autoplan.shard_batch(batch, plan, mesh)))
         loss.backward()
-        ref_loss = model_loss(call_model(reference, batch, loss_fn), batch, loss_fn)
-        ref_loss.backward()
-        if exact is not None:
-            batch64 = tree_map(lambda x: x.double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x, batch)
-            try:
-                model_loss(call_model(exact, batch64, loss_fn), batch64, loss_fn).backward()
-            except (RuntimeError, NotImplementedError):
-                exact = None  # an op without a float64 kernel (grouped_mm): judged by size alone
-    exact_params = dict(exact.named_parameters()) if exact is not None else {}
+        ref_loss, exact = _reference_step(reference, exact, batch, loss_fn)
+    gradients, buffers = _errors(model.named_parameters(), model.named_buffers(), reference, exact)
+    return {
+        "loss": abs(loss.item() - ref_loss.item()) / max(abs(ref_loss.item()), 1e-30),
+        "gradients": gradients,
+        "buffers": buffers,
+        "reference_loss": ref_loss.item(),
+    }
 
+
+def _reference_step(reference, exact, batch, loss_fn):
+    """One device's forward and backward, and its float64 twin's: (the loss, the float64
+    model, or None where an op has no float64 kernel)."""
+    ref_loss = model_loss(call_model(reference, batch, loss_fn), batch, loss_fn)
+    ref_loss.backward()
+    if exact is not None:
+        batch64 = tree_map(lambda x: x.double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x, batch)
+        try:
+            model_loss(call_model(exact, batch64, loss_fn), batch64, loss_fn).backward()
+        except (RuntimeError, NotImplementedError):
+            exact = None  # an op without a float64 kernel (grouped_mm): judged by size alone
+    return ref_loss, exact
+
+
+def _errors(named_parameters, named_buffers, reference, exact) -> tuple[dict, dict]:
+    """The relative error of each parameter's gradient and floating buffer against the reference's."""
+    exact_params = dict(exact.named_parameters()) if exact is not None else {}
     gradients = {}
     ref_params = dict(reference.named_parameters())
     # A gradient that is zero in exact arithmetic (a key bias under softmax) holds only
@@ -181,7 +208,7 @@ def _compare(module, builder: str, plan, mesh, seed: int, loss_fn=None) -> dict:
     floor = ZERO_GRADIENT_FLOOR * max(
         (p.grad.abs().max().item() for p in reference.parameters() if p.grad is not None), default=0.0
     )
-    for fqn, param in model.named_parameters():
+    for fqn, param in named_parameters:
         ref = ref_params[fqn].grad
         if ref is None:
             continue
@@ -190,15 +217,63 @@ def _compare(module, builder: str, plan, mesh, seed: int, loss_fn=None) -> dict:
         gradients[fqn] = gradient_error(grad, ref, exact_grad, floor)
     buffers = {}
     ref_buffers = dict(reference.named_buffers())
-    for fqn, buffer in model.named_buffers():
+    for fqn, buffer in named_buffers:
         if buffer.is_floating_point():
             local = buffer.full_tensor() if hasattr(buffer, "full_tensor") else buffer
             buffers[fqn] = _relative(local, ref_buffers[fqn])
+    return gradients, buffers
+
+
+def full_mesh(plan):
+    """The DeviceMesh a plan runs on: with its pipeline axis, where it has one."""
+    from torch.distributed.device_mesh import init_device_mesh
+
+    shape, names = (plan.mesh_shape, plan.axis_names) if plan.pipeline is None else \
+        plan.pipeline.full_mesh(plan.mesh_shape, plan.axis_names)
+    return init_device_mesh("cpu", shape, mesh_dim_names=names)
+
+
+def compare_pipelined(module, builder: str, plan, mesh, seed: int, loss_fn=None) -> dict:
+    """``_compare`` for a plan with pipeline stages, on its full mesh: every rank builds the
+    whole model and its reference, applies the plan (keeping its stages), runs a step of the
+    plan's schedule on the global batch (the second, counting its collectives and
+    point-to-point ops: the first also exchanges shapes between stages) and compares the
+    gradients of the parameters its stages hold. The ranks' findings are gathered: every
+    parameter lies in one stage, and the loss is known on the ranks of the last stage."""
+    import torch.distributed as dist
+
+    import autoplan
+    from autoplan.verify.pipeline_counts import counted_step
+
+    model = build_seeded(module, builder, seed)
+    reference = copy.deepcopy(model)
+    batch = seeded_batch(module, seed + 1)
+    exact = _in_float64(reference)
+    pipelined = autoplan.apply_plan(model, plan, mesh, loss_fn=loss_fn)
+    with WithoutRandomness():
+        # The first step also agrees, stage to stage, on the shapes and layouts it sends:
+        # the step counted and compared is the second, from fresh gradients.
+        pipelined.step(batch)
+        for param in pipelined.parameters():
+            param.grad = None
+        loss, counted = counted_step(pipelined, mesh, batch)
+        ref_loss, exact = _reference_step(reference, exact, batch, loss_fn)
+    gradients, buffers = _errors(pipelined.named_parameters(),
+                                 (item for stage in pipelined.modules for item in stage.named_buffers()), reference, exact)
+    found: list = [None] * dist.get_world_size()
+    dist.all_gather_object(found, (gradients, buffers, None if loss is None else loss.item(), counted))
+    gradients = {fqn: max(rank[0].get(fqn, 0.0) for rank in found) for rank_found in found for fqn in rank_found[0]}
+    buffers = {fqn: max(rank[1].get(fqn, 0.0) for rank in found) for rank_found in found for fqn in rank_found[1]}
+    losses = [rank[2] for rank in found if rank[2] is not None]
+    missing = sorted(fqn for fqn, p in reference.named_parameters() if p.grad is not None and fqn not in gradients)
+    if missing:
+        raise AssertionError(f"no stage holds the gradient of {missing[:3]}")
     return {
-        "loss": abs(loss.item() - ref_loss.item()) / max(abs(ref_loss.item()), 1e-30),
+        "loss": max(abs(value - ref_loss.item()) for value in losses) / max(abs(ref_loss.item()), 1e-30),
         "gradients": gradients,
         "buffers": buffers,
         "reference_loss": ref_loss.item(),
+        "counts": [rank[3] for rank in found],
     }
 
 

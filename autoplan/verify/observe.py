@@ -57,6 +57,8 @@ COLLECTIVE_OPS = {
         "allreduce_": "all_reduce", "_allgather_base_": "all_gather", "allgather_": "all_gather",
         "_reduce_scatter_base_": "reduce_scatter", "reduce_scatter_": "reduce_scatter",
         "alltoall_base_": "all_to_all",
+        # point-to-point: a pipeline's activations and gradients between stages
+        "send": "send", "recv_": "recv",
     }),
 }
 
@@ -77,7 +79,8 @@ class CollectiveCounter(TorchDispatchMode):
     """``with CollectiveCounter(model, mesh) as counter: <one training step>``; then
     ``counter.collectives`` is a Counter of ``Collective`` -> how many times it ran."""
 
-    def __init__(self, model: nn.Module, mesh: DeviceMesh):
+    def __init__(self, model: nn.Module | list[nn.Module], mesh: DeviceMesh):
+        """``model``: the applied model, or a rank's pipeline stage models (FQNs the whole model's)."""
         super().__init__()
         self.collectives: Counter[Collective] = Counter()
         self._axes = _axis_groups(mesh)
@@ -85,7 +88,8 @@ class CollectiveCounter(TorchDispatchMode):
         self._stack: list[str] = []
         self._boundaries: list[set] = []
         self._hooks = []
-        for fqn, module in model.named_modules():
+        named = [item for one in (model if isinstance(model, list) else [model]) for item in one.named_modules()]
+        for fqn, module in named:
             if _is_compile_wrapper(module):
                 continue  # a compiled block's wrapper: its module inside is counted as the block
             fqn = _without_compile_wrappers(fqn)
@@ -198,7 +202,11 @@ def _group_name(args, kwargs) -> str | None:
     names = [v for v in values if isinstance(v, str)]
     if names:
         return names[-1]
-    return next((v.group_name for v in values if isinstance(v, ProcessGroup)), None)
+    group = next((v for v in values if isinstance(v, ProcessGroup)), None)
+    if group is None:
+        # c10d's point-to-point ops carry their group boxed, as a ScriptObject
+        group = next((ProcessGroup.unbox(v) for v in values if isinstance(v, torch.ScriptObject)), None)
+    return group.group_name if group is not None else None
 
 
 def _group_size(func, args, kwargs) -> int:
