@@ -84,20 +84,73 @@ def _parent_of(pid: int) -> int | None:
         return None
 
 
-_PRELOAD = ["torch", "torch.distributed.tensor", "autoplan", "autoplan.verify.numerics"]
-"""What the fork server imports once for every rank it forks."""
+_PRELOAD = ["torch", "torch.distributed.tensor", "autoplan", "autoplan.verify.numerics", "autoplan.apply.engine"]
+"""What the fork server imports once for every rank it forks (a rank's step applies a plan)."""
+_server_preload: tuple[str, ...] | None = None
+"""What the fork server this process started was told to import; None before it started one."""
 
 
-def start_ranks(rank_main, args: tuple, nprocs: int) -> None:
+def start_ranks(rank_main, args: tuple, nprocs: int, preload: tuple[str, ...] = ()) -> None:
     """``torch.multiprocessing.spawn(rank_main, args, nprocs)`` with the ranks forked by a fork
     server that has imported torch and autoplan already: a spawned rank imports them
     itself, seconds of CPU each, which eight ranks pay on every launch while they share a
-    few cores. ``rank_main`` must be importable by name, as for spawn; a rank reads its
-    environment from the server (started with the first launch), so it sets what it needs
-    itself (its thread count)."""
+    few cores. ``preload``: further modules the ranks import (a model file's library,
+    ``model_file_modules``); a server started without one of their packages is started
+    again with them, the few modules it lacks of a package it has are left to the ranks.
+    ``rank_main`` must be importable by name, as for spawn; a rank reads its environment
+    from the server (started with the first launch), so it sets what it needs itself (its
+    thread count)."""
     import multiprocessing
+    from multiprocessing import forkserver
 
     import torch.multiprocessing as mp
 
-    multiprocessing.get_context("forkserver").set_forkserver_preload(_PRELOAD)  # read when the server starts
+    global _server_preload
+    wanted = tuple(dict.fromkeys([*_PRELOAD, *(_server_preload or ()), *preload]))
+    if _server_preload is not None and not {_root(m) for m in wanted} <= {_root(m) for m in _server_preload}:
+        stop = getattr(forkserver._forkserver, "_stop", None)  # CPython's, private (3.8 on): the next launch starts it again
+        if stop is not None:
+            stop()
+    if _server_preload is None or wanted != _server_preload:
+        multiprocessing.get_context("forkserver").set_forkserver_preload(list(wanted))  # read when the server starts
+        _server_preload = wanted
     mp.start_processes(rank_main, args=args, nprocs=nprocs, join=True, start_method="forkserver")
+
+
+def _root(module: str) -> str:
+    return module.split(".", 1)[0]
+
+
+def model_file_modules(path: str | Path) -> tuple[str, ...]:
+    """What a rank importing the model file at ``path`` would import that is worth importing
+    once in the fork server: the modules its ``import`` statements name (read from its
+    source) that this process has loaded, and the modules that define the names it imports
+    from them (a model class a library loads lazily, with that library's heavy base).
+    torch and autoplan are preloaded anyway; what is not loaded here is left to the ranks."""
+    import ast
+
+    try:
+        tree = ast.parse(Path(path).read_text())
+    except (OSError, SyntaxError, ValueError):
+        return ()
+    found: list[str] = []
+    named: list[tuple[str, str | None]]
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            named = [(alias.name, None) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            named = [(node.module, alias.name) for alias in node.names]
+        else:
+            continue
+        for module, attribute in named:
+            loaded = sys.modules.get(module)
+            if _root(module) in ("torch", "autoplan", "__future__") or loaded is None:
+                continue
+            found.append(module)
+            try:  # a lazily loaded name is loaded here already: the model file ran in this process
+                owner = getattr(getattr(loaded, attribute), "__module__", None) if attribute else None
+            except Exception:  # noqa: BLE001 - a library's own attribute hook: leave the name to the ranks
+                owner = None
+            if isinstance(owner, str) and owner in sys.modules and _root(owner) == _root(module):
+                found.append(owner)
+    return tuple(dict.fromkeys(found))

@@ -50,7 +50,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_map
 
 from autoplan._process_group import free_port
-from autoplan._processes import start_ranks
+from autoplan._processes import model_file_modules, start_ranks
 from autoplan.dtensor.fused_attention import sdpa_call
 from autoplan.model_file import model_call_kwargs
 from autoplan.trace.loss import model_loss
@@ -100,7 +100,8 @@ def check_numerics(jobs: list[NumericsJob], world: int, seed: int = 0) -> list[N
     """Run every job on ``world`` gloo processes; one result per job, in order."""
     with tempfile.TemporaryDirectory(prefix="autoplan-numerics-") as tmp:
         out = Path(tmp) / "results.json"
-        start_ranks(_worker, (world, free_port(), jobs, seed, str(out), os.getpid()), nprocs=world)
+        preload = tuple(dict.fromkeys(m for job in jobs for m in model_file_modules(job.model_file)))
+        start_ranks(_worker, (world, free_port(), jobs, seed, str(out), os.getpid()), nprocs=world, preload=preload)
         raw = json.loads(out.read_text())
     return [NumericsResult(**item) for item in raw]
 
