@@ -28,6 +28,7 @@ class FileProgress:
         self.finished: Counter[str] = Counter()
         self.seconds: defaultdict[str, float] = defaultdict(float)
         self.failed: Counter[str] = Counter()
+        self.skipped: Counter[str] = Counter()
         self.collected = False
 
     @property
@@ -55,13 +56,21 @@ class FileProgress:
         self.seconds[path] += report.duration
         if report.failed:
             self.failed[path] += 1
+        elif report.skipped:  # at setup (a skip mark, importorskip) or in the call
+            self.skipped[path] += 1
         if report.when != "teardown":
             return
         self.finished[path] += 1
         if self.finished[path] == self.expected.get(path) and self.terminal is not None:
-            outcome = f"{self.failed[path]} FAILED" if self.failed[path] else "passed"
             self.terminal.ensure_newline()
-            self.terminal.write_line(f"{path}: {self.finished[path]} tests {outcome} in {self.seconds[path]:.1f} s")
+            self.terminal.write_line(f"{path}: {self._outcome(path)} in {self.seconds[path]:.1f} s")
+
+    def _outcome(self, path: str) -> str:
+        """"7 passed, 2 skipped, 1 FAILED" of a file's tests (a test failing in setup and teardown counts once)."""
+        failed, skipped = min(self.failed[path], self.finished[path]), self.skipped[path]
+        passed = self.finished[path] - failed - skipped
+        parts = [f"{passed} passed"] + ([f"{skipped} skipped"] if skipped else []) + ([f"{failed} FAILED"] if failed else [])
+        return ", ".join(parts)
 
     def pytest_terminal_summary(self, terminalreporter) -> None:
         if hasattr(self.config, "workerinput") or not self.seconds:
