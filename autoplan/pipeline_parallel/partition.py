@@ -1,0 +1,57 @@
+"""Where the stages split the model: contiguous runs of the repeated blocks, balanced by price.
+
+The modules before the stack (the embedding) go with the first stage and those after it
+(final norm, head, loss) with the last; each stage between holds at least one block. A
+stage's price is what the caller says it is (``stage_seconds(stage, blocks)``, non-decreasing
+in ``blocks``, infinite where the stage cannot fit in memory), so a heavy embedding or head
+takes blocks away from its stage. The split minimises the most expensive stage: a binary
+search over the prices a stage can have, each tried by filling the stages in order with as
+many blocks as keep them under it (optimal for contiguous runs of a monotone price).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+
+def split_blocks(blocks: int, stages: int, stage_seconds: Callable[[int, int], float]) -> tuple[int, ...] | None:
+    """Blocks per stage, in model order, minimising the largest ``stage_seconds(stage, count)``;
+    None where no split has every stage finite (or there are too few blocks)."""
+    if stages < 1 or blocks < max(0, stages - 2):
+        return None
+    table = [[stage_seconds(s, k) for k in range(blocks + 1)] for s in range(stages)]
+    prices = sorted({t for row in table for t in row if math.isfinite(t)})
+    best = None
+    lo, hi = 0, len(prices) - 1
+    while lo <= hi:
+        mid = (lo + hi) // 2
+        counts = _fill(blocks, table, prices[mid])
+        if counts is None:
+            lo = mid + 1
+        else:
+            best, hi = counts, mid - 1
+    return best
+
+
+def _fill(blocks: int, table: list[list[float]], limit: float) -> tuple[int, ...] | None:
+    stages = len(table)
+    counts, left = [], blocks
+    for s in range(stages):
+        if s == stages - 1:
+            if table[s][left] > limit:
+                return None
+            counts.append(left)
+            break
+        fewest = 0 if s == 0 else 1
+        middle_after = max(0, stages - 2 - s)  # middle stages after this one each need a block
+        most = left - middle_after
+        k = most
+        while k >= fewest and table[s][k] > limit:
+            k -= 1
+        if k < fewest:
+            return None
+        counts.append(k)
+        left -= k
+    return tuple(counts)
+

@@ -1,0 +1,202 @@
+"""A solved layout's price, split where a pipeline can cut it: before the stack, one block, after it.
+
+The tied planning problem (``pipeline/problem.py``) prices the whole model from two traced
+blocks (the second one weighted for every block after the first). Given a solution, every
+traced decision's chosen cost goes to the part of the model it belongs to: ``pre`` (what
+runs before the stack: the embedding), ``block`` (the stack, divided by its number of
+blocks: one block), ``post`` (what follows it: final norm, head, loss). Within a part the
+cost is sorted by how it grows with a pipeline's microbatches:
+
+- ``per_token``: seconds and bytes that scale with the tokens of a microbatch: the ops'
+  kernel work, moves of activations and their gradients, activations kept for the backward;
+- ``per_microbatch``: seconds each microbatch pays whatever its size: fixed kernel-launch
+  and host-dispatch costs, work on values no input reaches (a weight's cast or transpose),
+  a weight's move to its compute layout (an FSDP-style gather) in the forward;
+- ``per_step``: what a step pays once however many microbatches it has: the optimizer, and
+  the reductions of weight gradients (data parallel's all-reduce, FSDP's reduce-scatter),
+  which accumulate over the microbatches and are reduced after the last.
+
+"Values no input reaches" is the rule for what is a weight's: a decision none of whose
+ancestors is a batch input. Forward and backward shares of an op's time come from the
+cost stage's rerun row (a checkpoint's rerun is the op's forward); a reduction of a gradient
+is backward, a move's forward part is ``EdgeCost.rerun_seconds``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+
+from autoplan.choices.graph import INPUT, PARAMETER
+from autoplan.cost.comm import collective_seconds
+from autoplan.cost.estimate import COMPUTE_PARTS, compute_part_rows, recompute_rows, splits_work
+from autoplan.cost.values import output_values, tensor_bytes
+from autoplan.placements import shard_factor
+from autoplan.solve.tie import block_regions
+
+PARTS = ("pre", "block", "post")
+_FIXED = (COMPUTE_PARTS.index("launch_s"), COMPUTE_PARTS.index("dispatch_s"))
+_OPTIMIZER = COMPUTE_PARTS.index("optimizer_s")
+
+
+@dataclass
+class PartCost:
+    """One part's costs per device (see the module's docstring for the three kinds)."""
+
+    forward_per_token: float = 0.0
+    backward_per_token: float = 0.0
+    forward_per_microbatch: float = 0.0
+    backward_per_microbatch: float = 0.0
+    per_step: float = 0.0
+    state_bytes: float = 0.0
+    """Parameters, their gradients and AdamW's two moments, as the layout stores them."""
+    activation_bytes: float = 0.0
+    """Kept for the backward (the batch included), at the traced batch."""
+    full_rerun: float = 0.0
+    full_freed: float = 0.0
+    selective_rerun: float = 0.0
+    selective_freed: float = 0.0
+
+    def scaled(self, factor: float) -> PartCost:
+        return PartCost(**{f.name: getattr(self, f.name) * factor for f in fields(self)})
+
+
+@dataclass
+class LayoutParts:
+    """One layout's costs split into parts, at the batch it was traced with."""
+
+    pre: PartCost = field(default_factory=PartCost)
+    block: PartCost = field(default_factory=PartCost)
+    """One block: the stack's costs over its number of blocks."""
+    post: PartCost = field(default_factory=PartCost)
+    blocks: int = 1
+    boundary_bytes: float = 0.0
+    """Per device: what one block hands the next (the values read across a block boundary),
+    at the traced batch: what a stage sends its successor per microbatch, and gets back as
+    a gradient."""
+    traced_sequences: int = 1
+    """The batch's dim 0 at which the per-token figures were taken."""
+
+
+def layout_parts(problem, solution, sequences: int) -> LayoutParts:
+    """``solution`` (of ``problem``, a tied ``pipeline/problem.Problem`` traced with a batch of
+    ``sequences`` along dim 0) split into parts."""
+    blocks = problem.blocks
+    choices, costed = problem.choices, problem.costed
+    graph = choices.graph
+    mesh_shape = choices.mesh_shape
+    choice = problem.expand(solution.choice)
+    regions = block_regions(choices, blocks)
+    order = [d.name for d in graph.decisions()]
+    position = {name: i for i, name in enumerate(order)}
+    in_stack = [position[n] for n in order if regions[n] is not None and graph.decision(n).fx_node.op != "placeholder"]
+    first, last = min(in_stack), max(in_stack)
+    batch_free = _batch_free(graph)
+
+    def part(name: str) -> str:
+        if regions[name] is not None:
+            return "block"
+        readers = [position[v] for v in graph.successors(name)]
+        at = min(readers) if graph.decision(name).fx_node.op == "placeholder" and readers else position[name]
+        return "pre" if at < first else "post" if at > last else "block"
+
+    totals = {p: PartCost() for p in PARTS}
+    for name in order:
+        decision = graph.decision(name)
+        c = choice[name]
+        cost = costed.nodes[name]
+        out = totals[part(name)]
+        if decision.kind == PARAMETER:
+            out.per_step += cost.compute_s[c]  # the optimizer
+            out.state_bytes += (cost.end_bytes or cost.memory_bytes)[c]
+            continue
+        if cost.memory_kind != "model_state":
+            out.activation_bytes += cost.memory_bytes[c]
+        rows = compute_part_rows(cost)
+        optimizer = rows[_OPTIMIZER][c]
+        out.per_step += optimizer
+        run = cost.compute_s[c] - optimizer
+        fixed = sum(rows[i][c] for i in _FIXED)
+        forward = recompute_rows(cost)[0][c]
+        share = min(1.0, forward / run) if run > 0 else 0.0
+        if batch_free[name]:
+            out.forward_per_microbatch += run * share
+            out.backward_per_microbatch += run * (1 - share)
+        else:
+            out.forward_per_microbatch += fixed * share
+            out.backward_per_microbatch += fixed * (1 - share)
+            out.forward_per_token += (run - fixed) * share
+            out.backward_per_token += (run - fixed) * (1 - share)
+        weights = _weight_reductions(choices, decision, c, batch_free, mesh_shape, costed.profile)
+        weights = min(weights * _weight(problem, regions, name), cost.comm_s[c])
+        out.per_step += weights
+        out.backward_per_token += cost.comm_s[c] - weights
+        if regions[name] is not None:
+            rerun = recompute_rows(cost)
+            out.full_rerun += rerun[0][c]
+            out.full_freed += rerun[1][c]
+            out.selective_rerun += rerun[2][c]
+            out.selective_freed += rerun[3][c]
+    boundary: dict[tuple[str, int], float] = {}
+    for (u, v, k), edge in costed.edges.items():
+        row, col = edge.row_of[choice[u]], edge.col_of[choice[v]]
+        seconds = edge.seconds[row][col]
+        forward = edge.rerun_seconds[row][col] if edge.rerun_seconds else 0.0
+        forward = min(forward, seconds)
+        out = totals[part(v)]
+        if batch_free[u]:
+            out.forward_per_microbatch += forward
+            out.per_step += seconds - forward  # a weight's gradient, moved back to its storage once
+        else:
+            out.forward_per_token += forward
+            out.backward_per_token += seconds - forward
+            if edge.kept_bytes:
+                out.activation_bytes += edge.kept_bytes[row][col]
+        if regions[u] == 0 and regions[v] == 1:
+            index = graph.out_index(u, v, k)
+            values = output_values(graph.decision(u))
+            spec = graph.decision(u).strategies[choice[u]].outputs[index] if index < len(values) else None
+            if spec and not batch_free[u]:
+                boundary[(u, index)] = tensor_bytes(values[index]) / shard_factor(spec, mesh_shape)
+    count = blocks.count
+    block = totals["block"].scaled(1.0 / count)
+    return LayoutParts(totals["pre"], block, totals["post"], count, sum(boundary.values()), sequences)
+
+
+def _weight(problem, regions, name: str) -> float:
+    """How many blocks a traced decision stands for (``solve/tie.py``'s weights)."""
+    return problem.blocks.count - 1 if regions[name] == 1 else 1
+
+
+def _batch_free(graph) -> dict[str, bool]:
+    """Per decision: whether no batch input reaches it (a weight, a buffer, a constant, or
+    what is computed from them alone)."""
+    free: dict[str, bool] = {}
+    for decision in graph.decisions():
+        name = decision.name
+        if decision.kind == INPUT:
+            free[name] = False
+        else:
+            free[name] = all(free[u] for u in graph.predecessors(name))
+    return free
+
+
+def _weight_reductions(choices, decision, c: int, batch_free, mesh_shape, profile) -> float:
+    """The seconds of the gradient reductions of weights (batch-free values needing a
+    gradient) among ``decision``'s inputs, at one reduction per reader: what the cost stage
+    charges it for them (``cost/estimate.py``), one traced block's worth."""
+    graph = choices.graph
+    strategy = decision.strategies[c]
+    seconds = 0.0
+    for (u, index, _), spec in zip(graph.inputs_of(decision.name), strategy.inputs):
+        producer = graph.decision(u)
+        if not (batch_free[u] and producer.requires_grad):
+            continue
+        readers = max(1, sum(1 for _ in graph.successors(u)))
+        values = output_values(producer)
+        nbytes = tensor_bytes(values[index]) if index < len(values) else 0.0
+        for axis, size in enumerate(mesh_shape):
+            if spec[axis] == "R" and size > 1 and splits_work(strategy, axis):
+                seconds += collective_seconds(profile, "all_reduce", nbytes / shard_factor(spec, mesh_shape),
+                                              mesh_shape, axis) / readers
+    return seconds
+
