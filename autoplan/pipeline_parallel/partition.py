@@ -15,10 +15,14 @@ import math
 from collections.abc import Callable
 
 
-def split_blocks(blocks: int, stages: int, stage_seconds: Callable[[int, int], float]) -> tuple[int, ...] | None:
+def split_blocks(blocks: int, stages: int, stage_seconds: Callable[[int, int], float],
+                 empty_ends: tuple[bool, bool] = (True, True)) -> tuple[int, ...] | None:
     """Blocks per stage, in model order, minimising the largest ``stage_seconds(stage, count)``;
-    None where no split has every stage finite (or there are too few blocks)."""
-    if stages < 1 or blocks < max(0, stages - 2):
+    None where no split has every stage finite (or there are too few blocks). ``empty_ends``:
+    whether the first and the last stage may hold no block (they hold the modules before and
+    after the stack; a model with none there gives them a block too)."""
+    ends = (stages > 1 and not empty_ends[0]) + (not empty_ends[1])
+    if stages < 1 or blocks < max(0, stages - 2) + ends:
         return None
     table = [[stage_seconds(s, k) for k in range(blocks + 1)] for s in range(stages)]
     prices = sorted({t for row in table for t in row if math.isfinite(t)})
@@ -26,7 +30,7 @@ def split_blocks(blocks: int, stages: int, stage_seconds: Callable[[int, int], f
     lo, hi = 0, len(prices) - 1
     while lo <= hi:
         mid = (lo + hi) // 2
-        counts = _fill(blocks, table, prices[mid])
+        counts = _fill(blocks, table, prices[mid], empty_ends)
         if counts is None:
             lo = mid + 1
         else:
@@ -34,18 +38,18 @@ def split_blocks(blocks: int, stages: int, stage_seconds: Callable[[int, int], f
     return best
 
 
-def _fill(blocks: int, table: list[list[float]], limit: float) -> tuple[int, ...] | None:
+def _fill(blocks: int, table: list[list[float]], limit: float, empty_ends: tuple[bool, bool]) -> tuple[int, ...] | None:
     stages = len(table)
     counts, left = [], blocks
     for s in range(stages):
         if s == stages - 1:
-            if table[s][left] > limit:
+            if table[s][left] > limit or (left == 0 and not empty_ends[1]):
                 return None
             counts.append(left)
             break
-        fewest = 0 if s == 0 else 1
-        middle_after = max(0, stages - 2 - s)  # middle stages after this one each need a block
-        most = left - middle_after
+        fewest = 0 if s == 0 and empty_ends[0] else 1
+        needed_after = max(0, stages - 2 - s) + (not empty_ends[1])  # later stages that need a block
+        most = left - needed_after
         k = most
         while k >= fewest and table[s][k] > limit:
             k -= 1

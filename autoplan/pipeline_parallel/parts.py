@@ -87,18 +87,8 @@ def layout_parts(problem, solution, sequences: int) -> LayoutParts:
     choice = problem.expand(solution.choice)
     regions = block_regions(choices, blocks)
     order = [d.name for d in graph.decisions()]
-    position = {name: i for i, name in enumerate(order)}
-    in_stack = [position[n] for n in order if regions[n] is not None and graph.decision(n).fx_node.op != "placeholder"]
-    first, last = min(in_stack), max(in_stack)
+    part = _part_of(problem)
     batch_free = _batch_free(graph)
-
-    def part(name: str) -> str:
-        if regions[name] is not None:
-            return "block"
-        readers = [position[v] for v in graph.successors(name)]
-        at = min(readers) if graph.decision(name).fx_node.op == "placeholder" and readers else position[name]
-        return "pre" if at < first else "post" if at > last else "block"
-
     totals = {p: PartCost() for p in PARTS}
     for name in order:
         decision = graph.decision(name)
@@ -160,6 +150,43 @@ def layout_parts(problem, solution, sequences: int) -> LayoutParts:
     count = blocks.count
     block = totals["block"].scaled(1.0 / count)
     return LayoutParts(totals["pre"], block, totals["post"], count, sum(boundary.values()), sequences)
+
+
+def named_parts(problem) -> dict[str, str]:
+    """Parameter and buffer FQNs outside the stack -> "pre" or "post": where a pipeline puts
+    them (by their first reader: a weight the embedding reads and the head reads again, tied,
+    is "pre")."""
+    part = _part_of(problem)
+    traced = problem.traced
+    named: dict[str, str] = {}
+    for node, fqns in traced.parameters.items():
+        if node in problem.choices.graph:
+            named.update({fqn: part(node) for fqn in fqns})
+    for node, fqn in traced.buffers.items():
+        if node in problem.choices.graph:
+            named[fqn] = part(node)
+    return {fqn: where for fqn, where in named.items() if where != "block"}
+
+
+def _part_of(problem):
+    """decision -> "pre", "block" or "post": the stack's decisions, then by graph order
+    (a placeholder by its first reader)."""
+    choices = problem.choices
+    graph = choices.graph
+    regions = block_regions(choices, problem.blocks)
+    order = [d.name for d in graph.decisions()]
+    position = {name: i for i, name in enumerate(order)}
+    in_stack = [position[n] for n in order if regions[n] is not None and graph.decision(n).fx_node.op != "placeholder"]
+    first, last = min(in_stack), max(in_stack)
+
+    def part(name: str) -> str:
+        if regions[name] is not None:
+            return "block"
+        readers = [position[v] for v in graph.successors(name)]
+        at = min(readers) if graph.decision(name).fx_node.op == "placeholder" and readers else position[name]
+        return "pre" if at < first else "post" if at > last else "block"
+
+    return part
 
 
 def _weight(problem, regions, name: str) -> float:

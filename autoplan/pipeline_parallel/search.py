@@ -192,10 +192,11 @@ def price_option(parts: LayoutParts, inputs: PricingInputs, size: int, shape: Sc
         fit = fitted([(stage, blocks)], ranks[stage])
         return math.inf if fit is None else forward + backward + fit[0]
 
-    counts = split_blocks(parts.blocks, stage_count, stage_seconds)
+    ends = (parts.pre.state_bytes > 0, parts.post.state_bytes > 0)  # an end stage needs modules of its own
+    counts = split_blocks(parts.blocks, stage_count, stage_seconds, ends)
     fits = counts is not None
     if counts is None:  # nothing fits: split by time alone, to say how far over it is
-        counts = split_blocks(parts.blocks, stage_count, lambda s, k: sum(base(s, k)))
+        counts = split_blocks(parts.blocks, stage_count, lambda s, k: sum(base(s, k)), ends)
         if counts is None:
             return None
     starts = [sum(counts[:i]) for i in range(stage_count)]

@@ -39,3 +39,10 @@ def test_an_unfittable_block_count_is_avoided():
     def seconds(stage, blocks):
         return math.inf if stage == 0 and blocks > 1 else float(blocks)
     assert split_blocks(5, 2, seconds) == (1, 4)
+
+
+def test_ends_without_modules_of_their_own_get_a_block():
+    counts = split_blocks(3, 3, _priced(5.0, 1.0, 5.0, 3), empty_ends=(False, False))
+    assert counts == (1, 1, 1)
+    assert split_blocks(2, 3, _priced(0.0, 1.0, 0.0, 3), empty_ends=(False, True)) == (1, 1, 0)
+    assert split_blocks(2, 3, _priced(0.0, 1.0, 0.0, 3), empty_ends=(False, False)) is None
