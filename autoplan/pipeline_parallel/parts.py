@@ -19,7 +19,10 @@ cost is sorted by how it grows with a pipeline's microbatches:
 "Values no input reaches" is the rule for what is a weight's: a decision none of whose
 ancestors is a batch input. Forward and backward shares of an op's time come from the
 cost stage's rerun row (a checkpoint's rerun is the op's forward); a reduction of a gradient
-is backward, a move's forward part is ``EdgeCost.rerun_seconds``.
+is backward, a move's forward part is ``EdgeCost.rerun_seconds`` where the cost stage
+keeps it (moves into the stack's blocks), else half the move when the value carries a
+gradient (the gradient goes back the way the value came, in as many bytes: an FSDP
+gather's reduce-scatter), the whole move when not (``forward_seconds``).
 """
 
 from __future__ import annotations
@@ -34,8 +37,8 @@ from autoplan.placements import shard_factor
 from autoplan.solve.tie import block_regions
 
 PARTS = ("pre", "block", "post")
-_FIXED = (COMPUTE_PARTS.index("launch_s"), COMPUTE_PARTS.index("dispatch_s"))
-_OPTIMIZER = COMPUTE_PARTS.index("optimizer_s")
+FIXED_PARTS = (COMPUTE_PARTS.index("launch_s"), COMPUTE_PARTS.index("dispatch_s"))
+OPTIMIZER_PART = COMPUTE_PARTS.index("optimizer_s")
 
 
 @dataclass
@@ -88,7 +91,7 @@ def layout_parts(problem, solution, sequences: int) -> LayoutParts:
     regions = block_regions(choices, blocks)
     order = [d.name for d in graph.decisions()]
     part = _part_of(problem)
-    batch_free = _batch_free(graph)
+    free = batch_free(graph)
     totals = {p: PartCost() for p in PARTS}
     for name in order:
         decision = graph.decision(name)
@@ -102,13 +105,13 @@ def layout_parts(problem, solution, sequences: int) -> LayoutParts:
         if cost.memory_kind != "model_state":
             out.activation_bytes += cost.memory_bytes[c]
         rows = compute_part_rows(cost)
-        optimizer = rows[_OPTIMIZER][c]
+        optimizer = rows[OPTIMIZER_PART][c]
         out.per_step += optimizer
         run = cost.compute_s[c] - optimizer
-        fixed = sum(rows[i][c] for i in _FIXED)
+        fixed = sum(rows[i][c] for i in FIXED_PARTS)
         forward = recompute_rows(cost)[0][c]
         share = min(1.0, forward / run) if run > 0 else 0.0
-        if batch_free[name]:
+        if free[name]:
             out.forward_per_microbatch += run * share
             out.backward_per_microbatch += run * (1 - share)
         else:
@@ -116,7 +119,7 @@ def layout_parts(problem, solution, sequences: int) -> LayoutParts:
             out.backward_per_microbatch += fixed * (1 - share)
             out.forward_per_token += (run - fixed) * share
             out.backward_per_token += (run - fixed) * (1 - share)
-        weights = _weight_reductions(choices, decision, c, batch_free, mesh_shape, costed.profile)
+        weights = _weight_reductions(choices, decision, c, free, mesh_shape, costed.profile)
         weights = min(weights * _weight(problem, regions, name), cost.comm_s[c])
         out.per_step += weights
         out.backward_per_token += cost.comm_s[c] - weights
@@ -130,10 +133,9 @@ def layout_parts(problem, solution, sequences: int) -> LayoutParts:
     for (u, v, k), edge in costed.edges.items():
         row, col = edge.row_of[choice[u]], edge.col_of[choice[v]]
         seconds = edge.seconds[row][col]
-        forward = edge.rerun_seconds[row][col] if edge.rerun_seconds else 0.0
-        forward = min(forward, seconds)
+        forward = forward_seconds(edge, row, col, graph.decision(u).requires_grad)
         out = totals[part(v)]
-        if batch_free[u]:
+        if free[u]:
             out.forward_per_microbatch += forward
             out.per_step += seconds - forward  # a weight's gradient, moved back to its storage once
         else:
@@ -145,11 +147,19 @@ def layout_parts(problem, solution, sequences: int) -> LayoutParts:
             index = graph.out_index(u, v, k)
             values = output_values(graph.decision(u))
             spec = graph.decision(u).strategies[choice[u]].outputs[index] if index < len(values) else None
-            if spec and not batch_free[u]:
+            if spec and not free[u]:
                 boundary[(u, index)] = tensor_bytes(values[index]) / shard_factor(spec, mesh_shape)
     count = blocks.count
     block = totals["block"].scaled(1.0 / count)
     return LayoutParts(totals["pre"], block, totals["post"], count, sum(boundary.values()), sequences)
+
+
+def forward_seconds(edge, row: int, col: int, carries_gradient: bool) -> float:
+    """The forward part of a move's ``seconds`` (see the module's docstring)."""
+    seconds = edge.seconds[row][col]
+    if edge.rerun_seconds:
+        return min(edge.rerun_seconds[row][col], seconds)
+    return seconds / 2 if carries_gradient else seconds
 
 
 def named_parts(problem) -> dict[str, str]:
@@ -194,7 +204,7 @@ def _weight(problem, regions, name: str) -> float:
     return problem.blocks.count - 1 if regions[name] == 1 else 1
 
 
-def _batch_free(graph) -> dict[str, bool]:
+def batch_free(graph) -> dict[str, bool]:
     """Per decision: whether no batch input reaches it (a weight, a buffer, a constant, or
     what is computed from them alone)."""
     free: dict[str, bool] = {}
@@ -207,7 +217,7 @@ def _batch_free(graph) -> dict[str, bool]:
     return free
 
 
-def _weight_reductions(choices, decision, c: int, batch_free, mesh_shape, profile) -> float:
+def _weight_reductions(choices, decision, c: int, free, mesh_shape, profile) -> float:
     """The seconds of the gradient reductions of weights (batch-free values needing a
     gradient) among ``decision``'s inputs, at one reduction per reader: what the cost stage
     charges it for them (``cost/estimate.py``), one traced block's worth."""
@@ -216,7 +226,7 @@ def _weight_reductions(choices, decision, c: int, batch_free, mesh_shape, profil
     seconds = 0.0
     for (u, index, _), spec in zip(graph.inputs_of(decision.name), strategy.inputs):
         producer = graph.decision(u)
-        if not (batch_free[u] and producer.requires_grad):
+        if not (free[u] and producer.requires_grad):
             continue
         readers = max(1, sum(1 for _ in graph.successors(u)))
         values = output_values(producer)

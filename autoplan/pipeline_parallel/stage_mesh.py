@@ -1,11 +1,13 @@
 """One stage mesh planned: its layout solved for a pipeline stage, then priced as a pipeline.
 
 The layout every stage runs is solved once, on the stage mesh (the full mesh less the
-pipeline axis), by the tied planning problem (``pipeline/problem.py``) with its memory
-seen as one stage holds it: ``1 / pp`` of the model's parameters and optimizer state, and
-the activations of one microbatch of the smallest size (one sequence per data-parallel
-rank) through the whole model (1F1B keeps ``pp - i`` microbatches of ``1 / pp`` of the
-blocks on stage ``i``: stage 0 holds about one microbatch's worth of the whole model).
+pipeline axis), by the tied planning problem (``pipeline/problem.py``) seen as a stage of
+a pipeline of ``m = 4 pp`` microbatches runs it (``TYPICAL_MICROBATCHES_PER_STAGE``):
+memory ``1 / pp`` of the model's parameters and optimizer state and the activations of
+one microbatch through the whole model (1F1B keeps ``pp - i`` microbatches of ``1 / pp`` of
+the blocks on stage ``i``: stage 0 holds about one microbatch's worth of the whole
+model); time with what each microbatch pays again paid ``m`` times (a weight gathered
+FSDP-style for every microbatch costs ``m`` gathers, which makes such storage dear).
 That layout is then split into parts (``parts.py``) and every schedule, microbatch count
 and stage split priced on it (``search.py``). The ILP prices its candidates by its cost
 model alone here (no dry run of each candidate's step: a search over many meshes stays
@@ -18,14 +20,25 @@ import math
 import time
 from dataclasses import dataclass, replace
 
-from autoplan.cost.estimate import CostedGraph, EdgeCost
+from autoplan.cost.estimate import CostedGraph, EdgeCost, compute_part_rows
 from autoplan.errors import OptionError
 from autoplan.pipeline.pinning import Pins
 from autoplan.pipeline.problem import ModelTrace, prepare_problem, solve_problem
-from autoplan.pipeline_parallel.parts import LayoutParts, layout_parts, named_parts
+from autoplan.pipeline_parallel.parts import (
+    FIXED_PARTS,
+    OPTIMIZER_PART,
+    LayoutParts,
+    batch_free,
+    forward_seconds,
+    layout_parts,
+    named_parts,
+)
 from autoplan.pipeline_parallel.search import PipelineOption, best_option, pricing_inputs
 from autoplan.placements import is_shard, shard_dim
 from autoplan.plan.module_plan import Plan
+
+TYPICAL_MICROBATCHES_PER_STAGE = 4
+"""Microbatches per stage the layout is solved for (the search then prices every count)."""
 
 
 @dataclass(frozen=True)
@@ -70,8 +83,9 @@ def plan_stage_mesh(model, batch, trace: ModelTrace, full_mesh: tuple[int, ...],
         raise OptionError("a pipeline axis needs the repeated blocks planned alike, and the model's two traced blocks "
                         "differ; plan it without a pp axis")
     problem = replace(problem, step=None)
-    smallest = _batch_ranks(stage_mesh, stage_names) / sequences
-    proxy = replace(problem, reduced=stage_memory(problem.reduced, 1.0 / size, min(1.0, smallest)))
+    microbatches = _typical_microbatches(sequences, _batch_ranks(stage_mesh, stage_names), size)
+    seen = stage_memory(problem.reduced, 1.0 / size, 1.0 / microbatches)
+    proxy = replace(problem, reduced=repeated_per_microbatch(seen, microbatches, batch_free(problem.choices.graph)))
     layout, solution, _ = solve_problem(proxy, Pins(proxy), time_limit_s, recompute=True, over_budget=True,
                                         progress=progress)
     parts = layout_parts(problem, solution, sequences)
@@ -103,9 +117,45 @@ def batch_split(layout: Plan) -> int:
     return split
 
 
+def _typical_microbatches(sequences: int, ranks: int, size: int) -> int:
+    """The microbatch count the layout is solved for: ``TYPICAL_MICROBATCHES_PER_STAGE`` per stage,
+    at most one sequence per rank the batch is split over; 1 without a pipeline."""
+    if size == 1:
+        return 1
+    return max(1, min(TYPICAL_MICROBATCHES_PER_STAGE * size, sequences // max(1, ranks)))
+
+
 def _batch_ranks(stage_mesh, stage_names) -> int:
     """The ranks a microbatch of the smallest size is spread over: every axis but tensor parallel's."""
     return math.prod(size for size, name in zip(stage_mesh, stage_names) if name != "tp") or 1
+
+
+def repeated_per_microbatch(costed: CostedGraph, microbatches: int, free: dict[str, bool]) -> CostedGraph:
+    """``costed`` with what each microbatch pays again (``parts.py``) paid ``microbatches`` times:
+    fixed per-op costs, work on weights, a weight's move to its compute layout (an FSDP
+    gather); what scales with tokens is the whole batch's already, what a step pays once stays."""
+    if microbatches == 1:
+        return costed
+    extra = microbatches - 1
+    nodes = {}
+    for name, c in costed.nodes.items():
+        rows = compute_part_rows(c)
+        optimizer = rows[OPTIMIZER_PART]
+        if free.get(name, False):
+            repeated = tuple(t - o for t, o in zip(c.compute_s, optimizer))
+        else:
+            repeated = tuple(sum(rows[i][k] for i in FIXED_PARTS) for k in range(len(c.compute_s)))
+        nodes[name] = replace(c, compute_s=tuple(t + extra * r for t, r in zip(c.compute_s, repeated)))
+    edges = {}
+    graph = costed.choices.graph
+    for key, e in costed.edges.items():
+        if free.get(key[0], False):
+            carries = graph.decision(key[0]).requires_grad
+            seconds = tuple(tuple(t + extra * forward_seconds(e, r, c, carries) for c, t in enumerate(row))
+                            for r, row in enumerate(e.seconds))
+            e = replace(e, seconds=seconds)
+        edges[key] = e
+    return CostedGraph(costed.choices, costed.profile, nodes, edges, costed.regime)
 
 
 def stage_memory(costed: CostedGraph, state: float, activations: float) -> CostedGraph:
