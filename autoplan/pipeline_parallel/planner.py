@@ -9,8 +9,10 @@
 
 The model is traced once (tied: two blocks deep) and that trace serves every mesh; each
 mesh builds its choices, costs and solves one ILP (``stage_mesh.py``). A mesh whose pp is
-1 is priced the same way with one stage and one microbatch, so the shapes compare on one
-price; where it wins, its plan is the plain layout of that mesh.
+1 is priced the same way with one stage, its microbatches accumulating gradients, so the
+shapes compare on one price; where it wins with one microbatch its plan is the plain layout
+of that mesh, with more, a pipeline of one stage (torch's 1F1B schedule on one stage is
+gradient accumulation).
 """
 
 from __future__ import annotations
@@ -123,7 +125,7 @@ def suggest_devices(model, example_inputs, devices: int, devices_per_node: int |
     ranked = sorted(priced, key=lambda pair: _rank(pair[1]))
     chosen = ranked[0][0]
     others = tuple(_alternative(r, best) for r, best in ranked[1:])
-    if chosen.size == 1:
+    if chosen.size == 1 and ranked[0][1].microbatches == 1:
         plan = chosen.layout
     else:
         plan = _plan_of(model, trace.blocks, chosen, PIPELINE_AXIS, _stage_alternatives(chosen) + others)

@@ -10,6 +10,9 @@ the layout's parts (``parts.py``) at the microbatch's sequences:
     backward = the same for the backward + the send of its input's gradient back
                + the forward rerun of the blocks it checkpoints
 
+One stage (``size`` 1) is gradient accumulation: the microbatches run one after the other
+on every rank, one microbatch's activations held at a time.
+
 Memory per rank: its stages' parameters, gradients and optimizer state, plus the
 activations of the microbatches the schedule keeps in flight there, plus one
 microbatch's temporaries; where that exceeds the budget, the fewest blocks of the rank are
@@ -108,7 +111,7 @@ def best_option(parts: LayoutParts, inputs: PricingInputs, size: int, max_virtua
     for shape in shapes:
         if size * shape.virtual > max(parts.blocks, 1) + 2:
             continue
-        for m in microbatch_counts(inputs.sequences, inputs.dp, size) if size > 1 else (1,):
+        for m in microbatch_counts(inputs.sequences, inputs.dp, size):
             if not shape.allows(size, m):
                 continue
             option = price_option(parts, inputs, size, shape, m)
@@ -128,8 +131,11 @@ def _better(a: PipelineOption, b: PipelineOption) -> bool:
 
 
 def price_option(parts: LayoutParts, inputs: PricingInputs, size: int, shape: ScheduleShape,
-                 microbatches: int) -> PipelineOption | None:
-    """One candidate priced: blocks split by price, each rank's checkpointing fitted to the budget."""
+                 microbatches: int, checkpoint: str | None = None) -> PipelineOption | None:
+    """One candidate priced: blocks split by price, each rank's checkpointing fitted to the
+    budget, or every block checkpointed with ``checkpoint`` ("full" or "selective": a
+    recipe's fixed choice). With ``size`` 1 and several microbatches it is gradient
+    accumulation."""
     tokens = inputs.sequences / microbatches / parts.traced_sequences
     stage_count = size * shape.virtual
     ranks = shape.stage_ranks(size)
@@ -169,6 +175,11 @@ def price_option(parts: LayoutParts, inputs: PricingInputs, size: int, shape: Sc
         state, activations = memory(stages)
         held = flight[rank]
         peak = state + held * activations + temporaries
+        if checkpoint is not None:
+            blocks = sum(k for _, k in stages)
+            freed = blocks * tokens * getattr(parts.block, f"{checkpoint}_freed") * held
+            rerun = blocks * tokens * getattr(parts.block, f"{checkpoint}_rerun")
+            return rerun, peak - freed, checkpoint, blocks  # whether it fits is judged by its peak
         if peak <= inputs.budget_bytes:
             return 0.0, peak, None, 0
         blocks = sum(k for _, k in stages)
@@ -210,6 +221,7 @@ def price_option(parts: LayoutParts, inputs: PricingInputs, size: int, shape: Sc
             state, activations = memory([(i, counts[i]) for i in mine])
             fit = (0.0, state + flight[rank] * activations + temporaries, None, 0)
         rerun, peak, mode, left = fit
+        fits = fits and peak <= inputs.budget_bytes
         for i in mine:
             forward, backward = base(i, counts[i])
             checkpointed = min(left, counts[i])

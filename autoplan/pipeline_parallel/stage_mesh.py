@@ -119,9 +119,7 @@ def batch_split(layout: Plan) -> int:
 
 def _typical_microbatches(sequences: int, ranks: int, size: int) -> int:
     """The microbatch count the layout is solved for: ``TYPICAL_MICROBATCHES_PER_STAGE`` per stage,
-    at most one sequence per rank the batch is split over; 1 without a pipeline."""
-    if size == 1:
-        return 1
+    at most one sequence per rank the batch is split over (one stage: gradient accumulation)."""
     return max(1, min(TYPICAL_MICROBATCHES_PER_STAGE * size, sequences // max(1, ranks)))
 
 

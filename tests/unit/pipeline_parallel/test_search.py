@@ -65,3 +65,14 @@ def test_nothing_fits_is_said_and_the_closest_kept():
 def test_microbatch_counts_divide_the_batch_per_data_parallel_rank():
     assert microbatch_counts(64, 4, 2) == (2, 4, 8, 16)
     assert microbatch_counts(64, 3, 2) == ()
+
+
+def test_a_recipes_checkpointing_and_gradient_accumulation():
+    # one rank, 4 microbatches accumulated, every block fully checkpointed: the rerun is a
+    # block's forward, and a microbatch keeps nothing of the blocks (the budget is not met: said)
+    option = price_option(_parts(), _inputs(4 * GB), 1, ScheduleShape("1F1B"), 4, checkpoint="full")
+    (stage,) = option.stages
+    assert (stage.recompute, stage.recomputed_blocks, stage.blocks) == ("full", 4, 4)
+    assert stage.backward_s == pytest.approx(0.25 + 4 * 4 + 1 + 4 * 2)
+    assert stage.peak_bytes == pytest.approx(8 * GB) and not option.fits
+    assert option.makespan_s == pytest.approx(4 * (stage.forward_s + stage.backward_s))
