@@ -34,6 +34,7 @@ from autoplan.cost.comm import collective_seconds
 from autoplan.cost.estimate import COMPUTE_PARTS, compute_part_rows, recompute_rows, splits_work
 from autoplan.cost.values import output_values, tensor_bytes
 from autoplan.placements import shard_factor
+from autoplan.recompute_policy import selective_keeps
 from autoplan.solve.tie import block_regions
 
 PARTS = ("pre", "block", "post")
@@ -55,9 +56,14 @@ class PartCost:
     activation_bytes: float = 0.0
     """Kept for the backward (the batch included), at the traced batch."""
     full_rerun: float = 0.0
+    """A checkpointed block's rerun (its ops' forward, the moves of what they read), per token."""
     full_freed: float = 0.0
+    """What checkpointing a block frees (saved outputs, moved copies kept), less its input, which it keeps."""
     selective_rerun: float = 0.0
     selective_freed: float = 0.0
+    full_rerun_per_microbatch: float = 0.0
+    """The rerun's share that each microbatch pays whatever its size (a weight gathered again)."""
+    selective_rerun_per_microbatch: float = 0.0
 
     def scaled(self, factor: float) -> PartCost:
         return PartCost(**{f.name: getattr(self, f.name) * factor for f in fields(self)})
@@ -130,19 +136,28 @@ def layout_parts(problem, solution, sequences: int) -> LayoutParts:
             out.selective_rerun += rerun[2][c]
             out.selective_freed += rerun[3][c]
     boundary: dict[tuple[str, int], float] = {}
+    keeps = selective_keeps()
     for (u, v, k), edge in costed.edges.items():
         row, col = edge.row_of[choice[u]], edge.col_of[choice[v]]
         seconds = edge.seconds[row][col]
         forward = forward_seconds(edge, row, col, graph.decision(u).requires_grad)
         out = totals[part(v)]
+        kept = edge.kept_bytes[row][col] if edge.kept_bytes else 0.0
         if free[u]:
             out.forward_per_microbatch += forward
             out.per_step += seconds - forward  # a weight's gradient, moved back to its storage once
         else:
             out.forward_per_token += forward
             out.backward_per_token += seconds - forward
-            if edge.kept_bytes:
-                out.activation_bytes += edge.kept_bytes[row][col]
+            out.activation_bytes += kept
+        if regions[v] is not None:  # a checkpointed block frees the copies its ops keep, and moves them again
+            rerun = edge.rerun_seconds[row][col] if edge.rerun_seconds else 0.0
+            out.full_freed += kept
+            out.selective_freed += kept
+            again = "_per_microbatch" if free[u] else ""
+            setattr(out, f"full_rerun{again}", getattr(out, f"full_rerun{again}") + rerun)
+            if graph.decision(v).fx_node.target not in keeps:
+                setattr(out, f"selective_rerun{again}", getattr(out, f"selective_rerun{again}") + rerun)
         if regions[u] == 0 and regions[v] == 1:
             index = graph.out_index(u, v, k)
             values = output_values(graph.decision(u))
@@ -151,7 +166,10 @@ def layout_parts(problem, solution, sequences: int) -> LayoutParts:
                 boundary[(u, index)] = tensor_bytes(values[index]) / shard_factor(spec, mesh_shape)
     count = blocks.count
     block = totals["block"].scaled(1.0 / count)
-    return LayoutParts(totals["pre"], block, totals["post"], count, sum(boundary.values()), sequences)
+    crossing = sum(boundary.values())
+    block.full_freed -= crossing  # a checkpointed block keeps its input
+    block.selective_freed -= crossing
+    return LayoutParts(totals["pre"], block, totals["post"], count, crossing, sequences)
 
 
 def forward_seconds(edge, row: int, col: int, carries_gradient: bool) -> float:

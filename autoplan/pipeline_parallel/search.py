@@ -178,7 +178,7 @@ def price_option(parts: LayoutParts, inputs: PricingInputs, size: int, shape: Sc
         if checkpoint is not None:
             blocks = sum(k for _, k in stages)
             freed = blocks * tokens * getattr(parts.block, f"{checkpoint}_freed") * held
-            rerun = blocks * tokens * getattr(parts.block, f"{checkpoint}_rerun")
+            rerun = blocks * _rerun(parts.block, checkpoint, tokens)
             return rerun, peak - freed, checkpoint, blocks  # whether it fits is judged by its peak
         if peak <= inputs.budget_bytes:
             return 0.0, peak, None, 0
@@ -191,7 +191,7 @@ def price_option(parts: LayoutParts, inputs: PricingInputs, size: int, shape: Sc
             need = math.ceil((peak - inputs.budget_bytes) / freed)
             if need > blocks:
                 continue
-            rerun = need * tokens * getattr(parts.block, f"{mode}_rerun")
+            rerun = need * _rerun(parts.block, mode, tokens)
             if choice is None or rerun < choice[0]:
                 choice = (rerun, peak - need * freed, mode, need)
         return choice
@@ -240,6 +240,11 @@ def price_option(parts: LayoutParts, inputs: PricingInputs, size: int, shape: Sc
     peak = max(p.peak_bytes for p in stages)
     return PipelineOption(shape, size, microbatches, stages, span.seconds + per_step, span.seconds,
                           span.bubble_share, span.seconds - unsent.seconds, per_step, peak, fits)
+
+
+def _rerun(block: PartCost, mode: str, tokens: float) -> float:
+    """One checkpointed block's rerun per microbatch of ``tokens`` (a share of the traced batch)."""
+    return tokens * getattr(block, f"{mode}_rerun") + getattr(block, f"{mode}_rerun_per_microbatch")
 
 
 def _without_sends(prices, size: int, send_s: float, stage_count: int) -> tuple[tuple[float, ...], tuple[float, ...]]:
