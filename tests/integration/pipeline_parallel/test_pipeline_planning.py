@@ -83,3 +83,24 @@ def test_tied_weights_across_stages_are_one_clear_error():
 def test_a_mesh_without_a_pp_axis_is_one_clear_error():
     with pytest.raises(OptionError, match="no mesh axis is named 'pp'"):
         suggest_pipelined(_llama(), _batch(), (2, 2), ("dp", "tp"), "h100-sxm")
+
+
+def test_the_parts_add_up_to_the_solvers_price():
+    """The split into before-stack / blocks / after-stack loses nothing: one stage, one
+    microbatch, no checkpointing is the ILP's own objective."""
+    from dataclasses import replace
+
+    from autoplan.pipeline.pinning import Pins
+    from autoplan.pipeline.problem import prepare_problem, solve_problem
+    from autoplan.pipeline_parallel.parts import layout_parts
+
+    problem = replace(prepare_problem(_llama(), _batch(), (2, 2), ("dp", "tp"), "h100-sxm"), step=None)
+    _, solution, _ = solve_problem(problem, Pins(problem), recompute=False)
+    parts = layout_parts(problem, solution, 16)
+    total = 0.0
+    for part, times in ((parts.pre, 1), (parts.block, parts.blocks), (parts.post, 1)):
+        total += times * (part.forward_per_token + part.backward_per_token + part.forward_per_microbatch
+                          + part.backward_per_microbatch + part.per_step)
+    assert total == pytest.approx(solution.objective_s, rel=1e-9)
+    assert parts.pre.state_bytes > 0 and parts.post.state_bytes > 0  # the embedding; the norm and head
+    assert parts.boundary_bytes > 0
