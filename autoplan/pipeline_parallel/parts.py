@@ -10,14 +10,15 @@ cost is sorted by how it grows with a pipeline's microbatches:
 - ``per_token``: seconds and bytes that scale with the tokens of a microbatch: the ops'
   kernel work, moves of activations and their gradients, activations kept for the backward;
 - ``per_microbatch``: seconds each microbatch pays whatever its size: fixed kernel-launch
-  and host-dispatch costs, work on values no input reaches (a weight's cast or transpose),
+  and host-dispatch costs, work on a weight's values (its cast or transpose),
   a weight's move to its compute layout (an FSDP-style gather) in the forward;
 - ``per_step``: what a step pays once however many microbatches it has: the optimizer, and
   the reductions of weight gradients (data parallel's all-reduce, FSDP's reduce-scatter),
   which accumulate over the microbatches and are reduced after the last.
 
-"Values no input reaches" is the rule for what is a weight's: a decision none of whose
-ancestors is a batch input. Forward and backward shares of an op's time come from the
+A weight's value (``batch_free``) is a parameter or what is computed from parameters with no
+batch input among its ancestors; a mask or table made of buffers and constants alone is
+priced per token, as its size follows the batch or the sequence. Forward and backward shares of an op's time come from the
 cost stage's rerun row (a checkpoint's rerun is the op's forward); a reduction of a gradient
 is backward, a move's forward part is ``EdgeCost.rerun_seconds`` where the cost stage
 keeps it (moves into the stack's blocks), else half the move when the value carries a
@@ -223,16 +224,18 @@ def _weight(problem, regions, name: str) -> float:
 
 
 def batch_free(graph) -> dict[str, bool]:
-    """Per decision: whether no batch input reaches it (a weight, a buffer, a constant, or
-    what is computed from them alone)."""
-    free: dict[str, bool] = {}
+    """Per decision: whether it is a weight's (a parameter, or computed from parameters, and
+    buffers or constants, with no batch input reaching it: a weight's cast, transpose or
+    gather). Values made of buffers and constants alone (a causal mask, a rotary table) are
+    not: their size follows the batch or the sequence, as the activations' does."""
+    weight: dict[str, bool] = {}
+    reached: dict[str, bool] = {}  # a batch input reaches it
     for decision in graph.decisions():
         name = decision.name
-        if decision.kind == INPUT:
-            free[name] = False
-        else:
-            free[name] = all(free[u] for u in graph.predecessors(name))
-    return free
+        preds = list(graph.predecessors(name))
+        reached[name] = decision.kind == INPUT or any(reached[u] for u in preds)
+        weight[name] = not reached[name] and (decision.kind == PARAMETER or any(weight[u] for u in preds))
+    return weight
 
 
 def _weight_reductions(choices, decision, c: int, free, mesh_shape, profile) -> float:
