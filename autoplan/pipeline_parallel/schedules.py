@@ -17,10 +17,12 @@ or to ``F + B - 2W`` (``ZBVZeroBubble``), never below zero.
 
 Activations in flight at a rank's peak, in microbatches through all of the rank's stages:
 GPipe holds every microbatch (all forwards run first); 1F1B holds ``min(m, p - r)`` on rank
-``r``; the interleaved schedules run ``min(m v, (v - 1) p + 2 (p - 1 - r))`` warm-up
-forwards of one stage each before the first backward, so they hold one more than that,
-in stages, which is that count over ``v`` in microbatches; ZBV holds ``min(m, p)`` on every
-rank (its V shape keeps 1F1B's peak, Qi et al.'s ZB-V). Weight gradients a zero-bubble
+``r``; Interleaved1F1B runs ``min(m v, (v - 1) p + 2 (p - 1 - r))`` warm-up forwards of one
+stage each before the first backward (InterleavedZeroBubble ``(v - 1) p + (p - 1 - r)``:
+torch's ``_get_warmup_ops`` with its factor 2 or 1 per hop), so they hold one more than
+that, in stages, which is that count over ``v`` in microbatches; ZBV's warm-up runs
+``2p - 1 - r`` forwards of the rank's first stage and ``p`` of its second (torch's
+``ScheduleZBVZeroBubble``), held together, over 2. Weight gradients a zero-bubble
 schedule defers keep their inputs a little longer: not counted.
 """
 
@@ -56,8 +58,8 @@ class ScheduleShape:
             return False
         if self.name in ("GPipe", "1F1B"):
             return self.virtual == 1
-        if self.name == "ZBVZeroBubble":
-            return self.virtual == 2 and size >= 2
+        if self.name == "ZBVZeroBubble":  # torch schedules at least 2p - 1 microbatches' worth of warm-up
+            return self.virtual == 2 and size >= 2 and microbatches >= 2 * size - 1
         return self.name in LOOPED and self.virtual >= 2 and microbatches % size == 0
 
 
@@ -76,9 +78,10 @@ def in_flight(shape: ScheduleShape, size: int, microbatches: int, rank: int) -> 
         return float(m)
     if shape.name == "1F1B":
         return float(min(m, p - rank))
-    if shape.name == "ZBVZeroBubble":
-        return float(min(m, p))
-    warmup = min(m * v, (v - 1) * p + 2 * (p - 1 - rank))
+    if shape.name == "ZBVZeroBubble":  # warm-up: 2p - 1 - r forwards of its first stage, p of its second
+        return (min(m, 2 * p - 1 - rank) + min(m, p)) / 2
+    hops = 2 if shape.name == "Interleaved1F1B" else 1  # torch's multiply_factor per hop from the last rank
+    warmup = min(m * v, (v - 1) * p + hops * (p - 1 - rank))
     return min(m * v, warmup + 1) / v
 
 

@@ -41,7 +41,10 @@ def test_microbatches_in_flight_at_each_ranks_peak():
     assert [in_flight(ScheduleShape("1F1B"), 4, 2, r) for r in range(4)] == [2, 2, 2, 1]
     # interleaved, v = 2, p = 4, m = 8: warm-up (v - 1) p + 2 (p - 1 - r) stages, one more held, over v
     assert [in_flight(ScheduleShape("Interleaved1F1B", 2), 4, 8, r) for r in range(4)] == [5.5, 4.5, 3.5, 2.5]
-    assert [in_flight(ScheduleShape("ZBVZeroBubble", 2), 4, 8, r) for r in range(4)] == [4, 4, 4, 4]
+    # zero bubble looped: one hop per rank instead of two
+    assert [in_flight(ScheduleShape("InterleavedZeroBubble", 2), 4, 8, r) for r in range(4)] == [4, 3.5, 3, 2.5]
+    # ZBV, p = 4, m = 8: 2p - 1 - r forwards of the first stage and p of the second, over 2
+    assert [in_flight(ScheduleShape("ZBVZeroBubble", 2), 4, 8, r) for r in range(4)] == [5.5, 5, 4.5, 4]
 
 
 def test_stage_ranks_loop_or_fold_into_a_v():
@@ -54,6 +57,7 @@ def test_what_torch_schedules_accept():
     assert ScheduleShape("1F1B").allows(4, 4) and not ScheduleShape("1F1B").allows(4, 3)
     assert ScheduleShape("Interleaved1F1B", 2).allows(4, 8) and not ScheduleShape("Interleaved1F1B", 2).allows(4, 6)
     assert not ScheduleShape("ZBVZeroBubble", 3).allows(4, 8)
+    assert ScheduleShape("ZBVZeroBubble", 2).allows(4, 7) and not ScheduleShape("ZBVZeroBubble", 2).allows(4, 6)
     names = {(s.name, s.virtual) for s in candidate_shapes(3)}
     assert names == {("GPipe", 1), ("1F1B", 1), ("ZBVZeroBubble", 2), ("Interleaved1F1B", 2), ("Interleaved1F1B", 3),
                      ("InterleavedZeroBubble", 2), ("InterleavedZeroBubble", 3)}
