@@ -6,7 +6,9 @@ stage's price is what the caller says it is (``stage_seconds(stage, blocks)``, n
 in ``blocks``, infinite where the stage cannot fit in memory), so a heavy embedding or head
 takes blocks away from its stage. The split minimises the most expensive stage: a binary
 search over the prices a stage can have, each tried by filling the stages in order with as
-many blocks as keep them under it (optimal for contiguous runs of a monotone price).
+many blocks as keep them under it (optimal for contiguous runs of a monotone price); at
+the least such price, the fill from the back is kept instead where its stages add up to
+less (the leftovers then go to the first stage, not the last).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ def split_blocks(blocks: int, stages: int, stage_seconds: Callable[[int, int], f
         return None
     table = [[stage_seconds(s, k) for k in range(blocks + 1)] for s in range(stages)]
     prices = sorted({t for row in table for t in row if math.isfinite(t)})
-    best = None
+    best, limit = None, math.inf
     lo, hi = 0, len(prices) - 1
     while lo <= hi:
         mid = (lo + hi) // 2
@@ -34,8 +36,22 @@ def split_blocks(blocks: int, stages: int, stage_seconds: Callable[[int, int], f
         if counts is None:
             lo = mid + 1
         else:
-            best, hi = counts, mid - 1
+            best, limit, hi = counts, prices[mid], mid - 1
+    if best is None:
+        return None
+    # Filled from the front, the last stage takes what is left; filled from the back, the
+    # first does. Both keep every stage under the limit: keep the one of least total price
+    # (the fill and drain of a schedule add up the stages, the busiest bounds the rest).
+    backwards = _fill(blocks, table[::-1], limit, empty_ends[::-1])
+    if backwards is not None:
+        backwards = backwards[::-1]
+        if _total(table, backwards) < _total(table, best):
+            best = backwards
     return best
+
+
+def _total(table: list[list[float]], counts: tuple[int, ...]) -> float:
+    return sum(table[s][k] for s, k in enumerate(counts))
 
 
 def _fill(blocks: int, table: list[list[float]], limit: float, empty_ends: tuple[bool, bool]) -> tuple[int, ...] | None:

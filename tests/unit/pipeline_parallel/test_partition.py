@@ -46,3 +46,13 @@ def test_ends_without_modules_of_their_own_get_a_block():
     assert counts == (1, 1, 1)
     assert split_blocks(2, 3, _priced(0.0, 1.0, 0.0, 3), empty_ends=(False, True)) == (1, 1, 0)
     assert split_blocks(2, 3, _priced(0.0, 1.0, 0.0, 3), empty_ends=(False, False)) is None
+
+
+def test_at_the_same_largest_price_the_split_of_least_total_is_kept():
+    # the first stage's blocks cost more (its memory makes it checkpoint): filled from the
+    # front it would hold as many as the limit allows; from the back it holds fewer, for less in all
+    def seconds(stage, blocks):
+        return blocks * (1.5 if stage == 0 else 1.0)
+    counts = split_blocks(7, 3, seconds)
+    assert max(seconds(i, k) for i, k in enumerate(counts)) == 3.0
+    assert counts == (1, 3, 3)
