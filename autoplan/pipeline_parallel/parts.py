@@ -152,13 +152,13 @@ def layout_parts(problem, solution, sequences: int) -> LayoutParts:
             out.backward_per_token += seconds - forward
             out.activation_bytes += kept
         if regions[v] is not None:  # a checkpointed block frees the copies its ops keep, and moves them again
-            rerun = edge.rerun_seconds[row][col] if edge.rerun_seconds else 0.0
+            moved_again = edge.rerun_seconds[row][col] if edge.rerun_seconds else 0.0
             out.full_freed += kept
             out.selective_freed += kept
             again = "_per_microbatch" if free[u] else ""
-            setattr(out, f"full_rerun{again}", getattr(out, f"full_rerun{again}") + rerun)
+            setattr(out, f"full_rerun{again}", getattr(out, f"full_rerun{again}") + moved_again)
             if graph.decision(v).fx_node.target not in keeps:
-                setattr(out, f"selective_rerun{again}", getattr(out, f"selective_rerun{again}") + rerun)
+                setattr(out, f"selective_rerun{again}", getattr(out, f"selective_rerun{again}") + moved_again)
         if regions[u] == 0 and regions[v] == 1:
             index = graph.out_index(u, v, k)
             values = output_values(graph.decision(u))
