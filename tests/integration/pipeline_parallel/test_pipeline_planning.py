@@ -104,3 +104,11 @@ def test_the_parts_add_up_to_the_solvers_price():
     assert total == pytest.approx(solution.objective_s, rel=1e-9)
     assert parts.pre.state_bytes > 0 and parts.post.state_bytes > 0  # the embedding; the norm and head
     assert parts.boundary_bytes > 0
+
+
+def test_score_says_it_prices_no_pipeline(planned):
+    from autoplan.evaluate.score import score
+
+    model, plan, _ = planned
+    with pytest.raises(OptionError, match="score prices plans without pipeline stages"):
+        score(model, _batch(), plan)
