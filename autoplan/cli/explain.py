@@ -33,6 +33,8 @@ def run(args: argparse.Namespace) -> int:
     from autoplan.plan.module_plan import Plan
 
     plan = Plan.load(args.plan)
+    if plan.pipeline is not None:
+        return _explain_stages(plan, args)
     loaded = load_model_file(args.model)
     from autoplan.explain.explain import explain_plan, explain_sections
     from autoplan.explain.progress import progress_on_stderr
@@ -48,4 +50,20 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(f"plan {args.plan} for {loaded.name}")
         render(explain_sections(result), sys.stdout)
+    return 0
+
+
+def _explain_stages(plan, args: argparse.Namespace) -> int:
+    """A pipelined plan: its stages and what other stage counts and meshes would cost."""
+    from autoplan.explain.render import Section, render
+    from autoplan.explain.stages import pipeline_sections
+
+    sections = pipeline_sections(plan)
+    if args.json:
+        print(json.dumps(plan.pipeline.to_dict(), indent=2, sort_keys=True))
+        return 0
+    print(f"plan {args.plan}")
+    note = ("not priced for a plan with pipeline stages: the layout is one stage's; suggest without a pp axis "
+            "and explain that plan to see the blocks' alternatives")
+    render([*sections, Section("per-block alternatives", notes=(note,))], sys.stdout)
     return 0

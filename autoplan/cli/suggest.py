@@ -10,6 +10,7 @@ from typing import Any
 
 from autoplan._files import check_outputs, plan_default_path, write_outputs
 from autoplan.cost.regime import DEFAULT_REGIME, REGIMES
+from autoplan.errors import OptionError
 from autoplan.model_file import load_model_file, parse_axis_names, parse_mesh
 
 
@@ -23,8 +24,13 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument(
         "model", metavar="MODEL.py[:BUILDER]", help="model file (builder defaults to build_model)"
     )
-    parser.add_argument("--mesh", required=True, help="mesh shape, sizes joined by x, e.g. 2x4")
-    parser.add_argument("--axis-names", help="comma-separated mesh axis names, e.g. dp,tp")
+    parser.add_argument("--mesh", help="mesh shape, sizes joined by x, e.g. 2x4 (or --devices)")
+    parser.add_argument("--axis-names", help="comma-separated mesh axis names, e.g. dp,tp; an axis named pp is a "
+                        "pipeline axis: stages, schedule and microbatches are planned with the layout (docs/pipeline.md)")
+    parser.add_argument("--devices", type=_positive_int, metavar="N",
+                        help="instead of --mesh: N devices, the mesh shape (pp x dp x tp) chosen too (docs/pipeline.md)")
+    parser.add_argument("--devices-per-node", type=_positive_int, metavar="N",
+                        help="with --devices: devices per node (default: the profile's); tensor parallelism stays in a node")
     parser.add_argument("--profile", help="cluster profile: a built-in NAME or a JSON FILE")
     add_memory_flags(parser, "the profile's device memory")
     parser.add_argument("--time-limit", type=_positive_float, help="solver time limit in seconds")
@@ -50,8 +56,21 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
+    if (args.mesh is None) == (args.devices is None):
+        raise OptionError("give --mesh (a mesh shape, e.g. 8x8) or --devices (a device count, the shape chosen too), "
+                         "one of them")
+    if args.devices_per_node is not None and args.devices is None:
+        raise OptionError("--devices-per-node goes with --devices; with --mesh the profile says how many devices a node has")
+    if args.devices is not None:
+        from autoplan.cli.suggest_pipeline import run_pipelined
+
+        return run_pipelined(args, None, None)
     mesh = parse_mesh(args.mesh)
     axis_names = parse_axis_names(args.axis_names, mesh)
+    if "pp" in axis_names:
+        from autoplan.cli.suggest_pipeline import run_pipelined
+
+        return run_pipelined(args, mesh, axis_names)
     loaded = load_model_file(args.model)
     out = args.out or plan_default_path(loaded.name, mesh)
     outputs = {"--out": out, **({"--stats": args.stats} if args.stats else {})}
@@ -121,6 +140,12 @@ def add_memory_flags(parser: argparse.ArgumentParser, default: str) -> None:
                        help=f"memory budget per device in GB, N x 10^9 bytes (default: {default})")
     group.add_argument("--memory-gib", type=_positive_float, metavar="N",
                        help="memory budget per device in GiB, N x 2^30 bytes (what devices report)")
+
+
+def _positive_int(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
+    return int(text)
 
 
 def _positive_float(text: str) -> float:

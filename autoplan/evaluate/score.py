@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from torch import nn
 
 from autoplan.cost.profile import ClusterProfile, load_profile
-from autoplan.errors import PlanError, ProfileError
+from autoplan.errors import OptionError, PlanError, ProfileError
 from autoplan.explain.show import peak_memory_lines
 from autoplan.pipeline.budget import MemoryBudget, budget_words, plans_budget
 from autoplan.pipeline.pinning import Pins
@@ -106,6 +106,10 @@ def score(
     The step is priced in the regime the plan was (``plan.regime``: eager or compiled).
     ``progress(text)`` hears each stage as it starts.
     """
+    if plan.pipeline is not None:  # the ILP prices one layout's step, not a schedule of stages
+        raise OptionError("score prices plans without pipeline stages, and this plan has "
+                          f"{len(plan.pipeline.stages)}; its price is its own prediction (autoplan show), made "
+                          "by `autoplan suggest` with a pp axis (docs/pipeline.md)")
     _check_mesh(plan, mesh)
     cluster = plan_profile(plan, profile)
     if progress is not None:

@@ -89,6 +89,8 @@ def mfu_of(plan, cluster, element_bytes):
     devices = 1
     for size in plan.mesh_shape:
         devices *= size
+    if getattr(plan, "pipeline", None) is not None:  # the plan's mesh is one stage's: the pipeline axis runs them all
+        devices *= plan.pipeline.size
     at_peak = flops / (cluster.flops_for(dtype) * devices)
     step = plan.predicted.step_time_s
     if step <= 0:

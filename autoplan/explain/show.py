@@ -38,6 +38,7 @@ from autoplan.cost.regime import regime_words  # plans made before the split cou
 from autoplan.explain.mesh_gain import gain_lines
 from autoplan.explain.mfu import mfu_of, mfu_section, parameter_dtype
 from autoplan.explain.patterns import ModuleRow, fold, module_rows, parameter_numel
+from autoplan.explain.stages import pipeline_sections
 from autoplan.pipeline.budget import budget_words
 from autoplan.placements import format_spec, is_shard, shard_factor
 from autoplan.tree_paths import readable_path
@@ -110,6 +111,8 @@ class Summary:
     """The compile regime the step is priced for (``cost/regime.py``)."""
     model_flops_at_peak_s: float | None = None
     """The model's FLOPs at every device's peak: MFU x step time (None where MFU is)."""
+    stage_sections: tuple = ()
+    """A pipelined plan's stage tables (``stages.py``); () without a pipeline."""
 
     def to_dict(self) -> dict:
         data = asdict(self)
@@ -152,6 +155,7 @@ def summarize(plan, profile=None, one_device_s: float | None = None) -> Summary:
         recompute=recompute_rows(plan),
         compute_split=dict(p.compute_split),
         model_flops_at_peak_s=at_peak,
+        stage_sections=tuple(pipeline_sections(plan)),
     )
 
 
@@ -323,6 +327,7 @@ def show_sections(summary: Summary, source: str = "") -> list:
             "activation checkpointing (recomputed in the backward; modules not named keep their activations)",
             ("module", "recompute"), s.recompute,
         ))
+    sections.extend(s.stage_sections)
     sections.append(time_section(s))
     sections.append(memory_section(s))
     sections.append(mfu_section(s))

@@ -147,6 +147,8 @@ def suggest(
     recompute: bool = True,
     memory_gib: float | None = None,
     compile: str = DEFAULT_REGIME,  # the command line's --compile
+    devices: int | None = None,
+    devices_per_node: int | None = None,
 ) -> Plan:
     """Plan ``model`` (built on any device, meta included) for a device mesh; see docs/training.md.
 
@@ -164,10 +166,19 @@ def suggest(
     ``compile``: how the step will run, priced as such (docs/compile.md): "none" (eager
     DTensor, the default), "block" (each repeated block under ``torch.compile``, as
     torchtitan compiles) or "whole"; the plan records it.
+    ``devices`` (instead of ``mesh``): the mesh shape is chosen too, among every pp x dp x tp
+    of that many devices (tp within a node of ``devices_per_node``, default the profile's);
+    an axis named "pp" in ``axis_names`` is a pipeline axis (docs/pipeline.md). Either
+    plans pipeline stages, without the plan cache; ``autoplan.pipeline_parallel.planner``'s
+    ``suggest_devices`` also returns what every other mesh shape would cost.
     """
     check_model(model, example_inputs)
     check_regime(compile)
     check_loss_fn(loss_fn)
+    if devices is not None or (isinstance(axis_names, (tuple, list)) and "pp" in axis_names):
+        return _suggest_pipelined(model, example_inputs, mesh, axis_names, devices, devices_per_node, broadcast,
+                                  dict(profile=profile, memory_gb=memory_gb, memory_gib=memory_gib, loss_fn=loss_fn,
+                                       compile=compile, time_limit_s=time_limit_s))
     mesh = check_mesh(mesh)
     check_positive("time_limit_s", time_limit_s)
     if isinstance(axis_names, tuple) and len(axis_names) != len(mesh) and axis_names == ("dp", "tp"):
@@ -176,6 +187,23 @@ def suggest(
     options = dict(profile=profile, memory_gb=memory_gb, memory_gib=memory_gib, time_limit_s=time_limit_s, tie=tie,
                    loss_fn=loss_fn, recompute=recompute, compile=compile)
     return suggest_on_every_rank(model, example_inputs, mesh, axis_names, options, cache, cache_dir, broadcast).plan
+
+
+def _suggest_pipelined(model, example_inputs, mesh, axis_names, devices, devices_per_node, broadcast: bool,
+                       options: dict) -> Plan:
+    """``autoplan.suggest`` with pipeline stages (``pipeline_parallel/planner.py``), on rank 0 of a job."""
+    from autoplan.pipeline_parallel.planner import suggest_devices, suggest_pipelined
+
+    def produce() -> str:
+        if devices is not None:
+            plan, _ = suggest_devices(model, example_inputs, devices, devices_per_node, **options)
+        else:
+            plan, _ = suggest_pipelined(model, example_inputs, check_mesh(mesh), tuple(axis_names), **options)
+        return plan.to_json()
+
+    shared = broadcast and is_distributed()
+    text = run_on_rank_zero(produce) if shared else produce()
+    return Plan.from_dict(json.loads(text), source="rank 0's plan" if shared else "<suggest>")
 
 
 def suggest_on_every_rank(model, example_inputs, mesh, axis_names, options: dict, cache: bool, cache_dir, broadcast: bool) -> SharedPlan:

@@ -46,6 +46,31 @@ class Stage:
 
 
 @dataclass(frozen=True)
+class Alternative:
+    """Another way the planner priced: what fewer or more stages (or another mesh shape,
+    schedule or microbatch count) would have cost."""
+
+    mesh: str
+    """The full mesh in words ("pp 4 x dp 8 x tp 4")."""
+    stages: int
+    """Stages in all (pipeline size x stages per rank); 1: no pipeline."""
+    schedule: str
+    microbatches: int
+    step_time_s: float
+    peak_memory_bytes: int
+    fits: bool
+
+    def to_dict(self) -> dict:
+        return {"mesh": self.mesh, "stages": self.stages, "schedule": self.schedule, "microbatches": self.microbatches,
+                "step_time_s": self.step_time_s, "peak_memory_bytes": self.peak_memory_bytes, "fits": self.fits}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> Alternative:
+        return cls(data["mesh"], int(data["stages"]), data["schedule"], int(data["microbatches"]),
+                   float(data["step_time_s"]), int(data["peak_memory_bytes"]), bool(data["fits"]))
+
+
+@dataclass(frozen=True)
 class PipelinePlan:
     """How the model is cut into stages over the pipeline axis and how they are scheduled."""
 
@@ -65,6 +90,9 @@ class PipelinePlan:
     """Predicted share of the step the pipeline axis's ranks spend idle (the schedule's bubble)."""
     p2p_s: float = 0.0
     """Predicted time of the step's point-to-point sends of activations and gradients that is not hidden."""
+    alternatives: tuple[Alternative, ...] = ()
+    """What the planner priced besides: the best of each other stage count and mesh shape,
+    fastest first (``show`` and ``explain`` print them); () where it priced none."""
 
     @property
     def virtual(self) -> int:
@@ -83,7 +111,8 @@ class PipelinePlan:
         return tuple(i for i, stage in enumerate(self.stages) if stage.rank == rank)
 
     def to_dict(self) -> dict:
-        return {
+        alternatives = {"alternatives": [a.to_dict() for a in self.alternatives]} if self.alternatives else {}
+        return alternatives | {
             "axis": self.axis,
             "size": self.size,
             "axis_index": self.axis_index,
@@ -108,6 +137,7 @@ class PipelinePlan:
             microbatches=int(data["microbatches"]),
             bubble_share=float(data.get("bubble_share", 0.0)),
             p2p_s=float(data.get("p2p_s", 0.0)),
+            alternatives=tuple(Alternative.from_dict(a) for a in data.get("alternatives", ())),
             stages=tuple(
                 Stage(tuple(s["modules"]), int(s["rank"]), float(s.get("forward_s", 0.0)), float(s.get("backward_s", 0.0)),
                       int(s.get("peak_memory_bytes", 0)))

@@ -19,7 +19,7 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[2] / "autoplan"  # tests/unit/ -> the checkout
 STAGES = ("trace", "choices", "cost", "solve", "plan", "apply", "verify")
 BELOW_STAGES = ("<shared>", "dtensor")
-ABOVE_STAGES = ("pipeline", "evaluate", "explain", "interop", "calibrate", "cli")
+ABOVE_STAGES = ("pipeline", "pipeline_parallel", "evaluate", "explain", "interop", "calibrate", "cli")
 
 
 def _layer(module: str) -> str:

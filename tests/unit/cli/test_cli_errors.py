@@ -180,3 +180,18 @@ def test_torch_log_records_only_with_debug(workdir, capsys, caplog):
     with pytest.raises(Exception):  # noqa: B017 - --debug re-raises the tracer's own error, whatever its type
         main(["--debug", "suggest", path, "--mesh", "2", "--no-cache", "--out", str(workdir / "p.json")])
     assert [r for r in caplog.records if r.name.startswith("torch") and r.levelno >= logging.WARNING]
+
+
+@pytest.mark.parametrize("argv,words", [
+    ([], "give --mesh"),
+    (["--mesh", "2x4", "--devices", "8"], "give --mesh"),
+    (["--mesh", "2x4", "--devices-per-node", "4"], "--devices-per-node goes with --devices"),
+])
+def test_mesh_or_devices_one_of_them(workdir, capsys, argv, words):
+    line = run_failing(workdir, capsys, [write_model(workdir, GOOD_MODEL), *argv])
+    assert words in line
+
+
+def test_a_pipeline_axis_needs_a_stack_of_blocks(workdir, capsys):
+    line = run_failing(workdir, capsys, [write_model(workdir, GOOD_MODEL), "--mesh", "2x2", "--axis-names", "pp,dp"])
+    assert "a pipeline axis needs a stack of identical blocks" in line

@@ -46,6 +46,15 @@ def test_stages_round_trip_and_name_the_full_mesh(stage_plan):
     assert pipeline.stages_of(1) == (1,) and pipeline.stages[0].modules == ("0", "1", "2")
 
 
+def test_alternatives_round_trip(stage_plan):
+    alternatives = [{"mesh": "pp 4 x tp 2", "stages": 4, "schedule": "1F1B", "microbatches": 8, "step_time_s": 0.5,
+                     "peak_memory_bytes": 12, "fits": False}]
+    plan = Plan.from_dict(pipelined(stage_plan, alternatives=alternatives))
+    assert plan.pipeline.alternatives[0].stages == 4 and not plan.pipeline.alternatives[0].fits
+    assert plan.to_dict()["pipeline"]["alternatives"] == alternatives
+    assert "alternatives" not in Plan.from_dict(pipelined(stage_plan)).to_dict()["pipeline"]
+
+
 def test_interleaved_stages_go_round_the_ranks(stage_plan):
     stages = [{"modules": [m], "rank": i % 2} for i, m in enumerate(["0", "1", "2", "3"])]
     plan = Plan.from_dict(pipelined(stage_plan, schedule="Interleaved1F1B", stages=stages))

@@ -1,0 +1,148 @@
+"""Pipeline stages and the mesh shape planned at scale: Llama-3 70B and 405B on 64 and 128
+H100-preset devices, at a real batch (1024 sequences of 8192 tokens), against torchtitan's
+published recipe for the same model priced by the same cost model.
+
+    python benchmarks/pipeline_scale.py [--cases 70b:64,405b:128] [--json out.json]
+
+Per case: ``autoplan.pipeline_parallel.planner.suggest_devices`` (what ``autoplan suggest
+MODEL --devices N`` runs) on the model files in ``benchmarks/models/`` (8 devices per node,
+profile h100-sxm), printing the chosen mesh shape, stages, schedule, microbatches,
+predicted step time and memory per stage, the best of each other mesh shape, and the
+planning time (wall and CPU seconds of this process).
+
+torchtitan's recipe (``llama3_70b.toml``: FSDP 8 x TP 8 on 64 GPUs, local batch 8;
+``llama3_405b.toml``: FSDP 16 x TP 8 on 128 GPUs, local batch 2; both full activation
+checkpointing, no pipeline) is the ``torchtitan`` baseline layout (``evaluate/baselines.py``)
+on that mesh, priced as autoplan prices a plan's layout, with the batch reached by
+gradient accumulation (1024 sequences in microbatches of the recipe's local batch) and
+every block fully checkpointed: the price ``suggest`` gives a layout, not a measurement.
+Both run eager (the 405B recipe's float8 and torch.compile are not priced). Where a case
+has no recipe (70B on 128, 405B on 64) its row says so.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks" / "models"))
+
+CASES = ("70b:64", "70b:128", "405b:64", "405b:128")
+MODEL_FILES = {"70b": "llama3_70b_pretrain", "405b": "llama3_405b_pretrain"}
+RECIPES = {("70b", 64): (8, 8, 8), ("405b", 128): (16, 8, 2)}
+"""(FSDP degree, TP degree, local batch) of torchtitan's published recipe."""
+PER_NODE = 8
+GIB = 2**30
+
+
+def _model(size: str):
+    module = __import__(MODEL_FILES[size])
+    with torch.device("meta"):
+        model = module.build_model()
+    return model, module.example_inputs()
+
+
+def plan_case(size: str, devices: int) -> dict:
+    from autoplan.explain.stages import folded_modules
+    from autoplan.pipeline_parallel.planner import mesh_words, suggest_devices
+
+    model, batch = _model(size)
+    wall, cpu = time.perf_counter(), time.process_time()
+    plan, report = suggest_devices(model, batch, devices, PER_NODE, "h100-sxm",
+                                   progress=lambda text: print(f"  .. {text}", file=sys.stderr, flush=True))
+    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    best = report.chosen.best
+    assert best is not None
+    stages = []
+    if plan.pipeline is not None:
+        for stage in plan.pipeline.stages:
+            stages.append({"modules": folded_modules(stage.modules), "rank": stage.rank, "forward_s": stage.forward_s,
+                           "backward_s": stage.backward_s, "peak_gib": stage.peak_memory_bytes / GIB})
+    meshes = sorted(((mesh_words(r), r.best.step_s, r.best.peak_bytes / GIB, r.best.fits, r.best.schedule.name,
+                      r.best.microbatches, r.best.stage_count) for r in report.meshes if r.best is not None),
+                    key=lambda row: (not row[3], row[1]))
+    return {
+        "case": f"{size}:{devices}", "mesh": mesh_words(report.chosen), "schedule": best.schedule.name,
+        "microbatches": best.microbatches, "stages": stages, "step_s": plan.predicted.step_time_s,
+        "peak_gib": plan.predicted.peak_memory_bytes / GIB, "fits": best.fits, "bubble": best.bubble_share,
+        "planning_wall_s": wall, "planning_cpu_s": cpu, "trace_s": report.trace_s,
+        "meshes": [dict(zip(("mesh", "step_s", "peak_gib", "fits", "schedule", "microbatches", "stages"), m))
+                   for m in meshes],
+    }
+
+
+def recipe_case(size: str, devices: int) -> dict | None:
+    """torchtitan's recipe priced by autoplan's cost model (see the module docstring)."""
+    if (size, devices) not in RECIPES:
+        return None
+    from autoplan.cost.profile import load_profile
+    from autoplan.evaluate.baselines import baseline_for_problem
+    from autoplan.evaluate.score import pins_for_plan
+    from autoplan.pipeline.problem import prepare_problem, solve_problem
+    from autoplan.pipeline_parallel.parts import layout_parts
+    from autoplan.pipeline_parallel.schedules import ScheduleShape
+    from autoplan.pipeline_parallel.search import price_option, pricing_inputs
+    from autoplan.pipeline_parallel.stage_mesh import batch_sequences
+
+    fsdp, tp, local = RECIPES[(size, devices)]
+    model, batch = _model(size)
+    cluster = load_profile("h100-sxm")
+    problem = replace(prepare_problem(model, batch, (fsdp, tp), ("dp", "tp"), cluster), step=None)
+    baseline = baseline_for_problem("torchtitan", problem, recompute="full")
+    _, solution, _ = solve_problem(problem, pins_for_plan(problem, baseline.plan)[0], recompute="full", over_budget=True)
+    sequences = batch_sequences(batch)
+    parts = layout_parts(problem, solution, sequences)
+    inputs = pricing_inputs(cluster, (1, fsdp, tp), 0, sequences, fsdp, problem.budget_bytes,
+                            float(baseline.plan.predicted.memory.get("temporaries", 0)))
+    accumulation = sequences // (fsdp * local)
+    option = price_option(parts, inputs, 1, ScheduleShape("1F1B"), accumulation, checkpoint="full")
+    assert option is not None
+    return {"mesh": f"dp {fsdp} (FSDP) x tp {tp}", "accumulation": accumulation, "step_s": option.step_s,
+            "peak_gib": option.peak_bytes / GIB, "fits": option.fits}
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--cases", default=",".join(CASES), help="SIZE:DEVICES joined by commas")
+    parser.add_argument("--json", help="also write the figures to this JSON file")
+    args = parser.parse_args(argv)
+    results = []
+    for case in args.cases.split(","):
+        size, devices = case.split(":")
+        print(f"== Llama-3 {size.upper()} on {devices} H100 (h100-sxm), 1024 x 8192 tokens", flush=True)
+        row = plan_case(size, int(devices))
+        row["recipe"] = recipe_case(size, int(devices))
+        results.append(row)
+        print(f"chosen {row['mesh']}: {row['schedule']}, {row['microbatches']} microbatches, {len(row['stages'])} stages, "
+              f"predicted step {row['step_s']:.2f} s, peak {row['peak_gib']:.2f} GiB ({'fits' if row['fits'] else 'OVER'}), "
+              f"bubble {row['bubble']:.1%}")
+        for i, stage in enumerate(row["stages"]):
+            print(f"  stage {i:>2} (pp rank {stage['rank']}): {stage['modules']:<45} forward {stage['forward_s'] * 1e3:9.1f} ms"
+                  f"  backward {stage['backward_s'] * 1e3:9.1f} ms  peak {stage['peak_gib']:6.2f} GiB")
+        print("  other mesh shapes (best of each):")
+        for m in row["meshes"][:8]:
+            print(f"    {m['mesh']:<22} {m['stages']:>3} stages {m['schedule']:<22} {m['microbatches']:>4} mb  "
+                  f"step {m['step_s']:9.2f} s  peak {m['peak_gib']:7.2f} GiB  {'fits' if m['fits'] else 'OVER'}")
+        recipe = row["recipe"]
+        if recipe is None:
+            print("  torchtitan recipe: none published for this model on this many devices")
+        else:
+            print(f"  torchtitan recipe {recipe['mesh']}, {recipe['accumulation']} accumulation steps, full AC: "
+                  f"step {recipe['step_s']:.2f} s, peak {recipe['peak_gib']:.2f} GiB ({'fits' if recipe['fits'] else 'OVER'})")
+        print(f"  planned in {row['planning_wall_s']:.1f} s wall, {row['planning_cpu_s']:.1f} s CPU "
+              f"(trace {row['trace_s']:.1f} s, {len(row['meshes'])} mesh shapes)", flush=True)
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
