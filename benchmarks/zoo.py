@@ -40,7 +40,7 @@ from autoplan.pipeline.suggest import suggest_with_report  # noqa: E402
 from autoplan.verify.numerics import NumericsJob, check_numerics  # noqa: E402
 
 MODELS = ("mlp", "cnn", "transformer", "gpt2", "bert", "llama", "llama_uneven", "moe")
-AXIS_NAMES = {1: ("dp",), 2: ("dp", "tp"), 3: ("pp", "dp", "tp")}
+AXIS_NAMES = {1: ("dp",), 2: ("dp", "tp"), 3: ("node", "dp", "tp")}  # "pp" would make a pipeline axis
 TOLERANCE = 1e-5
 FAKE_PG_TIMEOUT_S = 180
 

@@ -13,7 +13,7 @@ from autoplan.model_file import load_model_file
 PUBLIC_ZOO = ("mlp", "cnn", "transformer", "gpt2", "bert", "llama")
 """examples/<name>.py: MLP, CNN with BatchNorm, torch's test Transformer, GPT-2, BERT, Llama (GQA)."""
 HARD_CASES = ("llama_uneven", "moe")
-MESHES = {(8,): ("dp",), (2, 4): ("dp", "tp"), (2, 2, 2): ("pp", "dp", "tp")}
+MESHES = {(8,): ("dp",), (2, 4): ("dp", "tp"), (2, 2, 2): ("node", "dp", "tp")}  # "pp" would make a pipeline axis
 
 
 def example_path(name: str) -> str:
