@@ -23,7 +23,8 @@ from dataclasses import dataclass, replace
 from autoplan.cost.estimate import CostedGraph, EdgeCost, compute_part_rows
 from autoplan.errors import OptionError
 from autoplan.pipeline.pinning import Pins
-from autoplan.pipeline.problem import ModelTrace, prepare_problem, solve_problem
+from autoplan.pipeline.problem import ModelTrace, Problem, prepare_problem, solve_problem
+from autoplan.pipeline_parallel.microbatch_collectives import layout_collectives, microbatch_of
 from autoplan.pipeline_parallel.parts import (
     FIXED_PARTS,
     OPTIMIZER_PART,
@@ -36,6 +37,7 @@ from autoplan.pipeline_parallel.parts import (
 from autoplan.pipeline_parallel.search import PipelineOption, best_option, pricing_inputs
 from autoplan.placements import is_shard, shard_dim
 from autoplan.plan.module_plan import Plan
+from autoplan.solve.ilp import Solution
 
 TYPICAL_MICROBATCHES_PER_STAGE = 4
 """Microbatches per stage the layout is solved for (the search then prices every count)."""
@@ -57,6 +59,10 @@ class StageMeshResult:
     options: tuple[PipelineOption, ...]
     seconds: float
     """Planning time of this mesh (the shared trace not included)."""
+    problem: Problem | None = None
+    solution: Solution | None = None
+    """The stage mesh's problem (its ``step`` the model and whole batch) and the layout's
+    solution: what the chosen mesh's collectives are predicted from (``microbatch_collectives.py``)."""
 
     @property
     def size(self) -> int:
@@ -82,6 +88,7 @@ def plan_stage_mesh(model, batch, trace: ModelTrace, full_mesh: tuple[int, ...],
     if problem.blocks is None:
         raise OptionError("a pipeline axis needs the repeated blocks planned alike, and the model's two traced blocks "
                         "differ; plan it without a pp axis")
+    whole = problem
     problem = replace(problem, step=None)
     microbatches = _typical_microbatches(sequences, _batch_ranks(stage_mesh, stage_names), size)
     seen = stage_memory(problem.reduced, 1.0 / size, 1.0 / microbatches)
@@ -94,7 +101,17 @@ def plan_stage_mesh(model, batch, trace: ModelTrace, full_mesh: tuple[int, ...],
     options: list[PipelineOption] = []
     best = best_option(parts, inputs, size, max_virtual, options)
     return StageMeshResult(full_mesh, axis_names, axis_index, layout, parts, named_parts(problem), best,
-                           tuple(options), time.perf_counter() - start)
+                           tuple(options), time.perf_counter() - start, whole, solution)
+
+
+def predicted_tables(result: StageMeshResult, option: PipelineOption, recompute: dict[str, str]) -> tuple[dict, dict]:
+    """(module_collectives, collectives) of ``result``'s layout for one of ``option``'s
+    microbatches, with the stages' checkpointing ``recompute`` (block FQN -> mode)."""
+    problem, solution = result.problem, result.solution
+    assert problem is not None and problem.step is not None and problem.blocks is not None and solution is not None
+    step = problem.step
+    micro = microbatch_of(step.batch, batch_sequences(step.batch), option.microbatches)
+    return layout_collectives(problem, solution, replace(step, batch=micro), recompute, problem.blocks)
 
 
 def batch_sequences(batch) -> int:
