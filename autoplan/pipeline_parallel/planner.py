@@ -141,7 +141,8 @@ def _plan_of(model, blocks, result: StageMeshResult, axis: str, alternatives: tu
     covers = outer_modules(names, result.named, blocks.fqn)
     assert result.best is not None
     best = result.best
-    return pipelined_plan(result.layout, best, blocks, covers, axis, result.axis_index, alternatives,
+    index = result.axis_index if result.plan_axis_index is None else result.plan_axis_index
+    return pipelined_plan(result.layout, best, blocks, covers, axis, index, alternatives,
                           lambda recompute: predicted_tables(result, best, recompute))
 
 

@@ -64,6 +64,10 @@ class StageMeshResult:
     """The stage mesh's problem (its ``step`` the model and whole batch) and the layout's
     solution: what the chosen mesh's collectives are predicted from (``microbatch_collectives.py``)."""
 
+    plan_axis_index: int | None = None
+    """Where the pipeline axis sits among the plan's own axes (the stage mesh's, less any of
+    size 1); None: at ``axis_index``."""
+
     @property
     def size(self) -> int:
         return self.full_mesh[self.axis_index]
@@ -75,10 +79,13 @@ def plan_stage_mesh(model, batch, trace: ModelTrace, full_mesh: tuple[int, ...],
     """The layout for ``full_mesh`` less its axis ``axis_index`` and the best pipeline on it."""
     start = time.perf_counter()
     size = full_mesh[axis_index]
-    stage_mesh = full_mesh[:axis_index] + full_mesh[axis_index + 1:]
-    stage_names = axis_names[:axis_index] + axis_names[axis_index + 1:]
+    # Axes of size 1 split nothing; kept, two of them would let the ILP stack shards of one
+    # piece (a strided shard over a size-1 axis), which no plan may hold.
+    kept = [i for i, n in enumerate(full_mesh) if i != axis_index and n > 1]
+    stage_mesh, stage_names = tuple(full_mesh[i] for i in kept), tuple(axis_names[i] for i in kept)
+    plan_axis_index = sum(1 for i in kept if i < axis_index)
     if not stage_mesh:  # a pipeline alone: the stage mesh is one device
-        stage_mesh, stage_names = (1,), ("dp",)
+        stage_mesh, stage_names, plan_axis_index = (1,), ("dp",), 0
     if trace.blocks is None:
         raise OptionError("a pipeline axis needs a stack of identical blocks to cut into stages, and the model has "
                         "none (an nn.ModuleList of 3 or more alike layers); plan it without a pp axis")
@@ -101,7 +108,7 @@ def plan_stage_mesh(model, batch, trace: ModelTrace, full_mesh: tuple[int, ...],
     options: list[PipelineOption] = []
     best = best_option(parts, inputs, size, max_virtual, options)
     return StageMeshResult(full_mesh, axis_names, axis_index, layout, parts, named_parts(problem), best,
-                           tuple(options), time.perf_counter() - start, whole, solution)
+                           tuple(options), time.perf_counter() - start, whole, solution, plan_axis_index)
 
 
 def predicted_tables(result: StageMeshResult, option: PipelineOption, recompute: dict[str, str]) -> tuple[dict, dict]:

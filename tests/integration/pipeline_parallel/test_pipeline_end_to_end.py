@@ -88,3 +88,38 @@ def test_cli_suggest_verify_and_export_a_pipelined_plan(tmp_path, capsys):
     assert settings["pipeline_parallel_degree"] == pipeline.size
     assert settings["pipeline_parallel_schedule"] == pipeline.schedule
     assert settings["module_fqns_per_model_part"] == [list(stage.modules) for stage in pipeline.stages]
+
+
+@pytest.mark.slow
+@pytest.mark.gloo
+def test_one_stage_pipeline_accumulates_gradients_as_predicted():
+    """A pp axis of size 1: the planner's pipeline of one stage (gradient accumulation over
+    its microbatches) on dp 2 x tp 2 runs on 4 gloo processes as one device does, with the
+    predicted counts (the dp group is named dp, not pp+dp, though a pp of 1 makes them one)."""
+    loaded = load_model_file(LLAMA)
+    mesh = (1, 2, 2)
+    free = autoplan.suggest(loaded.model, loaded.example_inputs, mesh=mesh, axis_names=AXES, cache=False)
+    plan = autoplan.suggest(loaded.model, loaded.example_inputs, mesh=mesh, axis_names=AXES, cache=False,
+                            memory_gib=SHARDING_SHARE * free.predicted.peak_memory_bytes / 2**30)
+    assert plan.pipeline is not None and plan.pipeline.size == 1 and len(plan.pipeline.stages) == 1
+    assert plan.pipeline.microbatches > 1, plan.pipeline
+    assert plan.predicted.module_collectives, "the layout's collectives are not predicted"
+    (result,) = check_numerics([NumericsJob(LLAMA, "build_model", plan.to_json())], world=4)
+    print(f"one stage, {plan.pipeline.microbatches} microbatches: loss error {result.loss:.3g}, "
+          f"worst gradient error {result.worst:.3g} ({result.worst_name})")
+    assert result.loss <= TOLERANCE and result.worst <= TOLERANCE, (result.worst_name, result.worst)
+    for rank, observed in enumerate(result.counts):
+        verification = compare(predicted_counts(plan, pipeline_rank_of(plan, rank)), without_bytes(observed))
+        assert verification.passed and not verification.moved, f"rank {rank}:\n{verification.summary(all_rows=True)}"
+        assert p2p_counts(observed, "pp") == {"send": 0, "recv": 0}
+
+
+@pytest.mark.slow
+def test_devices_with_axes_of_one_plan():
+    """``suggest(devices=2)`` prices meshes with axes of size 1 (pp 2 x dp 1 x tp 1, ...): the
+    chosen plan's mesh holds no axis of size 1 but where it is the only one, so no placement
+    stacks shards over one (a strided shard over a size-1 axis failed the plan's checks)."""
+    loaded = load_model_file(LLAMA)
+    plan = autoplan.suggest(loaded.model, loaded.example_inputs, devices=2)
+    assert plan.mesh_shape == (1,) or 1 not in plan.mesh_shape, plan.mesh_shape
+    Plan.from_dict(plan.to_dict())
