@@ -184,7 +184,7 @@ def apply_pipelined(model: nn.Module, plan: Plan, device_mesh: DeviceMesh, apply
     wrappers, stages = [], []
     for index, stage_model in zip(indices, copies):
         removed = keep_stage(stage_model, pipeline, index)
-        apply_layout(stage_model, stage_plan(plan, stage_model, removed), stage_mesh, init,
+        apply_layout(stage_model, stage_plan(plan, stage_model, removed, index == 0, index == last_index), stage_mesh, init,
                      loss_fn if index == last_index else None)
         wrapper = StageModule(stage_model, index, index == 0, index == last_index, targets)
         wrappers.append(wrapper)

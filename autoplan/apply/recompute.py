@@ -85,9 +85,9 @@ def _checkpoint_calls(module: nn.Module, mode: str, recompute_context) -> None:
 
     def contexts():
         if not selective:
-            return nullcontext(), recompute_context()
+            return nullcontext(), _fresh(recompute_context)
         forward, rerun = create_selective_checkpoint_contexts(_keep_matmuls_and_attention)
-        return forward, _entered(recompute_context(), rerun)
+        return forward, _entered(_fresh(recompute_context), rerun)
 
     # Under torch.compile (per block), dynamo traces a "selective" call into one checkpointed
     # region of the compiled graph, its rerun part of the compiled backward (DTensor already
@@ -132,3 +132,22 @@ class _entered:
 
     def __exit__(self, *exc):
         return self.stack.__exit__(*exc)
+
+
+class _fresh:
+    """``factory()``'s context manager, a new one each time it is entered: torch's checkpoint
+    enters its rerun context once per rerun, and a backward split in two (the zero-bubble
+    pipeline schedules: the input's gradient first, the weights' later) reruns a block
+    twice, while a ``contextlib.contextmanager`` object can be entered once only."""
+
+    def __init__(self, factory):
+        self.factory = factory
+        self.entered: list = []
+
+    def __enter__(self):
+        manager = self.factory()
+        self.entered.append(manager)
+        return manager.__enter__()
+
+    def __exit__(self, *exc):
+        return self.entered.pop().__exit__(*exc)

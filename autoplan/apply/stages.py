@@ -74,9 +74,18 @@ def keep_stage(model: nn.Module, pipeline: PipelinePlan, index: int) -> set[str]
     return removed
 
 
-def stage_plan(plan: Plan, model: nn.Module, removed: set[str]) -> Plan:
+def stage_plan(plan: Plan, model: nn.Module, removed: set[str], first: bool = True, last: bool = True) -> Plan:
     """``plan``'s layout for what ``model`` (one stage, after ``keep_stage``) still holds:
-    parameters, modules, recompute and the rest, without the modules taken out."""
+    parameters, modules, recompute and the rest, without the modules taken out.
+
+    A module kept as glue above the stage's modules (``model`` above the blocks) is cut:
+    the layouts the plan gives its inputs and outputs are those of the whole model's input
+    and output, which only the first stage takes in (``first``) and the last hands out
+    (``last``). Elsewhere its input is the previous stage's activation, already in the
+    placements its last block gave it, and its output the activation sent on; the plan's
+    layouts there would move them (the final norm's sharding applied to every stage's
+    output and undone on the next: an all-gather each way per microbatch that no step of
+    the whole model runs), so they are left out."""
     params = {fqn for fqn, _ in model.named_parameters(remove_duplicate=False)}
     modules = {fqn for fqn, _ in model.named_modules() if not _under(fqn, removed)}
     tied_across = sorted(fqn for fqn, target in plan.tied_parameters.items() if (fqn in params) != (target in params))
@@ -90,10 +99,15 @@ def stage_plan(plan: Plan, model: nn.Module, removed: set[str]) -> Plan:
     def kept(table: dict, names: set[str]) -> dict:
         return {key: value for key, value in table.items() if key in names}
 
+    def ends(fqn: str, layout):
+        if not _above(fqn, removed):
+            return layout  # not cut: its inputs and outputs are the whole model's
+        return dataclasses.replace(layout, inputs=layout.inputs if first else {}, outputs=layout.outputs if last else {})
+
     return dataclasses.replace(
         plan,
         parameters=kept(plan.parameters, params),
-        modules=kept(plan.modules, modules),
+        modules={fqn: ends(fqn, layout) for fqn, layout in kept(plan.modules, modules).items()},
         opaque_modules=tuple(m for m in plan.opaque_modules if m in modules),
         parameter_uses=kept(plan.parameter_uses, params),
         parameter_readers={fqn: tuple(m for m in readers if m in modules)

@@ -126,9 +126,12 @@ def summarize(plan, profile=None, one_device_s: float | None = None) -> Summary:
     ``one_device_s``: one device's step time, where the caller priced it (``suggest``)."""
     p = plan.predicted
     cluster, note = _profile(plan, profile)
-    comm = _comm_rows(plan, cluster)
+    # A pipelined plan's tables are its layout's for one microbatch (``docs/pipeline.md``), not
+    # its step's: its step is priced from its stages, and its communication shown whole.
+    stepwise = plan.pipeline is None
+    comm = _comm_rows(plan, cluster) if stepwise else []
     priced = sum(s for r in comm if (s := r.seconds) is not None) if cluster is not None else None  # all priced
-    by_module = _comm_by_module(plan, cluster) if cluster is not None else ()
+    by_module = _comm_by_module(plan, cluster) if cluster is not None and stepwise else ()
     memory = memory_split(plan, cluster)
     flops, mfu, mfu_note, at_peak = mfu_of(plan, cluster, memory.element_bytes)
     return Summary(

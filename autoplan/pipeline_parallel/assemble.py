@@ -7,12 +7,15 @@ one side of the stack (``model.embed_tokens``, ``model.norm``, ``lm_head`` rathe
 ``model``, which holds the stack). The prediction is the pipeline's: step time the
 schedule's makespan plus the once-per-step work, peak the busiest stage's; its split into
 compute and communication is the pipeline's sends plus the rest split as the layout's own
-prediction splits its step. The layout's collective tables (one whole-model step) are not
-carried over: a stage runs its own modules per microbatch.
+prediction splits its step. Its collective tables are the layout's for one microbatch
+(``microbatch_collectives.py``), each module's rows run once per microbatch by the ranks
+holding it; the sends between stages are not in them (``verify/pipeline_counts.py``
+derives those from the stages).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 
 from autoplan.errors import OptionError
@@ -49,8 +52,11 @@ def _under(name: str, module: str) -> bool:
 
 
 def pipelined_plan(layout: Plan, option: PipelineOption, blocks: RepeatedBlocks, covers: dict[str, list[str]],
-                   axis: str, axis_index: int, alternatives: tuple[Alternative, ...] = ()) -> Plan:
-    """``layout`` (the stage mesh's plan) with ``option``'s pipeline."""
+                   axis: str, axis_index: int, alternatives: tuple[Alternative, ...] = (),
+                   tables: Callable[[dict[str, str]], tuple[dict, dict]] | None = None) -> Plan:
+    """``layout`` (the stage mesh's plan) with ``option``'s pipeline. ``tables``: given the
+    stages' checkpointing (block FQN -> mode), the layout's (module_collectives, collectives)
+    for one microbatch; without, they are left empty."""
     if layout.tied_parameters and len(option.stages) > 1:
         tied = ", ".join(f"{a} = {b}" for a, b in sorted(layout.tied_parameters.items()))
         raise OptionError(f"tied weights ({tied}) would be needed on two pipeline stages; untie them "
@@ -80,9 +86,11 @@ def pipelined_plan(layout: Plan, option: PipelineOption, blocks: RepeatedBlocks,
     memory = {"parameters": int(state / 4), "buffers": 0, "gradients": int(state / 4), "optimizer": int(state / 2),
               "temporaries": 0}
     memory["activations"] = peak - sum(memory.values())
+    module_collectives, collectives = tables(recompute) if tables is not None else ({}, {})
     predicted = Predicted(step_time_s=rounded(step), compute_s=rounded(step - comm), comm_s=rounded(comm),
                           peak_memory_bytes=peak, model_state_bytes=int(state),
-                          activation_bytes=int(max(0.0, option.peak_bytes - state)), memory=memory)
+                          activation_bytes=int(max(0.0, option.peak_bytes - state)), memory=memory,
+                          collectives=collectives, module_collectives=module_collectives)
     solver = SolverReport(layout.solver.status, rounded(step), rounded(step * (1 - layout.solver.gap)), layout.solver.gap,
                           layout.solver.memory_budget_bytes)
     warnings = tuple(w for w in layout.warnings if "does not fit" not in w)

@@ -26,7 +26,7 @@ from autoplan.pipeline.problem import resolve_options, trace_for_planning
 from autoplan.pipeline_parallel.assemble import outer_modules, pipelined_plan
 from autoplan.pipeline_parallel.mesh_shapes import mesh_shapes
 from autoplan.pipeline_parallel.search import PipelineOption
-from autoplan.pipeline_parallel.stage_mesh import StageMeshResult, batch_sequences, plan_stage_mesh
+from autoplan.pipeline_parallel.stage_mesh import StageMeshResult, batch_sequences, plan_stage_mesh, predicted_tables
 from autoplan.plan.module_plan import Plan
 from autoplan.plan.pipeline_plan import Alternative
 
@@ -140,7 +140,10 @@ def _plan_of(model, blocks, result: StageMeshResult, axis: str, alternatives: tu
     names = [n for n, _ in model.named_parameters()]  # buffer-only modules (rotary tables) stay on every stage
     covers = outer_modules(names, result.named, blocks.fqn)
     assert result.best is not None
-    return pipelined_plan(result.layout, result.best, blocks, covers, axis, result.axis_index, alternatives)
+    best = result.best
+    index = result.axis_index if result.plan_axis_index is None else result.plan_axis_index
+    return pipelined_plan(result.layout, best, blocks, covers, axis, index, alternatives,
+                          lambda recompute: predicted_tables(result, best, recompute))
 
 
 def _alternative(result: StageMeshResult, option: PipelineOption) -> Alternative:

@@ -36,6 +36,9 @@ WEIGHT_GRADIENT_SHARE = 0.5
 LOOPED = ("Interleaved1F1B", "InterleavedZeroBubble")
 """Schedules that run ``v`` stages per rank, stage ``i`` on rank ``i % p``."""
 
+SPLIT_BACKWARD = ("InterleavedZeroBubble", "ZBVZeroBubble")
+"""Schedules whose backward is two passes (``ScheduleShape.splits_backward``)."""
+
 
 @dataclass(frozen=True)
 class ScheduleShape:
@@ -49,6 +52,13 @@ class ScheduleShape:
         if self.name == "ZBVZeroBubble":  # a V: down the ranks, then back up
             return tuple(range(size)) + tuple(reversed(range(size)))
         return tuple(i % size for i in range(size * self.virtual))
+
+    @property
+    def splits_backward(self) -> bool:
+        """Whether the schedule runs a stage's backward as two autograd passes, the input's
+        gradient and later the weights' (the zero-bubble ones): torch's checkpoint then
+        reruns a checkpointed block's forward in each, twice per microbatch."""
+        return self.name in SPLIT_BACKWARD
 
     def allows(self, size: int, microbatches: int) -> bool:
         """Whether torch's schedule runs ``microbatches`` on ``size`` ranks with this many stages

@@ -171,10 +171,15 @@ def price_option(parts: LayoutParts, inputs: PricingInputs, size: int, shape: Sc
         return state, activations
 
     def fitted(stages: list[tuple[int, int]], rank: int):
-        """(rerun seconds per microbatch, peak, mode, blocks checkpointed) for a rank, or None."""
+        """(rerun seconds per microbatch, peak, mode, blocks checkpointed) for a rank, or None.
+        None too where a schedule that splits its backward would checkpoint: each block would
+        rerun twice per microbatch, its collectives too, which neither this price nor the
+        plan's prediction (one rerun) counts; such a candidate does not fit."""
         state, activations = memory(stages)
         held = flight[rank]
         peak = state + held * activations + temporaries
+        if shape.splits_backward and (checkpoint is not None or peak > inputs.budget_bytes):
+            return None
         if checkpoint is not None:
             blocks = sum(k for _, k in stages)
             freed = blocks * tokens * getattr(parts.block, f"{checkpoint}_freed") * held

@@ -23,7 +23,8 @@ from dataclasses import dataclass, replace
 from autoplan.cost.estimate import CostedGraph, EdgeCost, compute_part_rows
 from autoplan.errors import OptionError
 from autoplan.pipeline.pinning import Pins
-from autoplan.pipeline.problem import ModelTrace, prepare_problem, solve_problem
+from autoplan.pipeline.problem import ModelTrace, Problem, prepare_problem, solve_problem
+from autoplan.pipeline_parallel.microbatch_collectives import layout_collectives, microbatch_of
 from autoplan.pipeline_parallel.parts import (
     FIXED_PARTS,
     OPTIMIZER_PART,
@@ -36,6 +37,7 @@ from autoplan.pipeline_parallel.parts import (
 from autoplan.pipeline_parallel.search import PipelineOption, best_option, pricing_inputs
 from autoplan.placements import is_shard, shard_dim
 from autoplan.plan.module_plan import Plan
+from autoplan.solve.ilp import Solution
 
 TYPICAL_MICROBATCHES_PER_STAGE = 4
 """Microbatches per stage the layout is solved for (the search then prices every count)."""
@@ -57,6 +59,14 @@ class StageMeshResult:
     options: tuple[PipelineOption, ...]
     seconds: float
     """Planning time of this mesh (the shared trace not included)."""
+    problem: Problem | None = None
+    solution: Solution | None = None
+    """The stage mesh's problem (its ``step`` the model and whole batch) and the layout's
+    solution: what the chosen mesh's collectives are predicted from (``microbatch_collectives.py``)."""
+
+    plan_axis_index: int | None = None
+    """Where the pipeline axis sits among the plan's own axes (the stage mesh's, less any of
+    size 1); None: at ``axis_index``."""
 
     @property
     def size(self) -> int:
@@ -69,10 +79,13 @@ def plan_stage_mesh(model, batch, trace: ModelTrace, full_mesh: tuple[int, ...],
     """The layout for ``full_mesh`` less its axis ``axis_index`` and the best pipeline on it."""
     start = time.perf_counter()
     size = full_mesh[axis_index]
-    stage_mesh = full_mesh[:axis_index] + full_mesh[axis_index + 1:]
-    stage_names = axis_names[:axis_index] + axis_names[axis_index + 1:]
+    # Axes of size 1 split nothing; kept, two of them would let the ILP stack shards of one
+    # piece (a strided shard over a size-1 axis), which no plan may hold.
+    kept = [i for i, n in enumerate(full_mesh) if i != axis_index and n > 1]
+    stage_mesh, stage_names = tuple(full_mesh[i] for i in kept), tuple(axis_names[i] for i in kept)
+    plan_axis_index = sum(1 for i in kept if i < axis_index)
     if not stage_mesh:  # a pipeline alone: the stage mesh is one device
-        stage_mesh, stage_names = (1,), ("dp",)
+        stage_mesh, stage_names, plan_axis_index = (1,), ("dp",), 0
     if trace.blocks is None:
         raise OptionError("a pipeline axis needs a stack of identical blocks to cut into stages, and the model has "
                         "none (an nn.ModuleList of 3 or more alike layers); plan it without a pp axis")
@@ -82,6 +95,7 @@ def plan_stage_mesh(model, batch, trace: ModelTrace, full_mesh: tuple[int, ...],
     if problem.blocks is None:
         raise OptionError("a pipeline axis needs the repeated blocks planned alike, and the model's two traced blocks "
                         "differ; plan it without a pp axis")
+    whole = problem
     problem = replace(problem, step=None)
     microbatches = _typical_microbatches(sequences, _batch_ranks(stage_mesh, stage_names), size)
     seen = stage_memory(problem.reduced, 1.0 / size, 1.0 / microbatches)
@@ -94,7 +108,17 @@ def plan_stage_mesh(model, batch, trace: ModelTrace, full_mesh: tuple[int, ...],
     options: list[PipelineOption] = []
     best = best_option(parts, inputs, size, max_virtual, options)
     return StageMeshResult(full_mesh, axis_names, axis_index, layout, parts, named_parts(problem), best,
-                           tuple(options), time.perf_counter() - start)
+                           tuple(options), time.perf_counter() - start, whole, solution, plan_axis_index)
+
+
+def predicted_tables(result: StageMeshResult, option: PipelineOption, recompute: dict[str, str]) -> tuple[dict, dict]:
+    """(module_collectives, collectives) of ``result``'s layout for one of ``option``'s
+    microbatches, with the stages' checkpointing ``recompute`` (block FQN -> mode)."""
+    problem, solution = result.problem, result.solution
+    assert problem is not None and problem.step is not None and problem.blocks is not None and solution is not None
+    step = problem.step
+    micro = microbatch_of(step.batch, batch_sequences(step.batch), option.microbatches)
+    return layout_collectives(problem, solution, replace(step, batch=micro), recompute, problem.blocks)
 
 
 def batch_sequences(batch) -> int:

@@ -169,14 +169,17 @@ def _axis_names(mesh: DeviceMesh) -> tuple[str, ...]:
 
 def _axis_groups(mesh: DeviceMesh) -> dict[frozenset, str]:
     """This rank's group on each mesh axis, and on each run of adjacent axes (DTensor
-    flattens axes to reduce over several at once), by the ranks it holds."""
+    flattens axes to reduce over several at once), by the ranks it holds. Shorter runs
+    first: where an axis of size 1 makes a run hold the same ranks as one axis (pp 1 x dp 2:
+    "pp+dp" is "dp"'s group), the group is named by the one axis, as plans name it."""
     names = _axis_names(mesh)
     coordinate = mesh.get_coordinate()
     assert coordinate is not None  # this rank is in the mesh
     ranks = mesh.mesh
     groups: dict[frozenset, str] = {}
-    for first in range(mesh.ndim):
-        for last in range(first, mesh.ndim):
+    for length in range(1, mesh.ndim + 1):
+        for first in range(mesh.ndim - length + 1):
+            last = first + length - 1
             index = tuple(
                 slice(None) if first <= axis <= last else coordinate[axis] for axis in range(mesh.ndim)
             )
