@@ -85,7 +85,7 @@ def test_one_training_step_runs_the_predicted_collectives(name, mesh):
     axis_names = MESHES[mesh]
     plan = forced_plan(example_path(name), mesh, axis_names)
     assert plan.predicted.collectives, f"{name}: the forced plan communicates nothing"
-    result, fake = _verify(name, plan)
+    result, fake = _verify_both(name, plan)
     assert result.passed, "\n" + result.summary()
     assert fake.tensors == "fake", fake.fallback
     assert _observed(fake) == _observed(result)
@@ -101,13 +101,15 @@ def test_one_training_step_runs_the_predicted_collectives(name, mesh):
     }
 
 
-def _verify(example_name: str, plan):
-    """The step counted on real tensors, then on fake ones (``tensors="fake"``)."""
+def _verify(example_name: str, plan, tensors: str = "real"):
     example = import_model_file(EXAMPLES / f"{example_name}.py")
     model, batch = build_seeded(example, "build_model", 0), seeded_batch(example, 1)
-    real = verify_on_fake_world(model, batch, plan)
-    fake = verify_on_fake_world(build_seeded(example, "build_model", 0), seeded_batch(example, 1), plan, tensors="fake")
-    return real, fake
+    return verify_on_fake_world(model, batch, plan, tensors=tensors)
+
+
+def _verify_both(example_name: str, plan):
+    """The step counted on real tensors, then on fake ones (``tensors="fake"``)."""
+    return _verify(example_name, plan), _verify(example_name, plan, tensors="fake")
 
 
 def _observed(result):
