@@ -17,6 +17,7 @@ quotient's (``elementwise_backward``), a pointwise op's that reads its saved res
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import torch
@@ -26,7 +27,8 @@ from torch.distributed.tensor._dtensor_spec import DTensorSpec
 from torch.utils._pytree import tree_flatten
 
 from autoplan.choices.decision import Decision
-from autoplan.choices.graph import OP, is_tensor_input
+from autoplan.choices.graph import OP, is_tensor_input, planning_mesh
+from autoplan.dtensor import overrides
 from autoplan.dtensor.strategies import is_pointwise, tensor_meta
 from autoplan.placements import (
     PARTIAL_AVG,
@@ -319,6 +321,38 @@ def _summed_to(layout: Spec, out: tuple, shape: tuple, mesh: DeviceMesh, meta) -
         return None
     viewed = tuple(shard(d - lead) if (d := shard_dim(p)) is not None else p for p in made)
     return viewed, ([("gradient", layout, read)] if read != layout else [])
+
+
+def averaged_product_sum(node: fx.Node, in_shape: tuple, product: Spec, mesh_shape: tuple[int, ...]) -> tuple[Spec, Spec] | None:
+    """(the layout DTensor reads the full-size ``product`` of the elementwise op ``node`` in,
+    to sum it over the dims its input of shape ``in_shape`` was broadcast along; the layout
+    of that sum as the input's gradient) where ``product`` is partial by average on the axes
+    marked partial (``x - mean(x)`` averaged-partial, times the output's gradient). A sum
+    does not take an average partial as it is; which layout DTensor moves it to first is
+    its rule's choice: torch 2.13 reduces it and gathers a split of a summed dim first,
+    torch 2.14 reduces it and sums such a split to a partial. None where DTensor
+    cannot say or a leading dim stays split (``gradient_rules.averaged_product_summed``'s
+    rule stands)."""
+    out = node.meta.get("val")
+    if not isinstance(out, torch.Tensor) or not any(is_partial(p) for p in product):
+        return None
+    lead = out.dim() - len(in_shape)
+    dims = sorted(broadcast_dims(tuple(in_shape), tuple(out.shape)))
+    averaged = tuple(PARTIAL_AVG if is_partial(p) else p for p in product)
+    spec = DTensorSpec(_query_mesh(tuple(mesh_shape)), runtime_placements(averaged), tensor_meta=tensor_meta(out))
+    try:
+        with overrides.installed():
+            made, (read,) = dtensor_runs(torch.ops.aten.sum.dim_IntList, [spec], (spec, dims, True))
+    except Exception:  # DTensor cannot run it as given: the planner's own rule stands
+        return None
+    if any((d := shard_dim(p)) is not None and d < lead for p in made):
+        return None
+    return read, tuple(shard(d - lead) if (d := shard_dim(p)) is not None else p for p in made)
+
+
+@functools.cache
+def _query_mesh(mesh_shape: tuple[int, ...]) -> DeviceMesh:
+    return planning_mesh(mesh_shape, tuple(f"axis{axis}" for axis in range(len(mesh_shape))))
 
 
 def runs_saved_value_backward(decision: Decision, grad: Spec, made: Spec) -> bool:

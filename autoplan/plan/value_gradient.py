@@ -40,6 +40,7 @@ from autoplan.plan.gradient_rules import (
     whole_product_gradient,
 )
 from autoplan.plan.gradient_strides import clone_reduces_partial, copies_gradient
+from autoplan.plan.runtime_backward import averaged_product_sum
 from autoplan.plan.split_gradients import (
     matmul_input_gradient,
     reshaped_gradient,
@@ -146,10 +147,16 @@ def value_gradient(
             averaged = averaged_product_axes(graph, v, k, shape, v_operands) if asked is None else ()
             if any(averaged):  # the full-size product is made whole before the broadcast sum
                 product = tuple(PARTIAL if a else p for a, p in zip(averaged, without_partial(after or v_made)))
-                summed_in = averaged_product_summed(graph.decision(v).fx_node, shape, product)
+                node = graph.decision(v).fx_node
+                asked_sum = averaged_product_sum(node, shape, product, mesh_shape)
+                summed_in = asked_sum[0] if asked_sum is not None else averaged_product_summed(node, shape, product)
                 for kind, axis, size in gradient_collectives(product, summed_in, value_size(graph, (v, 0))[0], mesh_shape):
                     found[(module_of(v), kind, axis, round(size))] += 1
-                grad = tuple(REPLICATE if s == REPLICATE else g for s, g in zip(summed_in, grad))
+                # the sum's layout where DTensor says (whole, or partial where it summed a split)
+                sum_out = asked_sum[1] if asked_sum is not None else summed_in
+                grad = tuple(
+                    s if s == REPLICATE or (asked_sum is not None and is_partial(s)) else g for s, g in zip(sum_out, grad)
+                )
             if asked is not None:
                 grad = asked  # DTensor's own backward product, its moves counted
             elif after is not None:

@@ -36,7 +36,7 @@ from autoplan._processes import start_ranks
 from autoplan.apply.recompute import check_recompute
 from autoplan.choices.graph import planning_mesh
 from autoplan.cli import main
-from autoplan.errors import PlanError
+from autoplan.errors import InfeasibleError, PlanError
 from autoplan.evaluate.recompute import with_recompute_prediction
 from autoplan.interop.export_torch import export_torch
 from autoplan.model_file import load_model_file
@@ -47,6 +47,7 @@ from autoplan.verify.step_check import as_on_cpu, compare, verify_plan
 
 RECOMPUTE = {"model.layers.0": "full", "model.layers.1": "selective"}
 MESH, AXES, BUDGET_GIB = (2, 2), ("dp", "tp"), 0.0016  # the tiny Llama's weights split on both axes
+LEAST_MARGIN = 1.06  # where BUDGET_GIB is infeasible: the margin it leaves over the least a plan needs on torch 2.13
 TOLERANCE = 1e-5
 
 
@@ -138,9 +139,16 @@ def test_a_recomputed_module_runs_again_in_the_backward(fake_world, mode):
 def llama_plans():
     """The 2x2 plan and the same with ``RECOMPUTE``, its collectives predicted for it."""
     loaded = load_model_file(example_path("llama"))
-    plan = autoplan.suggest(
-        loaded.model, loaded.example_inputs, mesh=MESH, axis_names=AXES, memory_gib=BUDGET_GIB, loss_fn=loaded.loss_fn
-    )
+
+    def suggest(memory_gib):
+        return autoplan.suggest(
+            loaded.model, loaded.example_inputs, mesh=MESH, axis_names=AXES, memory_gib=memory_gib, loss_fn=loaded.loss_fn
+        )
+
+    try:
+        plan = suggest(BUDGET_GIB)
+    except InfeasibleError as err:  # torch 2.14's rules need more than 2.13's (0.001632 GiB vs 0.001509 at least)
+        plan = suggest(err.smallest_bytes / 2**30 * LEAST_MARGIN)
     assert any(s[0] != "R" and s[1] != "R" for s in plan.parameters.values()), "no weight split on both axes"
     assert any(fqn.startswith("model.layers.") for fqn in plan.parameter_uses), "no gathered layer weight"
     loaded = load_model_file(example_path("llama"))

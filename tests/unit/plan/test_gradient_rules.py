@@ -10,19 +10,22 @@ broadcast dims, so the rule that hands a gradient on as it comes must not cover 
 - DeBERTa's layer norm multiplies its weight by ``x - mean(x)``, averaged-partial where
   the hidden dim is split: the sum that makes the weight's gradient does not take the
   average partial on, so DTensor reduces it and also gathers the batch split on another
-  axis first; the prediction left the batch split, all-reduced a part of the product only
-  and then the weight's gradient once more."""
+  axis first (torch 2.13; 2.14, autoplan's strategy choice in force, reduces it and
+  sums the batch split to a partial); the prediction left the batch split, all-reduced a part of the product only
+  and then the weight's gradient once more. The prediction asks DTensor's sum now."""
 
 import torch
 from torch import nn
 from torch.distributed.tensor import DTensor, Partial, Replicate, Shard
-from torch.distributed.tensor.debug import CommDebugMode
 
 from autoplan.choices.graph import build_choices
 from autoplan.cost.comm import gradient_collectives
-from autoplan.placements import PARTIAL, REPLICATE
+from autoplan.dtensor import overrides
+from autoplan.placements import PARTIAL, REPLICATE, spec_from_placements
 from autoplan.plan.gradient_rules import averaged_product_summed, passes_gradient, passes_gradient_to
+from autoplan.plan.runtime_backward import averaged_product_sum
 from autoplan.trace.tracer import trace_model
+from autoplan.verify.observe import CollectiveCounter
 
 aten = torch.ops.aten
 BY_BATCH = "S(0)"
@@ -76,21 +79,27 @@ def test_dtensor_hands_a_bias_part_added_to_a_batch_split_a_partial_gradient(fak
     assert grad.placements == (Replicate(), Partial("sum"))
 
 
-def test_the_weight_gradient_of_an_averaged_product_is_summed_whole(fake_mesh_2x4):
+def test_the_weight_gradient_of_an_averaged_product_is_summed_as_dtensor_sums_it(fake_mesh_2x4):
     graph = _graph(CenteredNorm(), torch.randn(8, 16, 64))
     (product,) = [
         d.fx_node for d in graph.decisions()
         if d.fx_node is not None and d.fx_node.target is aten.mul.Tensor and d.fx_node.args[0].op == "placeholder"
     ]
     averaged = (PARTIAL, BY_BATCH)  # x - mean(x) averaged-partial on dp, the batch split on tp
-    summed_in = averaged_product_summed(product, (64,), averaged)
-    assert summed_in == (REPLICATE, REPLICATE)
+    asked = averaged_product_sum(product, (64,), averaged, (2, 4))
+    assert asked is not None
+    summed_in, summed_out = asked
     predicted = sorted((kind, axis) for kind, axis, _ in gradient_collectives(averaged, summed_in, 8 * 16 * 64 * 4, (2, 4)))
-    # what DTensor runs for the sum over the weight's broadcast dims of such a product
+    # what DTensor runs for the sum over the weight's broadcast dims of such a product, with
+    # autoplan's changes in force as in a planned step (torch 2.14's own choice would split
+    # the batch on dp too, which autoplan's strategy choice keeps it from)
     made = DTensor.from_local(torch.randn(2, 16, 64), fake_mesh_2x4, (Partial("avg"), Shard(0)))
-    with CommDebugMode() as comm:
-        made.sum([0, 1], keepdim=True)
-    assert {str(op).split(".")[-1]: n for op, n in comm.get_comm_counts().items()} == {
-        "all_gather_into_tensor": 1, "all_reduce": 1,
-    }
-    assert predicted == [("all_gather", 1), ("all_reduce", 0)]
+    with overrides.installed(), CollectiveCounter(nn.Linear(1, 1), fake_mesh_2x4) as counter:
+        out = made.sum([0, 1], keepdim=True)
+    axes = {"dp": 0, "tp": 1}
+    ran = sorted((c.kind, axes[c.axis]) for c, n in counter.collectives.items() for _ in range(n))
+    assert predicted == ran and ran  # the average partial is never summed as it is
+    assert summed_out == tuple(spec_from_placements(out.placements))
+    if summed_in == (REPLICATE, REPLICATE):  # torch 2.13's sum reduces it and gathers the batch whole first
+        assert averaged_product_summed(product, (64,), averaged) == summed_in  # the planner's own rule agrees
+        assert predicted == [("all_gather", 1), ("all_reduce", 0)]
