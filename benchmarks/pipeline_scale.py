@@ -12,10 +12,11 @@ planning time (wall and CPU seconds of this process).
 
 torchtitan's recipe (``llama3_70b.toml``: FSDP 8 x TP 8 on 64 GPUs, local batch 8;
 ``llama3_405b.toml``: FSDP 16 x TP 8 on 128 GPUs, local batch 2; both full activation
-checkpointing, no pipeline) is the ``torchtitan`` baseline layout (``evaluate/baselines.py``)
-on that mesh, priced as autoplan prices a plan's layout, with the batch reached by
-gradient accumulation (1024 sequences in microbatches of the recipe's local batch) and
-every block fully checkpointed: the price ``suggest`` gives a layout, not a measurement.
+checkpointing, no pipeline) is the ``torchtitan`` baseline plan (``evaluate/baselines.py``)
+on that mesh with every block fully checkpointed, scored by ``autoplan.score`` (what
+``autoplan score MODEL PLAN --microbatches K`` runs) with the batch reached by gradient
+accumulation (1024 sequences in microbatches of the recipe's local batch): priced as the
+pipeline planner prices its own one-stage candidates, a prediction, not a measurement.
 Both run eager (the 405B recipe's float8 and torch.compile are not priced). Where a case
 has no recipe (70B on 128, 405B on 64) its row says so.
 """
@@ -26,7 +27,6 @@ import argparse
 import json
 import sys
 import time
-from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -80,33 +80,25 @@ def plan_case(size: str, devices: int) -> dict:
 
 
 def recipe_case(size: str, devices: int) -> dict | None:
-    """torchtitan's recipe priced by autoplan's cost model (see the module docstring)."""
+    """torchtitan's recipe scored by ``autoplan score`` (see the module docstring)."""
     if (size, devices) not in RECIPES:
         return None
+    import autoplan
     from autoplan.cost.profile import load_profile
     from autoplan.evaluate.baselines import baseline_for_problem
-    from autoplan.evaluate.score import pins_for_plan
-    from autoplan.pipeline.problem import prepare_problem, solve_problem
-    from autoplan.pipeline_parallel.parts import layout_parts
-    from autoplan.pipeline_parallel.schedules import ScheduleShape
-    from autoplan.pipeline_parallel.search import price_option, pricing_inputs
+    from autoplan.pipeline.problem import prepare_problem
     from autoplan.pipeline_parallel.stage_mesh import batch_sequences
 
     fsdp, tp, local = RECIPES[(size, devices)]
     model, batch = _model(size)
-    cluster = load_profile("h100-sxm")
-    problem = replace(prepare_problem(model, batch, (fsdp, tp), ("dp", "tp"), cluster), step=None)
-    baseline = baseline_for_problem("torchtitan", problem, recompute="full")
-    _, solution, _ = solve_problem(problem, pins_for_plan(problem, baseline.plan)[0], recompute="full", over_budget=True)
-    sequences = batch_sequences(batch)
-    parts = layout_parts(problem, solution, sequences)
-    inputs = pricing_inputs(cluster, (1, fsdp, tp), 0, sequences, fsdp, problem.budget_bytes,
-                            float(baseline.plan.predicted.memory.get("temporaries", 0)))
-    accumulation = sequences // (fsdp * local)
-    option = price_option(parts, inputs, 1, ScheduleShape("1F1B"), accumulation, checkpoint="full")
-    assert option is not None
-    return {"mesh": f"dp {fsdp} (FSDP) x tp {tp}", "accumulation": accumulation, "step_s": option.step_s,
-            "peak_gib": option.peak_bytes / GIB, "fits": option.fits}
+    problem = prepare_problem(model, batch, (fsdp, tp), ("dp", "tp"), load_profile("h100-sxm"))
+    recipe = baseline_for_problem("torchtitan", problem, recompute="full").plan  # the recipe as a plan file holds it
+    accumulation = batch_sequences(batch) // (fsdp * local)
+    wall, cpu = time.perf_counter(), time.process_time()
+    score = autoplan.score(model, batch, recipe, "h100-sxm", microbatches=accumulation)
+    return {"mesh": f"dp {fsdp} (FSDP) x tp {tp}", "accumulation": accumulation, "step_s": score.step_time_s,
+            "peak_gib": score.peak_memory_bytes / GIB, "fits": score.fits, "checkpointed": len(score.plan.recompute),
+            "score_wall_s": time.perf_counter() - wall, "score_cpu_s": time.process_time() - cpu}
 
 
 def main(argv=None) -> int:
@@ -135,8 +127,10 @@ def main(argv=None) -> int:
         if recipe is None:
             print("  torchtitan recipe: none published for this model on this many devices")
         else:
-            print(f"  torchtitan recipe {recipe['mesh']}, {recipe['accumulation']} accumulation steps, full AC: "
-                  f"step {recipe['step_s']:.2f} s, peak {recipe['peak_gib']:.2f} GiB ({'fits' if recipe['fits'] else 'OVER'})")
+            print(f"  torchtitan recipe {recipe['mesh']}, {recipe['accumulation']} accumulation steps, full AC on "
+                  f"{recipe['checkpointed']} blocks, by `autoplan score --microbatches {recipe['accumulation']}`: "
+                  f"step {recipe['step_s']:.2f} s, peak {recipe['peak_gib']:.2f} GiB ({'fits' if recipe['fits'] else 'OVER'}); "
+                  f"scored in {recipe['score_wall_s']:.1f} s wall")
         print(f"  planned in {row['planning_wall_s']:.1f} s wall, {row['planning_cpu_s']:.1f} s CPU "
               f"(trace {row['trace_s']:.1f} s, {len(row['meshes'])} mesh shapes)", flush=True)
     if args.json:

@@ -250,10 +250,11 @@ stages over timm's registry (one model per family, built tiny), diffusers' DiT, 
 SD3 and Flux transformers and conditional UNet, open_clip's model configs (one per distinct
 architecture once shrunk) and x-transformers' decoder and encoder, then gloo numerics and
 the forcing plan's step compiled whole (`compile` column: collectives as predicted, loss
-equal to the eager step's with the model's randomness off). Install the libraries with
-`pip install --no-deps diffusers x-transformers timm open_clip_torch` (their requirements
-would pull another torch; add what each imports by hand) and the torchvision built for your
-torch (`torchvision==0.28.0` for torch 2.13). timm and open_clip import only beside a
+equal to the eager step's with the model's randomness off). diffusers and x-transformers
+come with the `test` extra (with torch installed first they pull no other torch); install
+timm and open_clip with `pip install --no-deps timm open_clip_torch` (their requirements
+would pull another torch through torchvision; add what each imports by hand) and the
+torchvision built for your torch (`torchvision==0.28.0` for torch 2.13). timm and open_clip import only beside a
 torchvision built for the running torch: where they do not, their rows are reported as not
 installed and the other sources still run. On the two-core development machine PyPI's
 torchvision 0.28.0 failed to import beside the torch 2.13.0 CPU build ("operator

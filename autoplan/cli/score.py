@@ -24,7 +24,21 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--mesh", help="expected mesh shape, e.g. 2x4 (default: the plan's)")
     add_memory_flags(parser, "the budget the plan was made under, else the profile's device memory")
     parser.add_argument("--time-limit", type=_positive_float, help="solver time limit in seconds")
+    parser.add_argument("--microbatches", type=_positive_int, metavar="K",
+                        help="price a plan without stages as K steps of gradient accumulation (the batch cut into K "
+                        "microbatches along dim 0), as the pipeline planner prices one stage; a plan with stages "
+                        "is always priced with its own schedule and microbatches")
     return parser
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
+    return value
 
 
 def run(args: argparse.Namespace) -> int:
@@ -40,10 +54,18 @@ def run(args: argparse.Namespace) -> int:
     with progress_on_stderr() as progress:  # None unless stderr is a terminal (or AUTOPLAN_PROGRESS=plain)
         result = score(
             loaded.model, loaded.example_inputs, plan, args.profile, args.memory_gb, args.time_limit, mesh,
-            loaded.loss_fn, progress, memory_gib=args.memory_gib,
+            loaded.loss_fn, progress, memory_gib=args.memory_gib, microbatches=args.microbatches,
         )
     print(f"plan {args.plan} for {loaded.name}")
     print(result.summary())
+    if result.plan.pipeline is not None:  # the stages as priced
+        from autoplan.explain.render import render
+        from autoplan.explain.stages import pipeline_sections
+
+        render(pipeline_sections(result.plan)[:1])
+    elif args.microbatches is not None:
+        print(f"gradient accumulation: {args.microbatches} microbatches per step, one optimizer step; "
+              "priced as the pipeline planner prices one stage (docs/pipeline.md)")
     own = plan.predicted.step_time_s
     print(f"the plan file's own prediction: {own * 1e3:.3f} ms (profile {plan.profile})")
     return 0

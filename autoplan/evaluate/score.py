@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from torch import nn
 
 from autoplan.cost.profile import ClusterProfile, load_profile
-from autoplan.errors import OptionError, PlanError, ProfileError
+from autoplan.errors import PlanError, ProfileError
 from autoplan.explain.show import peak_memory_lines
 from autoplan.pipeline.budget import MemoryBudget, budget_words, plans_budget
 from autoplan.pipeline.pinning import Pins
@@ -95,6 +95,7 @@ def score(
     progress=None,
     *,
     memory_gib: float | None = None,
+    microbatches: int | None = None,
 ) -> Score:
     """Score ``plan`` for ``model`` on ``example_inputs`` (meta tensors are fine).
 
@@ -104,12 +105,15 @@ def score(
     against: ``memory_gb`` (10**9 bytes) or ``memory_gib`` (2**30 bytes), else the one the
     plan was made under (its file records it), else the profile's device memory.
     The step is priced in the regime the plan was (``plan.regime``: eager or compiled).
-    ``progress(text)`` hears each stage as it starts.
+    ``progress(text)`` hears each stage as it starts. A plan with pipeline stages, or one
+    run as ``microbatches`` steps of gradient accumulation, is priced as the pipeline
+    planner prices (``evaluate/score_microbatched.py``).
     """
-    if plan.pipeline is not None:  # the ILP prices one layout's step, not a schedule of stages
-        raise OptionError("score prices plans without pipeline stages, and this plan has "
-                          f"{len(plan.pipeline.stages)}; its price is its own prediction (autoplan show), made "
-                          "by `autoplan suggest` with a pp axis (docs/pipeline.md)")
+    if plan.pipeline is not None or microbatches is not None:
+        from autoplan.evaluate.score_microbatched import score_microbatched
+
+        return score_microbatched(model, example_inputs, plan, profile, memory_gb, time_limit_s, loss_fn, progress,
+                                  memory_gib=memory_gib, microbatches=microbatches, mesh=mesh)
     _check_mesh(plan, mesh)
     cluster = plan_profile(plan, profile)
     if progress is not None:

@@ -74,6 +74,16 @@ class PipelineOption:
 
 
 @dataclass(frozen=True)
+class FixedStages:
+    """A split and checkpointing already chosen (a plan being scored): blocks per stage in
+    model order, and per stage the checkpoint mode and how many of its first blocks it
+    checkpoints (mode None: none)."""
+
+    blocks: tuple[int, ...]
+    recompute: tuple[tuple[str | None, int], ...]
+
+
+@dataclass(frozen=True)
 class PricingInputs:
     """What pricing needs besides the layout: the batch, the budget and the pipeline axis's link."""
 
@@ -131,11 +141,11 @@ def _better(a: PipelineOption, b: PipelineOption) -> bool:
 
 
 def price_option(parts: LayoutParts, inputs: PricingInputs, size: int, shape: ScheduleShape,
-                 microbatches: int, checkpoint: str | None = None) -> PipelineOption | None:
+                 microbatches: int, checkpoint: str | None = None, fixed: FixedStages | None = None) -> PipelineOption | None:
     """One candidate priced: blocks split by price, each rank's checkpointing fitted to the
     budget, or every block checkpointed with ``checkpoint`` ("full" or "selective": a
-    recipe's fixed choice). With ``size`` 1 and several microbatches it is gradient
-    accumulation."""
+    recipe's fixed choice), or the split and checkpointing ``fixed`` gives (a plan scored).
+    With ``size`` 1 and several microbatches it is gradient accumulation."""
     tokens = inputs.sequences / microbatches / parts.traced_sequences
     stage_count = size * shape.virtual
     ranks = shape.stage_ranks(size)
@@ -178,6 +188,14 @@ def price_option(parts: LayoutParts, inputs: PricingInputs, size: int, shape: Sc
         state, activations = memory(stages)
         held = flight[rank]
         peak = state + held * activations + temporaries
+        if fixed is not None:
+            rerun = freed = 0.0
+            for stage, _ in stages:
+                mode, count = fixed.recompute[stage]
+                if mode is not None and count:
+                    freed += count * tokens * getattr(parts.block, f"{mode}_freed") * held
+                    rerun += count * _rerun(parts.block, mode, tokens)
+            return rerun, peak - freed, None, 0  # the stages' own checkpointing is read from ``fixed`` below
         if shape.splits_backward and (checkpoint is not None or peak > inputs.budget_bytes):
             return None
         if checkpoint is not None:
@@ -209,7 +227,12 @@ def price_option(parts: LayoutParts, inputs: PricingInputs, size: int, shape: Sc
         return math.inf if fit is None else forward + backward + fit[0]
 
     ends = (parts.pre.state_bytes > 0, parts.post.state_bytes > 0)  # an end stage needs modules of its own
-    counts = split_blocks(parts.blocks, stage_count, stage_seconds, ends)
+    if fixed is not None:
+        if len(fixed.blocks) != stage_count or sum(fixed.blocks) != parts.blocks:
+            return None
+        counts: tuple[int, ...] | None = fixed.blocks
+    else:
+        counts = split_blocks(parts.blocks, stage_count, stage_seconds, ends)
     fits = counts is not None
     if counts is None:  # nothing fits: split by time alone, to say how far over it is
         counts = split_blocks(parts.blocks, stage_count, lambda s, k: sum(base(s, k)), ends)
@@ -229,9 +252,13 @@ def price_option(parts: LayoutParts, inputs: PricingInputs, size: int, shape: Sc
         fits = fits and peak <= inputs.budget_bytes
         for i in mine:
             forward, backward = base(i, counts[i])
-            checkpointed = min(left, counts[i])
-            left -= checkpointed
-            extra = rerun * checkpointed / fit[3] if fit[3] else 0.0
+            if fixed is not None:
+                mode, checkpointed = fixed.recompute[i]
+                extra = checkpointed * _rerun(parts.block, mode, tokens) if mode is not None else 0.0
+            else:
+                checkpointed = min(left, counts[i])
+                left -= checkpointed
+                extra = rerun * checkpointed / fit[3] if fit[3] else 0.0
             state, _ = memory([(i, counts[i])])
             prices[i] = StagePrice(counts[i], starts[i], rank, forward, backward + extra, peak, state,
                                    mode if checkpointed else None, checkpointed)

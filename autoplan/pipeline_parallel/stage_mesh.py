@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from autoplan.cost.estimate import CostedGraph, EdgeCost, compute_part_rows
@@ -97,11 +98,7 @@ def plan_stage_mesh(model, batch, trace: ModelTrace, full_mesh: tuple[int, ...],
                         "differ; plan it without a pp axis")
     whole = problem
     problem = replace(problem, step=None)
-    microbatches = _typical_microbatches(sequences, _batch_ranks(stage_mesh, stage_names), size)
-    seen = stage_memory(problem.reduced, 1.0 / size, 1.0 / microbatches)
-    proxy = replace(problem, reduced=repeated_per_microbatch(seen, microbatches, batch_free(problem.choices.graph)))
-    layout, solution, _ = solve_problem(proxy, Pins(proxy), time_limit_s, recompute=True, over_budget=True,
-                                        progress=progress)
+    layout, solution = solve_stage_layout(problem, stage_names, sequences, size, Pins, time_limit_s, progress)
     parts = layout_parts(problem, solution, sequences)
     inputs = pricing_inputs(cluster, full_mesh, axis_index, sequences, batch_split(layout), problem.budget_bytes,
                             float(layout.predicted.memory.get("temporaries", 0)))
@@ -109,6 +106,20 @@ def plan_stage_mesh(model, batch, trace: ModelTrace, full_mesh: tuple[int, ...],
     best = best_option(parts, inputs, size, max_virtual, options)
     return StageMeshResult(full_mesh, axis_names, axis_index, layout, parts, named_parts(problem), best,
                            tuple(options), time.perf_counter() - start, whole, solution, plan_axis_index)
+
+
+def solve_stage_layout(problem: Problem, stage_names: tuple[str, ...], sequences: int, size: int,
+                       pins: Callable[[Problem], Pins], time_limit_s: float | None = None, progress=None,
+                       recompute: bool | tuple[str, int] = True) -> tuple[Plan, Solution]:
+    """The layout of a stage of a ``size``-stage pipeline solved on ``problem`` (its ``step``
+    None: priced by the cost model alone), seen as the module docstring says; ``pins(proxy)``
+    the layouts already fixed (none when planning, a plan's own when scoring it)."""
+    microbatches = _typical_microbatches(sequences, _batch_ranks(problem.choices.mesh_shape, stage_names), size)
+    seen = stage_memory(problem.reduced, 1.0 / size, 1.0 / microbatches)
+    proxy = replace(problem, reduced=repeated_per_microbatch(seen, microbatches, batch_free(problem.choices.graph)))
+    layout, solution, _ = solve_problem(proxy, pins(proxy), time_limit_s, recompute=recompute, over_budget=True,
+                                        progress=progress)
+    return layout, solution
 
 
 def predicted_tables(result: StageMeshResult, option: PipelineOption, recompute: dict[str, str]) -> tuple[dict, dict]:

@@ -81,6 +81,11 @@ def test_cli_suggest_verify_and_export_a_pipelined_plan(tmp_path, capsys):
     assert out.count("collectives: passed") == plan.pipeline.size  # one table per pipeline rank
     assert "numerics on 8 gloo processes" in out and "(ok)" in out
     assert main(["verify", LLAMA, str(path)]) == 0
+    capsys.readouterr()
+    assert main(["score", LLAMA, str(path), "--mesh", "2x2x2"]) == 0  # the full mesh, pp axis included
+    out = capsys.readouterr().out
+    assert f"predicted step time {plan.predicted.step_time_s * 1e3:.3f} ms" in out, out  # its own prediction
+    assert f"pipeline: {plan.pipeline.schedule} on pp 2 x dp 2 x tp 2" in out, out
     exported = tmp_path / "llama_pp_torch.py"
     assert main(["export", str(path), "--format", "torch", "--out", str(exported)]) == 0
     settings = runpy.run_path(str(exported))["TORCHTITAN_PARALLELISM"]

@@ -106,9 +106,33 @@ def test_the_parts_add_up_to_the_solvers_price():
     assert parts.boundary_bytes > 0
 
 
-def test_score_says_it_prices_no_pipeline(planned):
+def test_score_of_a_pipelined_plan_is_its_own_prediction(planned):
+    """``autoplan score`` re-solves the plan's pinned layout as a stage and prices its own
+    schedule, microbatches, split and checkpointing: what suggest predicted, stage by stage."""
     from autoplan.evaluate.score import score
 
     model, plan, _ = planned
-    with pytest.raises(OptionError, match="score prices plans without pipeline stages"):
-        score(model, _batch(), plan)
+    scored = score(model, _batch(), plan, memory_gib=0.02)
+    assert scored.step_time_s == pytest.approx(plan.predicted.step_time_s, rel=1e-6)
+    assert scored.peak_memory_bytes == plan.predicted.peak_memory_bytes and scored.fits
+    assert scored.plan.pipeline.stages == plan.pipeline.stages
+    with pytest.raises(OptionError, match="runs its pipeline with"):
+        score(model, _batch(), plan, microbatches=plan.pipeline.microbatches * 2)
+
+
+def test_gradient_accumulation_is_scored_as_one_stage(planned):
+    """A layout run as k microbatches: each pays its per-microbatch costs again, and holds a
+    k-th of the activations; at k = 1 it is the one-stage price of the whole batch."""
+    from autoplan.evaluate.score import score
+
+    model, _, report = planned
+    layout = report.chosen.layout  # the stage mesh's plan, without stages
+    assert layout.pipeline is None
+    scores = [score(model, _batch(), layout, memory_gib=1.0, microbatches=k) for k in (1, 2, 4)]
+    steps = [s.step_time_s for s in scores]
+    peaks = [s.peak_memory_bytes for s in scores]
+    assert steps[0] < steps[1] < steps[2]
+    assert peaks[0] > peaks[1] > peaks[2]
+    assert all(s.plan.pipeline is None for s in scores)
+    with pytest.raises(OptionError, match="do not split into 32 microbatches"):
+        score(model, _batch(), layout, microbatches=32)

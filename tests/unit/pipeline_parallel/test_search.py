@@ -4,7 +4,7 @@ import pytest
 
 from autoplan.pipeline_parallel.parts import LayoutParts, PartCost
 from autoplan.pipeline_parallel.schedules import ScheduleShape
-from autoplan.pipeline_parallel.search import PricingInputs, best_option, microbatch_counts, price_option
+from autoplan.pipeline_parallel.search import FixedStages, PricingInputs, best_option, microbatch_counts, price_option
 
 GB = 1e9
 
@@ -76,3 +76,23 @@ def test_a_recipes_checkpointing_and_gradient_accumulation():
     assert stage.backward_s == pytest.approx(0.25 + 4 * 4 + 1 + 4 * 2)
     assert stage.peak_bytes == pytest.approx(8 * GB) and not option.fits
     assert option.makespan_s == pytest.approx(4 * (stage.forward_s + stage.backward_s))
+
+
+def test_a_fixed_split_and_checkpointing_are_priced_as_given():
+    # the split by price is 2 + 2 (above); given 3 + 1 with one block of the first stage
+    # selective, that is what is priced, whatever the budget would have chosen
+    fixed = FixedStages((3, 1), (("selective", 1), (None, 0)))
+    option = price_option(_parts(), _inputs(1e15), 2, ScheduleShape("1F1B"), 4, fixed=fixed)
+    first, last = option.stages
+    assert (first.blocks, last.blocks) == (3, 1)
+    assert (first.recompute, first.recomputed_blocks, last.recompute) == ("selective", 1, None)
+    assert first.backward_s == pytest.approx(0.25 + 12 + 0.5)  # one block's rerun: 2 s per 8 sequences, a quarter
+    # rank 0 holds 2 microbatches of 3 blocks (2 GB each) and the embedding's state; the selective block frees 1 GB each
+    assert first.peak_bytes == pytest.approx((2 + 3) * GB + 2 * 3 * 2 * GB - 2 * 1 * GB)
+    # the same split as the search's, no checkpointing: the search's price
+    free = price_option(_parts(), _inputs(1e15), 2, ScheduleShape("1F1B"), 4)
+    same = price_option(_parts(), _inputs(1e15), 2, ScheduleShape("1F1B"), 4,
+                        fixed=FixedStages((2, 2), ((None, 0), (None, 0))))
+    assert same == free
+    # a split that does not hold every block once prices nothing
+    assert price_option(_parts(), _inputs(1e15), 2, ScheduleShape("1F1B"), 4, fixed=FixedStages((2, 1), ((None, 0),) * 2)) is None
