@@ -1,6 +1,8 @@
 """Pipeline stages and the mesh shape planned at scale: Llama-3 70B and 405B on 64 and 128
 H100-preset devices, at a real batch (1024 sequences of 8192 tokens), against torchtitan's
-published recipe for the same model priced by the same cost model.
+published recipe for the same model scored by ``autoplan score``; and a dense model of
+DeepSeek-V3's depth and widths (61 layers of latent attention, 1024 sequences of 4096
+tokens) on 256.
 
     python benchmarks/pipeline_scale.py [--cases 70b:64,405b:128] [--json out.json]
 
@@ -35,8 +37,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks" / "models"))
 
-CASES = ("70b:64", "70b:128", "405b:64", "405b:128")
-MODEL_FILES = {"70b": "llama3_70b_pretrain", "405b": "llama3_405b_pretrain"}
+CASES = ("70b:64", "70b:128", "405b:64", "405b:128", "dsv3dense:256")
+MODEL_FILES = {"70b": "llama3_70b_pretrain", "405b": "llama3_405b_pretrain", "dsv3dense": "deepseek_v3_dense_pretrain"}
+TITLES = {"70b": "Llama-3 70B", "405b": "Llama-3.1 405B", "dsv3dense": "DeepSeek-V3 depth and widths, dense"}
 RECIPES = {("70b", 64): (8, 8, 8), ("405b", 128): (16, 8, 2)}
 """(FSDP degree, TP degree, local batch) of torchtitan's published recipe."""
 PER_NODE = 8
@@ -109,7 +112,8 @@ def main(argv=None) -> int:
     results = []
     for case in args.cases.split(","):
         size, devices = case.split(":")
-        print(f"== Llama-3 {size.upper()} on {devices} H100 (h100-sxm), 1024 x 8192 tokens", flush=True)
+        module = __import__(MODEL_FILES[size])
+        print(f"== {TITLES[size]} on {devices} H100 (h100-sxm), {module.SEQUENCES} x {module.SEQ_LEN} tokens", flush=True)
         row = plan_case(size, int(devices))
         row["recipe"] = recipe_case(size, int(devices))
         results.append(row)
