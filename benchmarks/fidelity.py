@@ -3,7 +3,7 @@
     python benchmarks/fidelity.py [--models mlp,cnn,transformer,gpt2,bert,llama,moe]
                                   [--profile cpu-gloo] [--random 6] [--min-plans 10] [--seed 0]
                                   [--steps 7] [--warmup 2] [--budget-s 5] [--out benchmarks/results]
-                                  [--predict-only] [--compile none|block|whole]
+                                  [--predict-only] [--compile none|block|whole] [--pipeline]
 
 For each public-zoo model (the small ``build_model`` config of ``examples/NAME.py``) on a
 2x4 (dp, tp) mesh it builds at least ``--min-plans`` distinct plans: autoplan's own plan
@@ -24,6 +24,15 @@ MdAPE <= 10 % with errors of both signs (one-signed errors mean a missing term: 
 is the share of plans predicted slower than measured), and auto <= 1.05 x best baseline.
 Everything measured goes to ``OUT/fidelity.json`` and a log-log scatter plot to
 ``OUT/fidelity.png``.
+
+``--pipeline`` measures pipelined plans instead (issue 47): each model (default
+``pipeline_llama``, an eight-layer Llama from ``tests/models/``) planned on a 2x2x2
+(pp, dp, tp) mesh, autoplan's plan (``auto``) and every other schedule, stages per rank and
+microbatch count the pipeline planner priced for that layout (``schedule``: the stage
+split and checkpointing it gave each; ``--min-plans`` in all, spread over the predicted
+times), each predicted by ``autoplan.score`` and stepped
+with ``Pipelined.step`` on 8 gloo processes; "auto / best" then compares autoplan's
+pipeline with the fastest one measured.
 
 ``--compile block|whole`` plans and scores every plan priced for that regime
 (``cost/regime.py``) and times each step compiled so (inductor, ``verify/compiled.py``;
@@ -58,7 +67,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from autoplan.explain.progress import rows_on_stderr  # noqa: E402
 
 MODELS = ("mlp", "cnn", "transformer", "gpt2", "bert", "llama", "moe")
+PIPELINE_MODELS = ("pipeline_llama",)
 MESH, AXIS_NAMES, WORLD = (2, 4), ("dp", "tp"), 8
+PIPELINE_MESH, PIPELINE_AXES = (2, 2, 2), ("pp", "dp", "tp")
 TARGET_SPEARMAN, TARGET_MDAPE, TARGET_RATIO = 0.9, 0.10, 1.05
 
 
@@ -99,7 +110,10 @@ class Candidate:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", default=",".join(MODELS), help="comma-separated example names")
+    parser.add_argument("--models", help="comma-separated example names (default: every zoo model; with --pipeline "
+                        f"{','.join(PIPELINE_MODELS)})")
+    parser.add_argument("--pipeline", action="store_true",
+                        help="measure pipelined plans on a 2x2x2 (pp, dp, tp) mesh: autoplan's and every other schedule priced")
     parser.add_argument("--profile", default="cpu-gloo")
     parser.add_argument("--random", type=int, default=6, help="random plans per model (at least)")
     parser.add_argument("--min-plans", type=int, default=10, help="more random plans until each model has this many")
@@ -122,7 +136,8 @@ def main(argv=None) -> int:
     started = time.perf_counter()
     candidates: list[Candidate] = []
     skipped: dict[str, str] = {}
-    models = args.models.split(",")
+    models = (args.models or ",".join(PIPELINE_MODELS if args.pipeline else MODELS)).split(",")
+    mesh = PIPELINE_MESH if args.pipeline else MESH
     with rows_on_stderr(len(models), "models planned and scored") as progress:
         for name in models:
             progress.started(name)
@@ -152,12 +167,12 @@ def main(argv=None) -> int:
             rng.shuffle(one_pass)
             order += one_pass
         jobs = [MeasureJob(OP_OVERHEAD_PROBE, "", "", "probe")]
-        jobs += [MeasureJob(str(ROOT / "examples" / f"{candidates[i].model}.py"), "build_model", candidates[i].plan_json,
+        jobs += [MeasureJob(str(model_path(candidates[i].model)), "build_model", candidates[i].plan_json,
                             f"{candidates[i].model}/{candidates[i].label}", args.compile) for i in order]
         config = MeasureConfig(warmup=args.warmup, steps=args.steps, budget_s=args.budget_s, seed=args.seed,
                                max_foreign_share=args.max_foreign, retries=args.retries)
         print(f"measuring {len(candidates)} plans x {args.passes} passes on {WORLD} gloo processes (mesh "
-            f"{'x'.join(map(str, MESH))}, compile {args.compile}) ...", flush=True)
+            f"{'x'.join(map(str, mesh))}, compile {args.compile}) ...", flush=True)
         started = time.perf_counter()
         measured = Path(args.out) / "fidelity.progress.jsonl"  # one line per plan measured, to follow a long run
         measured.parent.mkdir(parents=True, exist_ok=True)
@@ -185,9 +200,9 @@ def main(argv=None) -> int:
           f"load average before {load_before[0]:.2f}, after {load_after[0]:.2f} (1 min), host has {os.cpu_count()} CPUs")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    stem = "fidelity" if args.compile == "none" else f"fidelity-{args.compile}"
+    stem = ("fidelity" if args.compile == "none" else f"fidelity-{args.compile}") + ("-pipeline" if args.pipeline else "")
     record = {
-        "profile": args.profile, "compile": args.compile, "mesh": list(MESH), "world": WORLD, "seed": args.seed,
+        "profile": args.profile, "compile": args.compile, "mesh": list(mesh), "world": WORLD, "seed": args.seed,
         "steps": args.steps, "warmup": args.warmup, "budget_s": args.budget_s,
         "load_average_before": load_before, "load_average_after": load_after,
         "skipped_models": skipped, "summary": summaries, "dtensor_op_overhead_s": op_overhead_s,
@@ -199,14 +214,14 @@ def main(argv=None) -> int:
     if not args.predict_only:
         from scatter_png import scatter_loglog
 
-        shapes = {"auto": "circle", "baseline": "triangle", "random": "diamond"}
+        shapes = {"auto": "circle", "baseline": "triangle", "random": "diamond", "schedule": "square"}
         series: dict[str, list] = {}
         for c in candidates:
             if c.error or not math.isfinite(c.measured_s):
                 continue
             series.setdefault(c.model, []).append((c.predicted_s * 1e3, c.measured_s * 1e3, shapes[c.kind]))
         if series:
-            png = scatter_loglog(series, f"step time, {args.profile} profile, {WORLD} gloo ranks {'x'.join(map(str, MESH))}, "
+            png = scatter_loglog(series, f"step time, {args.profile} profile, {WORLD} gloo ranks {'x'.join(map(str, mesh))}, "
                                  f"compile {args.compile}", "predicted ms", "measured ms")
             (out / f"{stem}.png").write_bytes(png)
             print(f"wrote {out / f'{stem}.json'} and {out / f'{stem}.png'}")
@@ -242,7 +257,56 @@ def following(lines: Path, labels: list[str], progress):
         watcher.join()
 
 
+def model_path(name: str) -> Path:
+    """``examples/NAME.py``, else ``tests/models/NAME.py`` (the pipeline's eight-layer Llama)."""
+    example = ROOT / "examples" / f"{name}.py"
+    return example if example.exists() else ROOT / "tests" / "models" / f"{name}.py"
+
+
+def pipelined_plans_for_model(name: str, args) -> tuple[list[Candidate], list[str]]:
+    """autoplan's pipelined plan and one plan per other option the pipeline planner priced on
+    its layout, each predicted by ``autoplan.score``."""
+    import autoplan
+    from autoplan.model_file import load_model_file
+    from autoplan.pipeline_parallel.planner import plan_for_option, suggest_pipelined
+
+    loaded = load_model_file(str(model_path(name)))
+    model, batch = loaded.model, loaded.example_inputs
+    plan, report = suggest_pipelined(model, batch, PIPELINE_MESH, PIPELINE_AXES, args.profile, loss_fn=loaded.loss_fn,
+                                     compile=args.compile)
+    blocks = report.chosen.problem.blocks
+    chosen = report.chosen.best
+    found, notes, seen = [], [], set()
+    options = []
+    for option in sorted(report.chosen.options, key=lambda o: o.step_s):
+        key = (option.schedule, option.microbatches, tuple(s.blocks for s in option.stages))
+        if key not in seen and option is not chosen:
+            seen.add(key)
+            options.append(option)
+    # at most --min-plans in all: the others spread evenly over the predicted times
+    keep = max(1, args.min_plans - 1)
+    if len(options) > keep:
+        step = (len(options) - 1) / max(1, keep - 1)
+        options = [options[round(i * step)] for i in range(keep)]
+        notes.append(f"{keep} of the {len(seen)} other options priced, spread over their predicted times")
+    for option in [chosen, *options]:
+        if not option.fits:
+            notes.append(f"{_option_label(option)}: does not fit the memory budget, measured anyway")
+        one = plan if option is chosen else plan_for_option(model, blocks, report.chosen, option)
+        scored = autoplan.score(model, batch, one, loss_fn=loaded.loss_fn)
+        found.append(Candidate(name, _option_label(option), "auto" if option is chosen else "schedule", one.to_json(),
+                               scored.step_time_s, scored.compute_s, scored.comm_s))
+    return found, notes
+
+
+def _option_label(option) -> str:
+    virtual = f"x{option.schedule.virtual}" if option.schedule.virtual > 1 else ""
+    return f"{option.schedule.name}{virtual}/{option.microbatches}mb"
+
+
 def plans_for_model(name: str, args) -> tuple[list[Candidate], list[str]]:
+    if args.pipeline:
+        return pipelined_plans_for_model(name, args)
     from autoplan.errors import NotApplicableError
     from autoplan.evaluate.baselines import BASELINES, baseline_for_problem
     from autoplan.evaluate.score import score_problem
@@ -349,10 +413,10 @@ def report(candidates: list[Candidate], skipped: dict[str, str], predict_only: b
         by_model.setdefault(c.model, []).append(c)
     for model, group in by_model.items():
         print(f"\n== {model}")
-        print(f"  {'plan':<15} {'predicted ms':>12} {'compute':>9} {'comm':>9} {'measured ms':>12} {'error':>8} {'other load':>10}")
+        print(f"  {'plan':<28} {'predicted ms':>12} {'compute':>9} {'comm':>9} {'measured ms':>12} {'error':>8} {'other load':>10}")
         for c in group:
             error = (c.predicted_s - c.measured_s) / c.measured_s if math.isfinite(c.measured_s) else math.nan
-            line = (f"  {c.label:<15} {c.predicted_s * 1e3:>12.2f} {c.compute_s * 1e3:>9.2f} {c.comm_s * 1e3:>9.2f} "
+            line = (f"  {c.label:<28} {c.predicted_s * 1e3:>12.2f} {c.compute_s * 1e3:>9.2f} {c.comm_s * 1e3:>9.2f} "
                     f"{c.measured_s * 1e3:>12.2f} {error:>+8.1%} {c.foreign_share:>10.1%}")
             print(line + (f"  FAILED: {c.error}" if c.error else ""))
         if predict_only:
@@ -362,7 +426,7 @@ def report(candidates: list[Candidate], skipped: dict[str, str], predict_only: b
         mdape = statistics.median(abs(c.predicted_s - c.measured_s) / c.measured_s for c in ok) if ok else math.nan
         over = sum(c.predicted_s > c.measured_s for c in ok) / len(ok) if ok else math.nan
         auto = next((c for c in ok if c.kind == "auto"), None)
-        baselines = [c for c in ok if c.kind == "baseline"]
+        baselines = [c for c in ok if c.kind in ("baseline", "schedule")]  # pipelined: the other schedules
         best = min(baselines, key=lambda c: c.measured_s) if baselines else None
         ratio = auto.measured_s / best.measured_s if auto and best else math.nan
         # Diagnostic, not autoplan's prediction: every op the step dispatched also pays the

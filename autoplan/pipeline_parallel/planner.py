@@ -137,13 +137,19 @@ def _rank(option: PipelineOption) -> tuple:
 
 
 def _plan_of(model, blocks, result: StageMeshResult, axis: str, alternatives: tuple[Alternative, ...]) -> Plan:
+    assert result.best is not None
+    return plan_for_option(model, blocks, result, result.best, axis, alternatives)
+
+
+def plan_for_option(model, blocks, result: StageMeshResult, option: PipelineOption, axis: str = PIPELINE_AXIS,
+                    alternatives: tuple[Alternative, ...] = ()) -> Plan:
+    """The plan file of one of ``result``'s priced options (its best, or another one: the
+    fidelity benchmark measures several), its collectives predicted for one microbatch."""
     names = [n for n, _ in model.named_parameters()]  # buffer-only modules (rotary tables) stay on every stage
     covers = outer_modules(names, result.named, blocks.fqn)
-    assert result.best is not None
-    best = result.best
     index = result.axis_index if result.plan_axis_index is None else result.plan_axis_index
-    return pipelined_plan(result.layout, best, blocks, covers, axis, index, alternatives,
-                          lambda recompute: predicted_tables(result, best, recompute))
+    return pipelined_plan(result.layout, option, blocks, covers, axis, index, alternatives,
+                          lambda recompute: predicted_tables(result, option, recompute))
 
 
 def _alternative(result: StageMeshResult, option: PipelineOption) -> Alternative:

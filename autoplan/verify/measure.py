@@ -208,14 +208,19 @@ def _time_job(job: MeasureJob, config: MeasureConfig, meshes: dict) -> dict:
         return _time_steps(_probe_step(_mesh(meshes, (dist.get_world_size(),), None)), config, per_op=True)
     plan = autoplan.Plan.from_dict(json.loads(job.plan_json))
     module = import_model_file(Path(job.model_file))  # a fresh module: builders may keep state
-    mesh = _mesh(meshes, plan.mesh_shape, plan.axis_names)
+    shape, names = (plan.mesh_shape, plan.axis_names) if plan.pipeline is None else \
+        plan.pipeline.full_mesh(tuple(plan.mesh_shape), tuple(plan.axis_names))
+    mesh = _mesh(meshes, shape, names)
     torch.manual_seed(config.seed)
     model = getattr(module, job.builder)()
     torch.manual_seed(config.seed + 1)
     batch = module.example_inputs()
     batch = batch if isinstance(batch, (dict, tuple)) else (batch,) if isinstance(batch, torch.Tensor) else tuple(batch)
     # With the file's compute_loss the model returns that loss: the step timed is the one planned.
-    autoplan.apply_plan(model, plan, mesh, loss_fn=loss_function(module, Path(job.model_file)))
+    applied = autoplan.apply_plan(model, plan, mesh, loss_fn=loss_function(module, Path(job.model_file)))
+    if plan.pipeline is not None:  # the schedule's step on the global batch, then the rank's optimizer
+        # ops not counted: a rank dispatches only its stages' share, which no per-step figure compares
+        return _time_steps(_pipelined_step(applied, batch), config, count_ops=False)
     local = autoplan.shard_batch(batch, plan, mesh)
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-4)
     run = model
@@ -232,6 +237,17 @@ def _time_job(job: MeasureJob, config: MeasureConfig, meshes: dict) -> dict:
 
     # A dispatch mode around a compiled step would make dynamo trace it again: not counted.
     return _time_steps(step, config, count_ops=job.compile == "none")
+
+
+def _pipelined_step(pipelined, batch):
+    optimizer = torch.optim.AdamW([p for p in pipelined.parameters() if p.requires_grad], lr=1e-4)
+
+    def step():
+        pipelined.step(batch)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    return step
 
 
 def _probe_step(mesh):
