@@ -1,0 +1,162 @@
+"""Context parallel: causal attention over a sequence split on one mesh axis.
+
+A plan with a context axis (``Plan.context_parallel``) splits the batch's sequence dim on
+that axis, in torch's load-balanced order (``HeadTailLoadBalancer``: of ``2n`` equal
+chunks, rank ``r`` of ``n`` holds chunks ``r`` and ``2n-1-r``, so that every rank does
+the same causal work). Every op but attention is independent per token, so DTensor runs
+it on the local tokens as it runs a batch split; attention is not. For it, each rank
+gathers the keys and values of the whole sequence over the axis (an all-gather, as
+Llama 3's long-context training did), and its two query chunks attend to the keys before
+them: chunk ``j`` (``c`` queries) against the first ``(j+1)c`` keys, causal aligned to
+the lower right. The all-gather is torch's autograd-aware functional collective, whose
+backward is the reduce-scatter that hands each rank the gradients of its own keys and
+values, summed over every rank's queries.
+
+torch's own ``context_parallel`` (``torch.distributed.tensor.experimental``) handles the
+CUDA attention kernels only (flash, memory-efficient, cuDNN); a CPU mesh runs
+``_scaled_dot_product_flash_attention_for_cpu``, which it rejects. The load balancing here
+is torch's (its ``_HeadTailLoadBalancer``); the attention is written on local tensors with
+``F.scaled_dot_product_attention`` and ``causal_lower_right``, which a device runs as its
+fused kernels.
+
+While a plan with a context axis is planned or runs, ``active(axis)`` is in force: the CPU
+attention rule (``rules.py``) then offers, on that axis, only the sequence split (queries,
+keys, values, output and log-sum-exp split on their sequence dim), because a sequence held
+in the load-balanced order cannot be gathered and attended causally as a whole.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+
+import torch
+import torch.nn.functional as F
+from torch._subclasses.fake_tensor import FakeTensor
+from torch.distributed._functional_collectives import all_gather_single_autograd
+from torch.distributed.tensor import DTensor, Placement, Shard
+from torch.nn.attention.bias import causal_lower_right
+
+from autoplan.errors import PlanError
+
+SEQ_DIM = 2  # of attention's (batch, heads, seq, head_dim) operands
+_axis: list[int] = []  # the context axis in force, innermost last
+
+
+@contextmanager
+def active(axis: int | None):
+    """Plan or run with ``axis`` as the context axis (None: no context axis, nothing changes)."""
+    if axis is None:
+        yield
+        return
+    _axis.append(axis)
+    _propagation_changed()
+    try:
+        yield
+    finally:
+        _axis.pop()
+        _propagation_changed()
+
+
+def current_axis() -> int | None:
+    return _axis[-1] if _axis else None
+
+
+def _propagation_changed() -> None:
+    """DTensor's propagation answers for attention depend on the context axis: drop autoplan's
+    cached ones (``overrides.py`` keeps attention's rule out of DTensor's C++ cache)."""
+    from autoplan.dtensor import overrides
+
+    overrides.forget_cached_decisions()
+
+
+def sequence_order(seq_len: int, world: int) -> torch.Tensor:
+    """The token order a context axis of ``world`` ranks holds a sequence in (torch's head-tail
+    load balancing): rank ``r``'s slice of it is chunks ``r`` and ``2*world-1-r``."""
+    if seq_len % (2 * world):
+        raise PlanError(
+            f"a sequence of {seq_len} tokens cannot be split in {2 * world} equal chunks for a context axis of {world}",
+            hint=f"use a sequence length divisible by {2 * world}",
+        )
+    from torch.distributed.tensor.experimental._context_parallel import _HeadTailLoadBalancer
+
+    return _HeadTailLoadBalancer(seq_len, world, "cpu")._generate_indices(restore=False)[0].long()
+
+
+def load_balanced(tensor: torch.Tensor, dim: int, world: int) -> torch.Tensor:
+    """``tensor`` with its ``dim`` (the sequence) in the context axis's order."""
+    return tensor.index_select(dim, sequence_order(tensor.shape[dim], world).to(tensor.device))
+
+
+def split_attention(args: tuple, kwargs: dict):
+    """``F.scaled_dot_product_attention``'s call, run as context parallel where its query is a
+    DTensor split on the context axis's sequence dim; None otherwise (the call runs as written)."""
+    from autoplan.dtensor.fused_attention import sdpa_call
+
+    axis = current_axis()
+    if axis is None:
+        return None
+    call = sdpa_call(args, kwargs)
+    query = call.query
+    if not isinstance(query, DTensor) or query.dim() != 4 or query.placements[axis] != Shard(SEQ_DIM):
+        return None
+    if not isinstance(call.key, DTensor) or not isinstance(call.value, DTensor):
+        raise PlanError("context parallel attention needs query, key and value as DTensors",
+                        hint="re-plan: the model's keys and values should come from its planned projections")
+    # As the attention rule reads them (one layout for all three): a value that arrives
+    # replicated on the context axis is sliced there, for free.
+    key, value = (x if tuple(x.placements) == tuple(query.placements) else x.redistribute(query.device_mesh, query.placements)
+                  for x in (call.key, call.value))
+    if call.attn_mask is not None and _is_fake(query):
+        # A dry run on fake tensors (``verify/dry_run.py``): transformers cannot read a fake
+        # padding mask, so it builds the causal mask that a run on real tensors of the same
+        # batch (no padding) leaves to ``is_causal``. The same collectives run either way.
+        call = call._replace(attn_mask=None, is_causal=True)
+    if call.attn_mask is not None or call.dropout_p or not call.is_causal:
+        raise PlanError(
+            "context parallel runs causal attention without a mask or dropout only",
+            hint="pass a batch without padding or packed sequences (autoplan.sequence_batch.causal_lm_batch makes one)"
+                 " and no attention dropout, or plan without a context axis",
+        )
+    mesh = query.device_mesh
+    out = gathered_kv_attention(
+        query.to_local(), key.to_local(), value.to_local(), mesh.get_group(axis),
+        scale=call.scale, enable_gqa=call.enable_gqa,
+    )
+    return DTensor.from_local(out, mesh, query.placements, run_check=False)
+
+
+def _is_fake(x: DTensor) -> bool:
+    return isinstance(x._local_tensor, FakeTensor)
+
+
+def gathered_kv_attention(query, key, value, group, scale=None, enable_gqa=False) -> torch.Tensor:
+    """Causal attention of this rank's load-balanced query chunks against the whole sequence's
+    keys and values, gathered over ``group``; local tensors ``(batch, heads, 2c, head_dim)``."""
+    world = torch.distributed.get_world_size(group)
+    rank = torch.distributed.get_rank(group)
+    if query.shape[SEQ_DIM] % 2:
+        raise PlanError("context parallel needs an even number of local tokens",
+                        hint="use a sequence length divisible by twice the context axis")
+    chunk = query.shape[SEQ_DIM] // 2
+    fake = isinstance(query, FakeTensor)
+    restore = torch.argsort(sequence_order(2 * chunk * world, world)).to(query.device)
+    keys = all_gather_single_autograd(key.contiguous(), SEQ_DIM, group).index_select(SEQ_DIM, restore)
+    values = all_gather_single_autograd(value.contiguous(), SEQ_DIM, group).index_select(SEQ_DIM, restore)
+    outputs = []
+    for local, position in enumerate((rank, 2 * world - 1 - rank)):
+        q = query.narrow(SEQ_DIM, local * chunk, chunk)
+        seen = (position + 1) * chunk  # keys up to the end of this chunk
+        k, v = keys.narrow(SEQ_DIM, 0, seen), values.narrow(SEQ_DIM, 0, seen)
+        # On fake tensors (a dry run) no CausalBias can be made: the same shapes, aligned top-left.
+        mask = causal_lower_right(chunk, seen) if seen > chunk and not fake else None
+        outputs.append(F.scaled_dot_product_attention(
+            q, k, v, attn_mask=mask, is_causal=mask is None, scale=scale, enable_gqa=enable_gqa,
+        ))
+    return torch.cat(outputs, dim=SEQ_DIM)
+
+
+def attention_rows_on_axis(rows: list[list[Placement]], width: int, mask_shape: tuple | None) -> list[list[Placement]]:
+    """The CPU attention rule's rows for the context axis: everything split on the sequence dim
+    (the mask, ``(.., q, k)``, on its query dim)."""
+    extra: list[Placement] = [] if mask_shape is None else [Shard(len(mask_shape) - 2)]
+    return [[Shard(SEQ_DIM)] * width + extra]
