@@ -27,6 +27,7 @@ in the load-balanced order cannot be gathered and attended causally as a whole.
 
 from __future__ import annotations
 
+import math
 from contextlib import contextmanager
 
 import torch
@@ -138,7 +139,6 @@ def gathered_kv_attention(query, key, value, group, scale=None, enable_gqa=False
         raise PlanError("context parallel needs an even number of local tokens",
                         hint="use a sequence length divisible by twice the context axis")
     chunk = query.shape[SEQ_DIM] // 2
-    fake = isinstance(query, FakeTensor)
     restore = torch.argsort(sequence_order(2 * chunk * world, world)).to(query.device)
     keys = all_gather_single_autograd(key.contiguous(), SEQ_DIM, group).index_select(SEQ_DIM, restore)
     values = all_gather_single_autograd(value.contiguous(), SEQ_DIM, group).index_select(SEQ_DIM, restore)
@@ -147,12 +147,24 @@ def gathered_kv_attention(query, key, value, group, scale=None, enable_gqa=False
         q = query.narrow(SEQ_DIM, local * chunk, chunk)
         seen = (position + 1) * chunk  # keys up to the end of this chunk
         k, v = keys.narrow(SEQ_DIM, 0, seen), values.narrow(SEQ_DIM, 0, seen)
-        # On fake tensors (a dry run) no CausalBias can be made: the same shapes, aligned top-left.
-        mask = causal_lower_right(chunk, seen) if seen > chunk and not fake else None
         outputs.append(F.scaled_dot_product_attention(
-            q, k, v, attn_mask=mask, is_causal=mask is None, scale=scale, enable_gqa=enable_gqa,
+            q, k, v, attn_mask=_lower_right_causal(chunk, seen, query), is_causal=seen == chunk, scale=scale,
+            enable_gqa=enable_gqa,
         ))
     return torch.cat(outputs, dim=SEQ_DIM)
+
+
+def _lower_right_causal(queries: int, keys: int, like: torch.Tensor):
+    """The mask of ``queries`` queries that are the last of ``keys`` positions (each sees the
+    keys up to its own); None where they are all of them (``is_causal``). A GPU's fused
+    kernels take it as ``causal_lower_right`` without a mask in memory; on a CPU torch
+    makes that mask anyway, and a ``CausalBias`` cannot be made under a dispatch mode
+    (``MemTracker``, the collective counter, fake tensors), so the CPU gets the mask itself."""
+    if queries == keys:
+        return None
+    if like.device.type == "cuda" and not isinstance(like, FakeTensor):
+        return causal_lower_right(queries, keys)
+    return torch.ones(queries, keys, dtype=torch.bool, device=like.device).tril(keys - queries)
 
 
 def attention_rows_on_axis(rows: list[list[Placement]], width: int, mask_shape: tuple | None) -> list[list[Placement]]:
@@ -160,3 +172,30 @@ def attention_rows_on_axis(rows: list[list[Placement]], width: int, mask_shape: 
     (the mask, ``(.., q, k)``, on its query dim)."""
     extra: list[Placement] = [] if mask_shape is None else [Shard(len(mask_shape) - 2)]
     return [[Shard(SEQ_DIM)] * width + extra]
+
+
+def kv_gathers(node, in_values, strategy, mesh_shape, requires_grad: bool) -> tuple[list[tuple[str, int, float, bool]], float]:
+    """What the fx ``node``'s attention runs itself under ``strategy`` with its sequence split
+    on the context axis: ``(kind, axis, bytes, in the backward)`` of the keys' and values'
+    all-gathers (bytes: the gathered tensor, as nccl-tests count) and, for the backward,
+    their gradients' reduce-scatters (the full input); and the bytes the gathered keys and
+    values add to what the forward keeps for the backward (all but the rank's own shard).
+    ``([], 0.0)`` for every other op and layout."""
+    from autoplan.dtensor.fused_attention import FUSED_FORWARD
+
+    axis = current_axis()
+    if axis is None or node.target is not FUSED_FORWARD or len(strategy.inputs) < 3:
+        return [], 0.0
+    if strategy.inputs[0][axis] != f"S({SEQ_DIM})":
+        return [], 0.0
+    size = mesh_shape[axis]
+    found: list[tuple[str, int, float, bool]] = []
+    kept = 0.0
+    for value, spec in zip(in_values[1:3], strategy.inputs[1:3]):
+        other_axes = math.prod(n for a, n in enumerate(mesh_shape) if a != axis and spec[a] != "R")
+        gathered = value.numel() * value.element_size() / other_axes  # this rank's heads or batch rows, every token
+        found.append(("all_gather", axis, float(gathered), False))
+        if requires_grad:
+            found.append(("reduce_scatter", axis, float(gathered), True))
+        kept += gathered * (size - 1) / size
+    return found, kept

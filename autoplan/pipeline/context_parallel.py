@@ -27,6 +27,11 @@ from autoplan.plan.module_plan import ContextLayout, Plan
 from autoplan.tree_paths import keyed_leaves
 
 SEQ_DIM = 1  # of a batch input (batch, sequence, ...)
+UNSPLIT_INPUTS = ("attention_mask",)
+"""Batch keys left whole on the context axis: transformers' padding mask. Context parallel
+runs only a mask of ones (no padding), which is the same in any order; whole, the model's
+check that it is all ones (``sum() == numel()``) reads it without a collective, which a
+dry run on a fake process group could not answer (it would build a mask the run never has)."""
 
 
 @dataclass(frozen=True)
@@ -43,14 +48,14 @@ class ContextChoice:
 
 def sequence_inputs(batch, seq_len: int | None = None) -> tuple[str, ...]:
     """The batch's keys whose dim 1 is the sequence: every tensor of two dims or more whose
-    dim 1 has ``seq_len`` (default: the first such tensor's dim 1)."""
+    dim 1 has ``seq_len`` (default: the first such tensor's dim 1), but ``UNSPLIT_INPUTS``."""
     found = []
     for path, leaf in keyed_leaves(_as_call(batch)):
         if not isinstance(leaf, torch.Tensor) or leaf.dim() < 2:
             continue
         if seq_len is None:
             seq_len = leaf.shape[SEQ_DIM]
-        if leaf.shape[SEQ_DIM] == seq_len:
+        if leaf.shape[SEQ_DIM] == seq_len and not any(path == f"[1]['{key}']" for key in UNSPLIT_INPUTS):
             found.append(path)
     return tuple(found)
 
@@ -82,6 +87,11 @@ def suggest_context_parallel(
                 raise PlanError(f"batch input {key!r} is not read by the model", hint="leave it out of the batch")
             pins.require(node, functools.partial(_output_split_on, axis=axis), f"{key} split on its sequence on {context_axis}",
                          strict=True)
+        for key in UNSPLIT_INPUTS:
+            node = problem.node_of(f"[1]['{key}']")
+            if node is not None:
+                pins.require(node, functools.partial(_output_whole_on, axis=axis), f"{key} whole on {context_axis}",
+                             strict=True)
         plan, _solution, fits = solve_problem(problem, pins, time_limit_s, progress=progress, recompute=recompute,
                                               reprice=True, over_budget=True)
     context_step = plan.predicted.step_time_s
@@ -105,6 +115,11 @@ def suggest_context_parallel(
 def _output_split_on(strategy: Strategy, axis: int) -> bool:
     spec = strategy.output(0)
     return spec is not None and spec[axis] == f"S({SEQ_DIM})"
+
+
+def _output_whole_on(strategy: Strategy, axis: int) -> bool:
+    spec = strategy.output(0)
+    return spec is not None and spec[axis] == "R"
 
 
 def _seq_len(batch, key: str) -> int:
