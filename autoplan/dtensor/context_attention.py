@@ -34,13 +34,13 @@ import torch
 import torch.nn.functional as F
 from torch._subclasses.fake_tensor import FakeTensor
 from torch.distributed._functional_collectives import all_gather_single_autograd
-from torch.distributed.tensor import DTensor, Placement, Shard
+from torch.distributed.tensor import DTensor, Shard
 from torch.nn.attention.bias import causal_lower_right
 
+from autoplan.dtensor import context_axis, overrides
+from autoplan.dtensor.context_axis import SEQ_DIM, current_axis
+from autoplan.dtensor.fused_attention import FUSED_FORWARD, sdpa_call
 from autoplan.errors import PlanError
-
-SEQ_DIM = 2  # of attention's (batch, heads, seq, head_dim) operands
-_axis: list[int] = []  # the context axis in force, innermost last
 
 
 @contextmanager
@@ -49,25 +49,15 @@ def active(axis: int | None):
     if axis is None:
         yield
         return
-    _axis.append(axis)
-    _propagation_changed()
+    context_axis.enter(axis)
+    # DTensor's propagation answers for attention depend on the context axis: drop autoplan's
+    # cached ones (``overrides.py`` keeps attention's rule out of DTensor's C++ cache).
+    overrides.forget_cached_decisions()
     try:
         yield
     finally:
-        _axis.pop()
-        _propagation_changed()
-
-
-def current_axis() -> int | None:
-    return _axis[-1] if _axis else None
-
-
-def _propagation_changed() -> None:
-    """DTensor's propagation answers for attention depend on the context axis: drop autoplan's
-    cached ones (``overrides.py`` keeps attention's rule out of DTensor's C++ cache)."""
-    from autoplan.dtensor import overrides
-
-    overrides.forget_cached_decisions()
+        context_axis.leave()
+        overrides.forget_cached_decisions()
 
 
 def sequence_order(seq_len: int, world: int) -> torch.Tensor:
@@ -91,8 +81,6 @@ def load_balanced(tensor: torch.Tensor, dim: int, world: int) -> torch.Tensor:
 def split_attention(args: tuple, kwargs: dict):
     """``F.scaled_dot_product_attention``'s call, run as context parallel where its query is a
     DTensor split on the context axis's sequence dim; None otherwise (the call runs as written)."""
-    from autoplan.dtensor.fused_attention import sdpa_call
-
     axis = current_axis()
     if axis is None:
         return None
@@ -167,13 +155,6 @@ def _lower_right_causal(queries: int, keys: int, like: torch.Tensor):
     return torch.ones(queries, keys, dtype=torch.bool, device=like.device).tril(keys - queries)
 
 
-def attention_rows_on_axis(rows: list[list[Placement]], width: int, mask_shape: tuple | None) -> list[list[Placement]]:
-    """The CPU attention rule's rows for the context axis: everything split on the sequence dim
-    (the mask, ``(.., q, k)``, on its query dim)."""
-    extra: list[Placement] = [] if mask_shape is None else [Shard(len(mask_shape) - 2)]
-    return [[Shard(SEQ_DIM)] * width + extra]
-
-
 def kv_gathers(node, in_values, strategy, mesh_shape, requires_grad: bool) -> tuple[list[tuple[str, int, float, bool]], float]:
     """What the fx ``node``'s attention runs itself under ``strategy`` with its sequence split
     on the context axis: ``(kind, axis, bytes, in the backward)`` of the keys' and values'
@@ -181,8 +162,6 @@ def kv_gathers(node, in_values, strategy, mesh_shape, requires_grad: bool) -> tu
     their gradients' reduce-scatters (the full input); and the bytes the gathered keys and
     values add to what the forward keeps for the backward (all but the rank's own shard).
     ``([], 0.0)`` for every other op and layout."""
-    from autoplan.dtensor.fused_attention import FUSED_FORWARD
-
     axis = current_axis()
     if axis is None or node.target is not FUSED_FORWARD or len(strategy.inputs) < 3:
         return [], 0.0

@@ -35,7 +35,7 @@ from torch.distributed.tensor import DTensor, Shard
 from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
-from autoplan.dtensor import context_attention
+from autoplan.dtensor import context_axis
 from autoplan.dtensor.rules import attention_mask_placement
 
 aten = torch.ops.aten
@@ -87,7 +87,7 @@ def _fused(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa
         return None
     if attn_mask is not None and attn_mask.requires_grad:
         return None
-    if attn_mask is not None and context_attention.current_axis() is not None and not dropout_p:
+    if attn_mask is not None and context_axis.current_axis() is not None and not dropout_p:
         # Planned with a context axis: the step runs causal attention without a mask (the
         # batch has no padding; ``context_attention.split_attention`` refuses any other), but
         # a model cannot read a traced padding mask and builds the causal one. Plan the step

@@ -33,7 +33,7 @@ import torch
 from torch.distributed.tensor import Placement, Replicate, Shard
 from torch.distributed.tensor._op_schema import OpSchema, OpSpec, OpStrategy, RuntimeSchemaInfo
 
-from autoplan.dtensor import context_attention
+from autoplan.dtensor import context_axis
 from autoplan.errors import PlanError
 
 aten = torch.ops.aten
@@ -87,13 +87,13 @@ def _cpu_attention(op_schema: OpSchema, num_outputs: int, input_index: int) -> O
     inputs = _tensor_args(op_schema)
     mask_shape = _mask_shape(op_schema)
     rows = _attention_rows(num_outputs, len(inputs), mask_shape)
-    axis = context_attention.current_axis()
+    axis = context_axis.current_axis()
     if axis is None:
         return expand_to_full_mesh_op_strategy(mesh, op_schema, rows, input_index=input_index)
     # A context axis (context_attention.py): the sequence split there and nowhere else.
-    rows += context_attention.attention_rows_on_axis(rows, num_outputs + len(inputs), mask_shape)
+    rows += context_axis.attention_rows_on_axis(num_outputs + len(inputs), mask_shape)
     expanded = expand_to_full_mesh_op_strategy(mesh, op_schema, rows, input_index=input_index)
-    seq = Shard(context_attention.SEQ_DIM)
+    seq = Shard(context_axis.SEQ_DIM)
     return OpStrategy([
         option for option in expanded.strategies
         if all((p == seq) == (a == axis) for a, p in enumerate(_first_output(option).placements))

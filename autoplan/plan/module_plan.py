@@ -166,6 +166,10 @@ class Plan:
     Where set, ``mesh_shape``/``axis_names`` are one stage's mesh, the full mesh less that axis."""
     context_parallel: ContextLayout | None = None
     """The sequence split over one mesh axis (context parallel); None: none."""
+    attention_flops: float = 0.0
+    """Attention's score and value products in one step, forward and backward
+    (``pipeline/attention_flops.py``): what MFU adds to 6 x parameters x tokens. 0: none
+    counted (no fused attention traced, or a plan written before plans counted it)."""
 
     def to_dict(self) -> dict:
         data = {
@@ -203,6 +207,8 @@ class Plan:
             data["pipeline"] = self.pipeline.to_dict()
         if self.context_parallel is not None:  # absent otherwise: plans without one keep their bytes
             data["context_parallel"] = self.context_parallel.to_dict()
+        if self.attention_flops:
+            data["attention_flops"] = self.attention_flops
         return data
 
     def to_json(self) -> str:
@@ -295,6 +301,7 @@ def _build(data: dict) -> Plan:
         regime=data.get("regime", "none"),
         pipeline=PipelinePlan.from_dict(data["pipeline"]) if "pipeline" in data else None,
         context_parallel=ContextLayout.from_dict(data["context_parallel"]) if "context_parallel" in data else None,
+        attention_flops=float(data.get("attention_flops", 0.0)),
     )
 
 
