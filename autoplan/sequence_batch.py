@@ -18,6 +18,10 @@ from __future__ import annotations
 import torch
 
 IGNORE_INDEX = -100  # transformers' (and torch's cross_entropy's) default
+ADDED_KEYS = ("position_ids", "shift_labels", "attention_mask")
+"""What ``causal_lm_batch`` adds to token ids and labels: a model without a split sequence
+makes them itself, and a plan without one is solved on the batch without them (traced,
+a mask the model cannot read makes it build a causal mask the run never has)."""
 
 
 def causal_lm_batch(input_ids: torch.Tensor, labels: torch.Tensor, ignore_index: int = IGNORE_INDEX) -> dict:
@@ -29,3 +33,8 @@ def causal_lm_batch(input_ids: torch.Tensor, labels: torch.Tensor, ignore_index:
     positions = torch.arange(seq_len, device=input_ids.device).expand(batch, seq_len).clone()
     return dict(input_ids=input_ids, labels=labels, position_ids=positions, shift_labels=shifted,
                 attention_mask=torch.ones_like(input_ids))
+
+
+def without_added_keys(batch: dict) -> dict:
+    """``batch`` as the model takes it when its sequence is not split: ``ADDED_KEYS`` left out."""
+    return {key: value for key, value in batch.items() if key not in ADDED_KEYS}

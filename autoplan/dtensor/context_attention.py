@@ -150,7 +150,10 @@ def _lower_right_causal(queries: int, keys: int, like: torch.Tensor):
     (``MemTracker``, the collective counter, fake tensors), so the CPU gets the mask itself."""
     if queries == keys:
         return None
-    if like.device.type == "cuda" and not isinstance(like, FakeTensor):
+    if isinstance(like, FakeTensor):  # a dry run: a fake mask (a real one would take queries x keys bytes)
+        with like.fake_mode:
+            return torch.ones(queries, keys, dtype=torch.bool, device=like.device).tril(keys - queries)
+    if like.device.type == "cuda":
         return causal_lower_right(queries, keys)
     return torch.ones(queries, keys, dtype=torch.bool, device=like.device).tril(keys - queries)
 

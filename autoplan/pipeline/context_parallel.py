@@ -3,8 +3,9 @@
 ``suggest_context_parallel`` solves the planning problem twice: with the sequence inputs
 pinned split on their sequence dim on the context axis (``dtensor/context_attention.py``
 runs attention over that split), and, unless told not to, as ``suggest`` plans it (no
-sequence split). It keeps the cheaper step, under the same memory budget; the plan kept
-records the context layout and what the other one costs (``Plan.context_parallel``). Both
+sequence split), on the batch without what ``sequence_batch.causal_lm_batch`` added. It
+keeps the cheaper step, under the same memory budget; the plan kept records the context
+layout and what the other one costs (``Plan.context_parallel``). Both
 are priced by their own step (``repricing.py``): the context plan's dry run runs the
 keys' and values' all-gathers and their gradients' reduce-scatters, so they are in its
 ``module_collectives`` with the axis's link price.
@@ -24,6 +25,7 @@ from autoplan.pipeline.pinning import Pins
 from autoplan.pipeline.problem import prepare_problem, resolve_options, solve_problem
 from autoplan.pipeline.suggest import suggest_with_report
 from autoplan.plan.module_plan import ContextLayout, Plan
+from autoplan.sequence_batch import without_added_keys
 from autoplan.tree_paths import keyed_leaves
 
 SEQ_DIM = 1  # of a batch input (batch, sequence, ...)
@@ -44,6 +46,10 @@ class ContextChoice:
     """The step predicted without it (None: not solved, ``compare=False``)."""
     context_fits: bool
     plain_fits: bool | None
+    context_plan: Plan
+    """The plan with the sequence split (kept or not)."""
+    plain_plan: Plan | None
+    """The plan without it (None: not solved, or none fits)."""
 
 
 def sequence_inputs(batch, seq_len: int | None = None) -> tuple[str, ...]:
@@ -97,8 +103,12 @@ def suggest_context_parallel(
     context_step = plan.predicted.step_time_s
     plain_step, plain_fits, plain = None, None, None
     if compare:
+        # The batch as it is without a split sequence: with the position ids and the mask of
+        # ones the model cannot read while traced, it would be planned with a causal mask
+        # built in every layer, which its run never has (sequence_batch.ADDED_KEYS).
+        plain_batch = without_added_keys(batch) if isinstance(batch, dict) else batch
         try:
-            plain, _report = suggest_with_report(model, batch, mesh_shape, names, profile, memory_gib=memory_gib,
+            plain, _report = suggest_with_report(model, plain_batch, mesh_shape, names, profile, memory_gib=memory_gib,
                                                  time_limit_s=time_limit_s, recompute=recompute, loss_fn=loss_fn,
                                                  progress=progress)
             plain_step, plain_fits = plain.predicted.step_time_s, True
@@ -109,7 +119,7 @@ def suggest_context_parallel(
     kept = with_context
     if plain is not None and plain_step is not None and (not fits or plain_step < context_step):
         kept = plain
-    return ContextChoice(kept, context_step, plain_step, fits, plain_fits)
+    return ContextChoice(kept, context_step, plain_step, fits, plain_fits, with_context, plain)
 
 
 def _output_split_on(strategy: Strategy, axis: int) -> bool:
