@@ -38,3 +38,19 @@ def test_an_unknown_context_axis_is_a_one_line_error(capsys):
                  "--out", "/nonexistent/never.json"])
     err = capsys.readouterr().err.strip().splitlines()
     assert code != 0 and len(err) == 1 and "context axis 'cp'" in err[0]
+
+
+@pytest.mark.slow  # plans, then explain solves an alternative per block
+def test_explain_scores_a_context_plan_and_names_its_gathers(tmp_path, capsys):
+    out = tmp_path / "plan.json"
+    model = str(EXAMPLES / "llama_context.py")
+    assert main(["suggest", model, "--mesh", "4", "--axis-names", "cp", "--context-axis", "cp", "--profile", "cpu-gloo",
+                 "--out", str(out)]) == 0
+    plan = Plan.load(out)
+    capsys.readouterr()
+    assert main(["explain", model, str(out)]) == 0
+    text = capsys.readouterr().out
+    # scored with the context axis's attention: the plan's own price, as suggest gave it
+    assert f"the plan: {plan.predicted.step_time_s * 1e3:.3f} ms per step" in text
+    assert "keys and values of" in text and "all_gather on cp, reduce_scatter on cp (backward)" in text
+    assert "context parallel (the sequence split over a mesh axis)" in text
