@@ -41,7 +41,7 @@ def test_an_unknown_context_axis_is_a_one_line_error(capsys):
 
 
 @pytest.mark.slow  # plans, then explain solves an alternative per block
-def test_explain_scores_a_context_plan_and_names_its_gathers(tmp_path, capsys):
+def test_explain_score_and_verify_take_a_context_plan(tmp_path, capsys):
     out = tmp_path / "plan.json"
     model = str(EXAMPLES / "llama_context.py")
     assert main(["suggest", model, "--mesh", "4", "--axis-names", "cp", "--context-axis", "cp", "--profile", "cpu-gloo",
@@ -54,3 +54,9 @@ def test_explain_scores_a_context_plan_and_names_its_gathers(tmp_path, capsys):
     assert f"the plan: {plan.predicted.step_time_s * 1e3:.3f} ms per step" in text
     assert "keys and values of" in text and "all_gather on cp, reduce_scatter on cp (backward)" in text
     assert "context parallel (the sequence split over a mesh axis)" in text
+    # score prices it as suggest did, and verify counts the collectives it predicted
+    assert main(["score", model, str(out)]) == 0
+    assert f"the plan file's own prediction: {plan.predicted.step_time_s * 1e3:.3f} ms" in capsys.readouterr().out
+    assert main(["verify", model, str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "collectives: passed" in text and "reduce_scatter" in text
