@@ -33,7 +33,7 @@ from autoplan.apply.materialize import initialize, materialize_buffers
 from autoplan.apply.parameters import distribute_parameters, gather_parameters_for_use
 from autoplan.apply.recompute import check_recompute, checkpoint_modules
 from autoplan.apply.unreached_parts import layout_of, with_unreached_gradients, zeros_laid_out
-from autoplan.dtensor import overrides
+from autoplan.dtensor import context_attention, overrides
 from autoplan.dtensor.fused_attention import contiguous_operands, mask_placed_like_query, sharded_dropout_attention
 from autoplan.dtensor.rules import op_by_name
 from autoplan.dtensor.saved_inputs import remember_saved_moves
@@ -98,7 +98,8 @@ def _apply(model: nn.Module, plan: Plan, device_mesh: DeviceMesh, fallbacks: fro
             module.register_forward_pre_hook(_redistribute_inputs(layout.inputs, device_mesh, running), with_kwargs=True)
         if layout.outputs:
             module.register_forward_hook(_redistribute_outputs(layout.outputs, device_mesh, running))
-    checkpoint_modules(modules, plan.recompute, lambda: running.inside(_recompute_execution(device_mesh, fallbacks)))
+    axis = _context_axis(plan)
+    checkpoint_modules(modules, plan.recompute, lambda: running.inside(_recompute_execution(device_mesh, fallbacks, axis)))
     _wrap_root(model, plan, device_mesh, fallbacks, loss_fn, running)
 
 
@@ -124,13 +125,17 @@ class _Running:
 
 
 def shard_batch(batch, plan: Plan, device_mesh: DeviceMesh):
-    """This rank's slice of a global batch, in the same form (tuple or dict) as given."""
+    """This rank's slice of a global batch, in the same form (tuple or dict) as given. With a
+    context axis, the plan's sequence inputs are first put in its load-balanced order."""
     _check_mesh(plan, device_mesh)
     args, kwargs, rebuild = _split(batch)
     spec = tree_flatten((args, kwargs))[1]
     out = []
+    context = plan.context_parallel
     for path, leaf in keyed_leaves((args, kwargs)):
         layout = plan.inputs.get(path)
+        if context is not None and isinstance(leaf, torch.Tensor) and path in context.sequence_inputs:
+            leaf = context_attention.load_balanced(leaf, 1, context.size)
         if isinstance(leaf, torch.Tensor) and layout is not None:
             leaf = _local_slice(leaf, layout.placements, device_mesh)
         out.append(leaf)
@@ -340,11 +345,13 @@ def _redistribute_outputs(layouts: dict[str, Spec], mesh: DeviceMesh, running: _
 def _wrap_root(model: nn.Module, plan: Plan, mesh: DeviceMesh, fallbacks: frozenset, loss_fn, running: _Running) -> None:
     calls: list[list] = []  # per call in progress: [its plan_execution, the batch as DTensors]
     batch_layouts = {key: to_placements(b.placements) for key, b in plan.inputs.items()}  # not in the traced hook
+    axis = _context_axis(plan)
 
     def enter(module, args, kwargs):
         stack = ExitStack()
         stack.enter_context(running.inside(plan_execution(mesh, fallbacks)))
         stack.enter_context(overrides.planned_step())  # an op the plan never saw runs replicated, not failing
+        stack.enter_context(context_attention.active(axis))
         call = [stack, None]
         calls.append(call)  # before anything can fail: leave closes it
         spec = tree_flatten((args, kwargs))[1]
@@ -393,12 +400,17 @@ def plan_execution(mesh: DeviceMesh, fallback_ops=frozenset()):
 
 
 @contextmanager
-def _recompute_execution(mesh: DeviceMesh, fallback_ops=frozenset()):
+def _recompute_execution(mesh: DeviceMesh, fallback_ops=frozenset(), context_axis: int | None = None):
     """What a checkpointed module's rerun (in the backward) runs under: ``plan_execution``
     without ``remember_saved_moves``, whose saved-tensor hooks would take the place of the
-    checkpoint's own (those collect the rerun's tensors for the backward)."""
-    with overrides.installed(fallback_ops), implicit_replication(), _ReplicatePlainOperands(mesh):
+    checkpoint's own (those collect the rerun's tensors for the backward); with the plan's
+    context axis, as its forward ran."""
+    with overrides.installed(fallback_ops), implicit_replication(), _ReplicatePlainOperands(mesh), context_attention.active(context_axis):
         yield
+
+
+def _context_axis(plan: Plan) -> int | None:
+    return None if plan.context_parallel is None else plan.context_parallel.axis_index
 
 
 def _overrides_for_backward(output, fallback_ops=frozenset()) -> None:
@@ -513,6 +525,9 @@ class _ReplicatePlainOperands(TorchFunctionMode):
             leaves, spec = tree_flatten((args, kwargs))
             args, kwargs = tree_unflatten([_as_dtensor(x, self.mesh) if _is_plain(x) else x for x in leaves], spec)
         if func is F.scaled_dot_product_attention:
+            split = context_attention.split_attention(args, kwargs)
+            if split is not None:
+                return with_unreached_gradients(func, split)
             sharded = sharded_dropout_attention(args, kwargs)
             if sharded is not None:
                 return sharded

@@ -98,6 +98,10 @@ def run(args: argparse.Namespace) -> int:
     names = set(plan.parameters) | set(plan.modules) | set(plan.module_types)
     for note in group_notes(not_expressed, names):
         print(f"not expressed: {note}")
+    if plan.context_parallel is not None:
+        layout = plan.context_parallel
+        print(f"not expressed: the sequence split over {layout.axis} (context parallel; on CUDA, torch's "
+              f"context_parallel(mesh['{layout.axis}'], buffers=..., buffer_seq_dims=[1, ...]) runs it as ring attention)")
     if scored is not None:
         print(scored.summary())
     elif args.format == "torch":

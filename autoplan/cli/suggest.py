@@ -49,6 +49,12 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         f"torch.compile, as torchtitan compiles) or whole (default {DEFAULT_REGIME}; docs/compile.md)",
     )
     parser.add_argument(
+        "--context-axis", metavar="NAME",
+        help="context parallel: also plan with the batch's sequence split over this mesh axis (attention's keys and "
+        "values gathered over it) and keep the cheaper plan; the batch comes from "
+        "autoplan.sequence_batch.causal_lm_batch (docs/context-parallel.md)",
+    )
+    parser.add_argument(
         "--verbose", action="store_true",
         help="also list every parameter's placements (default: the layout per module in words, layers folded)",
     )
@@ -80,6 +86,8 @@ def run(args: argparse.Namespace) -> int:
     from autoplan.pipeline.cached import suggest_cached
     from autoplan.pipeline.suggest import suggest_with_report
 
+    if args.context_axis is not None:
+        return _run_context_parallel(args, loaded, mesh, axis_names, out, outputs)
     plan_fn = suggest_with_report if args.no_cache else suggest_cached
     # only the flags given are passed: the planners' defaults hold otherwise
     flags: dict[str, Any] = {
@@ -112,6 +120,34 @@ def run(args: argparse.Namespace) -> int:
         print(f"plan reused from the plan cache {report.extra['cache_path']} (no solve; --no-cache solves again)")
     elif cache in ("miss", "replaced"):
         print(f"plan stored in the plan cache {report.extra['cache_path']}")
+    print(f"plan written to {out}")
+    return 0
+
+
+def _run_context_parallel(args, loaded, mesh, axis_names, out, outputs: dict) -> int:
+    """``suggest --context-axis``: solved with and without the sequence split (no plan cache)."""
+    from autoplan.explain.progress import progress_on_stderr
+    from autoplan.explain.render import render
+    from autoplan.explain.show import show_sections, summarize
+    from autoplan.pipeline.context_parallel import suggest_context_parallel
+
+    if args.memory_gb is not None:
+        raise OptionError("--context-axis takes the budget as --memory-gib")
+    with progress_on_stderr() as progress:
+        choice = suggest_context_parallel(
+            loaded.model, loaded.example_inputs, mesh, axis_names, args.context_axis, profile=args.profile,
+            memory_gib=args.memory_gib, time_limit_s=args.time_limit, recompute=not args.no_recompute,
+            loss_fn=loaded.loss_fn, progress=progress,
+        )
+    texts = {out: choice.plan.to_json()}
+    if args.stats:
+        stats = {"context_step_s": choice.context_step_s, "plain_step_s": choice.plain_step_s,
+                 "context_fits": choice.context_fits, "plain_fits": choice.plain_fits,
+                 "kept": "context" if choice.plan.context_parallel is not None else "plain",
+                 "peak_rss_bytes": _peak_rss_bytes()}
+        texts[args.stats] = json.dumps(stats, indent=2, sort_keys=True) + "\n"
+    write_outputs(texts, outputs)
+    render(show_sections(summarize(choice.plan), str(out)), sys.stdout)
     print(f"plan written to {out}")
     return 0
 

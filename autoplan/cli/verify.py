@@ -69,7 +69,13 @@ def run(args: argparse.Namespace) -> int:
             from autoplan.cli.verify_pipelined import verify_pipelined
 
             return 0 if verify_pipelined(args, plan, loaded, say) else MISMATCH_STATUS
-        plan, result, eager = _count_collectives(args, plan, loaded, say)
+        from autoplan.dtensor import context_attention
+
+        # A plan with a context axis is checked against the model traced under that axis's
+        # attention rule, as it was planned (apply_plan runs its step with the axis itself).
+        layout = plan.context_parallel
+        with context_attention.active(None if layout is None else layout.axis_index):
+            plan, result, eager = _count_collectives(args, plan, loaded, say)
     world = math.prod(plan.mesh_shape)
     how = f", compiled ({args.compile}, {args.backend})" if args.compile else ""
     print(f"plan {args.plan} for {loaded.name}: one training step on a fake process group of {world} ranks{how}")

@@ -61,6 +61,7 @@ from autoplan.cost.op_classes import op_class
 from autoplan.cost.profile import FUSED_CLASSES, ClusterProfile
 from autoplan.cost.regime import EAGER, Regime
 from autoplan.cost.values import VIEW_OPS, is_view, output_values, tensor_bytes  # noqa: F401 (re-exported)
+from autoplan.dtensor import context_attention
 from autoplan.dtensor.fused_attention import FUSED_FORWARD
 from autoplan.dtensor.loss_parallel import own_collectives
 from autoplan.dtensor.strategies import Strategy
@@ -549,9 +550,12 @@ def _node_cost(choices, profile, decision: Decision, reducers, saved=(), transie
                     reduce += collective_seconds(profile, "all_reduce", local_bytes, mesh_shape, axis) / reducers[u]
         for kind, axis, nbytes, _ in own_collectives(node, outputs, strategy, mesh_shape, decision.requires_grad):
             reduce += collective_seconds(profile, kind, nbytes, mesh_shape, axis)
+        gathers, gathered_kept = context_attention.kv_gathers(node, in_values, strategy, mesh_shape, decision.requires_grad)
+        for kind, axis, nbytes, _ in gathers:
+            reduce += collective_seconds(profile, kind, nbytes, mesh_shape, axis)
         comm.append(reduce)
         held = sum(out_bytes[i] / shard_factor(strategy.outputs[i], mesh_shape)
-                   for i in saved if i < len(out_bytes) and strategy.outputs[i])
+                   for i in saved if i < len(out_bytes) and strategy.outputs[i]) + gathered_kept
         freed.append(held)
         if kept_by_selective:  # selective checkpointing stores every output of the op, saved by autograd or not
             stored.append(-sum(b / shard_factor(s, mesh_shape) for i, (b, s) in enumerate(zip(out_bytes, strategy.outputs))

@@ -35,6 +35,7 @@ from torch.distributed.tensor import DTensor, Shard
 from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
+from autoplan.dtensor import context_axis
 from autoplan.dtensor.rules import attention_mask_placement
 
 aten = torch.ops.aten
@@ -86,6 +87,12 @@ def _fused(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa
         return None
     if attn_mask is not None and attn_mask.requires_grad:
         return None
+    if attn_mask is not None and context_axis.current_axis() is not None and not dropout_p:
+        # Planned with a context axis: the step runs causal attention without a mask (the
+        # batch has no padding; ``context_attention.split_attention`` refuses any other), but
+        # a model cannot read a traced padding mask and builds the causal one. Plan the step
+        # that runs, which keeps no mask for the backward.
+        attn_mask, is_causal = None, True
     if attn_mask is not None and attn_mask.dtype == torch.bool:
         # As the fused path does before its kernel: True keeps a score, False masks it out.
         attn_mask = torch.zeros_like(attn_mask, dtype=query.dtype).masked_fill(attn_mask.logical_not(), float("-inf"))

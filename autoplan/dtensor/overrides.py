@@ -376,6 +376,13 @@ def propagate_uncached(op_schema):
     return _own_cache._propagate(op_schema)
 
 
+def forget_cached_decisions() -> None:
+    """Drop autoplan's cached propagation decisions (a rule's answers changed: the context
+    axis of ``context_attention.active``); DTensor's own caches are left as they are."""
+    if _own_cache is not None:
+        _own_cache._cached.cache_clear()
+
+
 def _autoplan_cache(propagator, are_we_tracing) -> _PropagationCache:
     global _own_cache
     if _own_cache is None:

@@ -33,6 +33,7 @@ import torch
 from torch.distributed.tensor import Placement, Replicate, Shard
 from torch.distributed.tensor._op_schema import OpSchema, OpSpec, OpStrategy, RuntimeSchemaInfo
 
+from autoplan.dtensor import context_axis
 from autoplan.errors import PlanError
 
 aten = torch.ops.aten
@@ -84,8 +85,26 @@ def _cpu_attention(op_schema: OpSchema, num_outputs: int, input_index: int) -> O
 
     mesh = op_schema.get_mesh_from_args()
     inputs = _tensor_args(op_schema)
-    rows = _attention_rows(num_outputs, len(inputs), _mask_shape(op_schema))
-    return expand_to_full_mesh_op_strategy(mesh, op_schema, rows, input_index=input_index)
+    mask_shape = _mask_shape(op_schema)
+    rows = _attention_rows(num_outputs, len(inputs), mask_shape)
+    axis = context_axis.current_axis()
+    if axis is None:
+        return expand_to_full_mesh_op_strategy(mesh, op_schema, rows, input_index=input_index)
+    # A context axis (context_attention.py): the sequence split there and nowhere else.
+    rows += context_axis.attention_rows_on_axis(num_outputs + len(inputs), mask_shape)
+    expanded = expand_to_full_mesh_op_strategy(mesh, op_schema, rows, input_index=input_index)
+    seq = Shard(context_axis.SEQ_DIM)
+    return OpStrategy([
+        option for option in expanded.strategies
+        if all((p == seq) == (a == axis) for a, p in enumerate(_first_output(option).placements))
+    ])
+
+
+def _first_output(option: OpSpec):
+    specs = option.output_specs
+    first = specs[0] if isinstance(specs, tuple) else specs
+    assert first is not None, option
+    return first
 
 
 def _cpu_attention_forward(op_schema: OpSchema) -> OpStrategy:

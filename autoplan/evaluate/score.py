@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from torch import nn
 
 from autoplan.cost.profile import ClusterProfile, load_profile
+from autoplan.dtensor import context_attention
 from autoplan.errors import PlanError, ProfileError
 from autoplan.explain.show import peak_memory_lines
 from autoplan.pipeline.budget import MemoryBudget, budget_words, plans_budget
@@ -118,14 +119,17 @@ def score(
     cluster = plan_profile(plan, profile)
     if progress is not None:
         progress("tracing the model to check the plan against it")
-    trace, accepted = check_plan_for_model(model, example_inputs, plan, loss_fn)  # fails fast, before the costly stages
-    problem = prepare_problem(
-        model, example_inputs, plan.mesh_shape, plan.axis_names, cluster, memory_gb, memory_gib=memory_gib,
-        budget=plans_budget(plan), trace=trace, loss_fn=loss_fn, progress=progress, regime=plan.regime,
-    )
-    if progress is not None:
-        progress("solving the plan's cheapest execution")
-    return score_problem(problem, plan, time_limit_s, accepted)
+    # A plan with a context axis is traced and priced under that axis's attention rule.
+    layout = plan.context_parallel
+    with context_attention.active(None if layout is None else layout.axis_index):
+        trace, accepted = check_plan_for_model(model, example_inputs, plan, loss_fn)  # fails fast, before the costly stages
+        problem = prepare_problem(
+            model, example_inputs, plan.mesh_shape, plan.axis_names, cluster, memory_gb, memory_gib=memory_gib,
+            budget=plans_budget(plan), trace=trace, loss_fn=loss_fn, progress=progress, regime=plan.regime,
+        )
+        if progress is not None:
+            progress("solving the plan's cheapest execution")
+        return score_problem(problem, plan, time_limit_s, accepted)
 
 
 def check_plan_for_model(

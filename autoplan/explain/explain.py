@@ -20,9 +20,12 @@ import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from autoplan.cost.estimate import output_values
+from autoplan.dtensor import context_attention
 from autoplan.errors import AutoplanError
 from autoplan.evaluate.score import Score, check_plan_for_model, pins_for_plan, plan_profile, score_problem
 from autoplan.explain.alternatives import PLAN_OWN, alternatives_for, units_of
+from autoplan.explain.show import context_words
 from autoplan.pipeline.budget import plans_budget
 from autoplan.pipeline.pinning import Pins
 from autoplan.pipeline.problem import Problem, prepare_problem, solve_problem
@@ -71,6 +74,8 @@ class Explanation:
     """Block (``block_of``) -> the cost stage's compute seconds of the plan's solution there."""
     budget_words: str = ""
     """The budget in words: as given (its unit), in bytes, where it comes from (``pipeline/budget.py``)."""
+    context: tuple[str, ...] = ()
+    """The plan's context-parallel layout and the step without it, in words (``show.context_words``)."""
 
     def to_dict(self) -> dict:
         own = self.own
@@ -85,6 +90,7 @@ class Explanation:
             "budget_bytes": self.budget_bytes,
             "free_step_time_s": self.free_step_time_s,
             "block_compute_s": self.block_compute_s,
+            **({"context": list(self.context)} if self.context else {}),
         }
 
 
@@ -106,7 +112,17 @@ def explain_plan(
     alternatives to that module's block. ``progress(text)`` hears what is being solved.
     ``command``: what the user runs ("explain", "report"), named in a mismatch's fix.
     The budget: ``memory_gb`` (10**9 bytes) or ``memory_gib`` (2**30 bytes), else the one
-    the plan was made under, else the profile's device memory (as ``score``)."""
+    the plan was made under, else the profile's device memory (as ``score``). A plan with a
+    context axis is scored and its alternatives solved with that axis's attention rule."""
+    layout = plan.context_parallel
+    with context_attention.active(None if layout is None else layout.axis_index):
+        found = _explain(model, example_inputs, plan, module, profile, memory_gb, time_limit_s, loss_fn, progress, command,
+                         memory_gib)
+    return dataclasses.replace(found, context=context_words(plan))
+
+
+def _explain(model, example_inputs, plan, module, profile, memory_gb, time_limit_s, loss_fn, progress, command,
+             memory_gib) -> Explanation:
     say = progress or (lambda text: None)
     units = units_of(plan, module)  # a module the plan lacks fails here, before any solve
     cluster = plan_profile(plan, profile)
@@ -245,6 +261,14 @@ def costliest_charges(problem: Problem, choice: dict[str, int], top: int = TOP) 
             if axes:
                 reduced.append(f"{tensor(u)} on {', '.join(axes)}")
         target = str(graph.decision(name).fx_node.target).split(".")[1] if "." in str(graph.decision(name).fx_node.target) else name
+        decision = graph.decision(name)
+        inputs = [output_values(graph.decision(u))[i] for u, i, _ in graph.inputs_of(name)]
+        gathers = context_attention.kv_gathers(decision.fx_node, inputs, strategy, mesh, decision.requires_grad)[0]
+        if gathers:  # context parallel's attention: its keys and values gathered, their gradients scattered back
+            found.append(Charge(seconds, _module(problem, name), f"keys and values of {name}",
+                                ", ".join(f"{kind} on {names[axis]}" + (" (backward)" if back else "")
+                                          for kind, axis, _, back in gathers)))
+            continue
         found.append(Charge(seconds, _module(problem, name), "; ".join(reduced) or f"inputs of {name}",
                             f"all_reduce of the gradient ({target} splits its work over a replicated input)"))
     found.sort(key=lambda c: -c.seconds)
@@ -320,4 +344,6 @@ def explain_sections(e: Explanation) -> list:
         right=(0,),
     ))
     sections.append(Section("what binds", notes=(e.binds,)))
+    if e.context:
+        sections.append(Section("context parallel (the sequence split over a mesh axis)", notes=e.context))
     return sections

@@ -1,15 +1,16 @@
 """The predicted MFU, and why it is what it is: the step split into the model's FLOPs at peak and the rest.
 
 MFU is the model's FLOPs (6 x parameters outside embedding tables x tokens, the usual
-training estimate; tokens from the 2-D batch input) over the step time times every
-device's peak for the parameters' dtype (none where the dtype is unknown). So the first
-row of the split, ``model FLOPs at peak`` (6·N·tokens over devices x peak), is exactly
-MFU's share of the step. The other rows are the rest of the step, from the plan's own
+training estimate; tokens from the 2-D batch input; plus attention's score and value
+products where the plan counted them, ``Plan.attention_flops``: at long sequences most of
+the step) over the step time times every device's peak for the parameters' dtype (none
+where the dtype is unknown). So the first row of the split, ``model FLOPs at peak`` (the
+model's FLOPs over devices x peak), is exactly MFU's share of the step. The other rows are the rest of the step, from the plan's own
 prediction (``predicted.compute_split``, the cost stage's per-op figures added up over
 the chosen strategies, ``cost/estimate.py``'s ``COMPUTE_PARTS``) and ``predicted.comm_s``:
 
-- other FLOPs at peak: the FLOPs the cost stage priced beyond 6·N·tokens (attention's
-  score and value products, ops every device of an axis runs whole), at peak;
+- other FLOPs at peak: the FLOPs the cost stage priced beyond the model's (attention's
+  products where the plan does not count them, ops every device of an axis runs whole), at peak;
 - matmuls below peak: what the profile's matmul efficiency adds to those FLOPs;
 - memory-bound kernels: kernels bound by their traffic (norms, activations, casts,
   masks, the loss), at the profile's memory bandwidth;
@@ -74,7 +75,10 @@ def model_flops(plan) -> tuple[float | None, str]:
         params += parameter_numel(plan, fqn)
     experts = any(len(shape) == 3 and "expert" in fqn.lower() for fqn, shape in plan.parameter_shapes.items())
     note = "; counts every expert, though each token uses only its top-k: an upper bound" if experts else ""
-    return 6.0 * params * tokens, note
+    attention = getattr(plan, "attention_flops", 0.0)
+    if attention:
+        note = f"; with attention's products, {attention:.3g} FLOPs ({attention / (6.0 * params * tokens + attention):.0%})" + note
+    return 6.0 * params * tokens + attention, note
 
 
 def mfu_of(plan, cluster, element_bytes):
@@ -95,7 +99,8 @@ def mfu_of(plan, cluster, element_bytes):
     step = plan.predicted.step_time_s
     if step <= 0:
         return flops, None, note, None
-    return flops, at_peak / step, f"6·N·tokens over {devices} x {cluster.flops_for(dtype):.3g} FLOP/s ({dtype}){note}", at_peak
+    counted = "6·N·tokens + attention" if getattr(plan, "attention_flops", 0.0) else "6·N·tokens"
+    return flops, at_peak / step, f"{counted} over {devices} x {cluster.flops_for(dtype):.3g} FLOP/s ({dtype}){note}", at_peak
 
 
 def mfu_line(s) -> str:
@@ -115,9 +120,12 @@ def step_rows(s) -> tuple[tuple[str, float], ...]:
                 ("communication (exposed: not overlapped with compute)", s.comm_s))
     rows = []
     if s.model_flops_at_peak_s is not None:
-        rows.append(("model FLOPs at peak (6·N·tokens / (devices x peak)): the MFU", s.model_flops_at_peak_s))
-        rows.append(("other FLOPs at peak (attention scores, ops run whole on an axis)",
-                     split["arithmetic_s"] - s.model_flops_at_peak_s))
+        if getattr(s, "attention_flops", 0.0):  # attention's products are the model's FLOPs here
+            counted, other = "(6·N·tokens + attention)", "ops run whole on an axis"
+        else:
+            counted, other = "6·N·tokens", "attention scores, ops run whole on an axis"
+        rows.append((f"model FLOPs at peak ({counted} / (devices x peak)): the MFU", s.model_flops_at_peak_s))
+        rows.append((f"other FLOPs at peak ({other})", split["arithmetic_s"] - s.model_flops_at_peak_s))
     else:
         rows.append(("FLOPs at peak (every op's)", split["arithmetic_s"]))
     rows.extend((words, split[key]) for key, words in COMPUTE_ROWS)
@@ -154,6 +162,6 @@ def _why(s, rows) -> list[str]:
     if s.model_flops_at_peak_s is not None and s.compute_split:
         other = s.compute_split["arithmetic_s"] - s.model_flops_at_peak_s
         if other < 0:
-            notes.append("other FLOPs is negative: 6·N·tokens counts more than the ops the cost stage priced "
+            notes.append("other FLOPs is negative: the model's FLOPs count more than the ops the cost stage priced "
                          "(every expert of a mixture, a matmul its FLOP counter does not know)")
     return notes

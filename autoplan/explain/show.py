@@ -113,6 +113,10 @@ class Summary:
     """The model's FLOPs at every device's peak: MFU x step time (None where MFU is)."""
     stage_sections: tuple = ()
     """A pipelined plan's stage tables (``stages.py``); () without a pipeline."""
+    attention_flops: float = 0.0
+    """``Plan.attention_flops``: counted in ``model_flops`` where non-zero."""
+    context: tuple[str, ...] = ()
+    """The context-parallel layout in words (``context_words``); () without one."""
 
     def to_dict(self) -> dict:
         data = asdict(self)
@@ -158,6 +162,8 @@ def summarize(plan, profile=None, one_device_s: float | None = None) -> Summary:
         recompute=recompute_rows(plan),
         compute_split=dict(p.compute_split),
         model_flops_at_peak_s=at_peak,
+        attention_flops=plan.attention_flops,
+        context=context_words(plan),
         stage_sections=tuple(pipeline_sections(plan)),
     )
 
@@ -300,6 +306,25 @@ def budget_bytes(plan) -> float | None:
     return None
 
 
+def context_words(plan) -> tuple[str, ...]:
+    """The plan's context-parallel layout, and what the plan without it costs, in words."""
+    layout = plan.context_parallel
+    if layout is None:
+        return ()
+    from autoplan.units import ms
+
+    words = [
+        (f"sequence split over {layout.axis} ({layout.size} ranks) in torch's head-tail order: rank r holds "
+         f"chunks r and {2 * layout.size - 1} - r of {2 * layout.size}, so causal attention's work is even"),
+        "attention: keys and values all-gathered over the axis, their gradients reduce-scattered back",
+        f"split inputs: {', '.join(readable_path(k) for k in layout.sequence_inputs)}",
+    ]
+    if layout.alternative_step_s is not None:
+        words.append(f"without the sequence split the best plan predicts {ms(layout.alternative_step_s)} ms per step "
+                     f"(this one {ms(plan.predicted.step_time_s)} ms)")
+    return tuple(words)
+
+
 def show_sections(summary: Summary, source: str = "") -> list:
     """The summary as tables (``render.py``): layout, batch, step time, memory, MFU."""
     from autoplan.explain.render import Section
@@ -325,6 +350,8 @@ def show_sections(summary: Summary, source: str = "") -> list:
         ("input", "shape", "placements", *names),
         tuple((readable_path(k), shape, spec, *(_batch_word(p) for p in spec.strip("[]").split(", "))) for k, shape, spec in s.batch),
     ))
+    if s.context:
+        sections.append(Section("context parallel (the sequence split over a mesh axis)", notes=s.context))
     if s.recompute:
         sections.append(Section(
             "activation checkpointing (recomputed in the backward; modules not named keep their activations)",

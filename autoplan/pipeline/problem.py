@@ -29,6 +29,7 @@ from autoplan.cost.regime import DEFAULT_REGIME, regime_for
 from autoplan.errors import InfeasibleError, TraceError
 from autoplan.model_file import default_axis_names
 from autoplan.pipeline.arguments import check_axis_names, check_mesh, check_profile, warn_if_large
+from autoplan.pipeline.attention_flops import attention_flops
 from autoplan.pipeline.budget import MemoryBudget, budget_words, given_budget, profiles_budget
 from autoplan.pipeline.repricing import StepInputs, keep_cheapest, priced_plan
 from autoplan.plan.module_plan import Plan
@@ -343,6 +344,7 @@ def solve_problem(
                 return priced_plan(*args)
 
         plan, solution, _ = keep_cheapest(problem, solution, plan, solve_again, tuple(extra), counted, price)
+    plan = replace(plan, attention_flops=attention_flops(problem.traced, problem.blocks))
     return plan, solution, fits
 
 

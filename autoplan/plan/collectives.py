@@ -103,7 +103,7 @@ from autoplan.cost.comm import (
     without_partial,
 )
 from autoplan.cost.estimate import CostedGraph, output_values, tensor_bytes
-from autoplan.dtensor import overrides
+from autoplan.dtensor import context_attention, overrides
 from autoplan.dtensor.loss_parallel import own_collectives
 from autoplan.dtensor.strategies import SHAPE_ONLY_OPS, Strategy
 from autoplan.placements import REPLICATE, is_partial
@@ -508,6 +508,10 @@ def step_collectives(
         strategy = runs.get(name) or decision.strategies[choice[name]]
         for kind, axis, size, _ in own_collectives(decision.fx_node, output_values(decision), strategy, mesh_shape,
                                                    decision.requires_grad):
+            found[(module_of(name), kind, axis, round(size))] += 1
+        inputs = [output_values(graph.decision(u))[i] for u, i, _ in graph.inputs_of(name)]
+        for kind, axis, size, _ in context_attention.kv_gathers(decision.fx_node, inputs, strategy, mesh_shape,
+                                                               decision.requires_grad)[0]:
             found[(module_of(name), kind, axis, round(size))] += 1
     if recompute:
         found.update(recompute_collectives(choices, forward, recompute))

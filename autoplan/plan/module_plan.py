@@ -92,6 +92,36 @@ class SolverReport:
 
 
 @dataclass(frozen=True)
+class ContextLayout:
+    """The sequence split over one mesh axis: context parallel (``dtensor/context_attention.py``)."""
+
+    axis: str
+    """The context axis's name."""
+    axis_index: int
+    size: int
+    load_balance: str = "head_tail"
+    """How the sequence is ordered on the axis: torch's head-tail load balancing (of ``2 x size``
+    chunks, rank ``r`` holds chunks ``r`` and ``2 x size - 1 - r``)."""
+    attention: str = "all_gather_kv"
+    """Keys and values gathered over the axis for attention; their gradients reduce-scattered back."""
+    sequence_inputs: tuple[str, ...] = ()
+    """Batch keys split on their sequence dim (dim 1) there, put in the load-balanced order by ``shard_batch``."""
+    alternative_step_s: float | None = None
+    """The step the same plan predicts without the sequence split, where it was solved."""
+
+    def to_dict(self) -> dict:
+        data = asdict(self)
+        data["sequence_inputs"] = list(self.sequence_inputs)
+        if self.alternative_step_s is None:
+            del data["alternative_step_s"]
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict) -> ContextLayout:
+        return cls(**{**data, "sequence_inputs": tuple(data.get("sequence_inputs", ()))})
+
+
+@dataclass(frozen=True)
 class Plan:
     mesh_shape: tuple[int, ...]
     axis_names: tuple[str, ...]
@@ -134,6 +164,12 @@ class Plan:
     pipeline: PipelinePlan | None = None
     """Pipeline stages over a pipeline axis (``plan/pipeline_plan.py``); None: no pipeline.
     Where set, ``mesh_shape``/``axis_names`` are one stage's mesh, the full mesh less that axis."""
+    context_parallel: ContextLayout | None = None
+    """The sequence split over one mesh axis (context parallel); None: none."""
+    attention_flops: float = 0.0
+    """Attention's score and value products in one step, forward and backward
+    (``pipeline/attention_flops.py``): what MFU adds to 6 x parameters x tokens. 0: none
+    counted (no fused attention traced, or a plan written before plans counted it)."""
 
     def to_dict(self) -> dict:
         data = {
@@ -169,6 +205,10 @@ class Plan:
         }
         if self.pipeline is not None:  # absent otherwise: plans without stages keep their bytes
             data["pipeline"] = self.pipeline.to_dict()
+        if self.context_parallel is not None:  # absent otherwise: plans without one keep their bytes
+            data["context_parallel"] = self.context_parallel.to_dict()
+        if self.attention_flops:
+            data["attention_flops"] = self.attention_flops
         return data
 
     def to_json(self) -> str:
@@ -260,6 +300,8 @@ def _build(data: dict) -> Plan:
         recompute=dict(data.get("recompute", {})),
         regime=data.get("regime", "none"),
         pipeline=PipelinePlan.from_dict(data["pipeline"]) if "pipeline" in data else None,
+        context_parallel=ContextLayout.from_dict(data["context_parallel"]) if "context_parallel" in data else None,
+        attention_flops=float(data.get("attention_flops", 0.0)),
     )
 
 

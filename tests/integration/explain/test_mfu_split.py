@@ -114,3 +114,16 @@ def test_a_plan_written_before_the_split_still_adds_up(plans):
     rows = step_rows(summarize(old))
     assert [seconds for _, seconds in rows] == [plan.predicted.compute_s, plan.predicted.comm_s]
     assert "predates the split" in _rendered(old)
+
+
+def test_mfu_counts_attentions_products(plans):
+    """12 x batch x heads x queries x keys x head_dim per attention call (PaLM's count): the
+    tiny Llama's 2 layers of 4 heads of 16 over 8 sequences of 32 tokens."""
+    plan = plans["llama"]
+    assert plan.attention_flops == 12 * 8 * 4 * 32 * 32 * 16 * 2
+    assert plans["mlp"].attention_flops == 0
+    summary = summarize(plan)
+    assert "with attention's products" in summary.mfu_note
+    plain = summarize(dataclasses.replace(plan, attention_flops=0.0))
+    assert summary.model_flops == pytest.approx(plain.model_flops + plan.attention_flops)
+    assert step_rows(summary)[0][0].startswith("model FLOPs at peak ((6·N·tokens + attention)")
