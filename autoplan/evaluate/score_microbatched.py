@@ -27,7 +27,7 @@ from dataclasses import replace
 from torch import nn
 
 from autoplan.errors import OptionError, PlanError
-from autoplan.evaluate.score import Score, check_plan_for_model, pins_for_plan, plan_profile
+from autoplan.evaluate.score_base import Score, check_plan_for_model, pins_for_plan, plan_profile
 from autoplan.pipeline.budget import plans_budget
 from autoplan.pipeline.problem import prepare_problem
 from autoplan.pipeline_parallel.assemble import outer_modules, pipelined_plan
