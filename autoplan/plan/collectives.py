@@ -29,8 +29,8 @@ for different layouts has no hook and arrives at each op as stored
   its output's gradient on to its input as it is (split where a slice further on split
   it; an expand's sum over a split broadcast dim is partial; reduced where a view's
   backward copies it, ``plan/gradient_strides.py``; gathered where a reshape's backward
-  cannot keep its split, ``split_gradients.reshaped_gradient``, or a slice's split on the
-  sliced dim, ``sliced_gradient``), a move DTensor made inside an op
+  cannot keep its split, ``split_gradients.reshaped_gradient``; a slice's split on the
+  sliced dim goes where DTensor's ``slice_backward`` asks, ``sliced_gradient``), a move DTensor made inside an op
   (a gather, a reduction, a slice) has no backward, so the op's gradient goes back as its
   backward made it, autograd sums the readers' gradients in the order
   they are ready (DTensor adds a replicated one to a partial one as partial, and reduce-scatters a partial one added
@@ -73,7 +73,8 @@ for different layouts has no hook and arrives at each op as stored
   brings it to the value's layout (``apply_plan`` hooks module outputs and parameters to
   do so): a reduce_scatter where the value is sharded on that axis, else an all_reduce,
   of the partial sum each rank holds. Charged to the module that made the value; for a
-  parameter, to its own module;
+  parameter, to its own module; an ``index``'s gradient goes to the layout DTensor's
+  ``index_put`` reads it in (``runtime_backward.index_backward_read``);
 - the loss (``plan/loss_reductions.py``): a loss left partial on an axis is all-reduced there
   (at the root), and so is a mean ``nll_loss``'s count of targets, in its backward;
 - what an op runs itself: cross-entropy on logits split by class all-reduces row
@@ -137,6 +138,7 @@ from autoplan.plan.runtime_backward import (
     elementwise_backward,
     embedding_backward,
     grouped_backward_moves,
+    index_backward_read,
     product_backward,
     recentred_mean_moves,
     runs_elementwise_backward,
@@ -476,6 +478,10 @@ def step_collectives(
             kept = tuple(k or g == REPLICATE for k, g in zip(kept, grad))
         reduced = tuple(REPLICATE if c else g for c, g in zip(carried, grad))
         target = tuple(REPLICATE if c else (g if k else q) for c, k, g, q in zip(carried, kept, grad, src))
+        # an ``index``'s backward (``index_put``) reads the gradient as DTensor's rule asks
+        read = index_backward_read(graph.decision(u), grad, operands.get(u, {}), mesh) if u not in back_exits else None
+        if read is not None:
+            target = tuple(REPLICATE if c else r for c, r in zip(carried, read))
         # A parameter's gradient is settled by its module's hook (``Plan.parameter_uses``).
         where = parameter_module(choices, u) if graph.decision(u).kind == PARAMETER else module_of(u)
         times = 1 if u in back_exits else gradient_reads(graph, u)

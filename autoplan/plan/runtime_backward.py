@@ -188,6 +188,38 @@ def embedding_backward(decision: Decision, k: int, grad: Spec, operands: dict[in
     return result, [("gradient", grad, reads[0]), (1, saved, reads[1])]
 
 
+def index_backward_read(decision: Decision, grad: Spec, operands: dict[int, tuple[Spec, Spec]], mesh: DeviceMesh):
+    """The layout DTensor reads the output gradient ``grad`` of the ``index`` ``decision``
+    in for its backward, an accumulating ``index_put`` of the gradient into zeros of the
+    source's shape (made whole) at the indices as autograd saved them; None where it is not
+    asked (another op, a gradient split nowhere) or DTensor cannot say. GPT-OSS picks its
+    experts' biases by expert (``bias[expert_ids]``): torch 2.14's rule reads a gradient
+    split twice by rows in the bias's own split (by columns on tp), where a whole read
+    would gather it."""
+    node = decision.fx_node
+    if decision.kind != OP or node.target is not torch.ops.aten.index.Tensor or not any(is_shard(p) for p in grad):
+        return None
+    source, out = node.args[0], node.meta.get("val")
+    indices = node.args[1] if len(node.args) > 1 else None
+    if not isinstance(source, fx.Node) or not isinstance(indices, (list, tuple)) or not isinstance(out, torch.Tensor):
+        return None
+    if not all(isinstance(i, fx.Node) for i in indices):
+        return None  # an index left out (``x[:, ids]``): not asked
+    values = _all_tensors(_recorded(source), *(_recorded(i) for i in indices))
+    if values is None:
+        return None
+    whole = tuple(REPLICATE for _ in grad)
+    zeros = dtensor_spec(mesh, whole, values[0])
+    saved = [dtensor_spec(mesh, operands.get(k + 1, (whole,))[0], value) for k, value in enumerate(values[1:])]
+    gradient = dtensor_spec(mesh, grad, out)
+    try:
+        with overrides.installed():
+            _, reads = dtensor_runs(torch.ops.aten.index_put.default, [zeros, *saved, gradient], (zeros, saved, gradient, True))
+    except Exception:  # DTensor cannot run it as given: the planner's own rules stand
+        return None
+    return reads[-1] if len(reads) == len(values) + 1 else None
+
+
 def _backward_product_operands(node: fx.Node, first: int, k: int, grad: Spec, saved: Spec):
     """``(op, operands, their layouts, the position of the saved operand, its dims where
     the product reads it transposed, else 0)`` of the backward product that makes operand

@@ -17,7 +17,8 @@ hand their inputs split (or partial) gradients, moving nothing:
 
 Two ops cannot: a reshape's backward reshapes the gradient back, and a split no reshape
 strategy keeps is gathered first (``reshaped_gradient``); a slice's backward gathers a
-gradient split on the sliced dim (``sliced_gradient``).
+gradient split on the sliced dim, or moves that split to another dim, as DTensor's rule for
+``slice_backward`` asks (``sliced_gradient``).
 
 ``plan/collectives.py`` asks these where it follows a gradient back through an op; the
 other rules it follows are in ``plan/gradient_rules.py``.
@@ -33,11 +34,12 @@ import torch
 from autoplan.choices.graph import OP, planning_mesh
 from autoplan.cost.comm import _moves, splits_a_dim_twice
 from autoplan.cost.estimate import output_values, tensor_bytes
+from autoplan.dtensor import overrides
 from autoplan.placements import PARTIAL, REPLICATE, is_partial, is_shard, shard, shard_dim
 from autoplan.plan.backward_ops import backward_reads_only_gradient
 from autoplan.plan.gradient_rules import is_elementwise, operand_layouts
 from autoplan.plan.gradient_strides import RESHAPES
-from autoplan.plan.runtime_choice import gradient_only_backward
+from autoplan.plan.runtime_choice import dtensor_runs, dtensor_spec, gradient_only_backward
 
 _aten = torch.ops.aten
 
@@ -344,17 +346,50 @@ def split_input_gradient(
     return tuple(result)
 
 
-def sliced_gradient(decision, after: tuple) -> tuple:
-    """The layout DTensor moves the slice ``decision``'s output gradient ``after`` to for
-    the slice's backward (``slice_backward``, which pads it back to the input's size):
-    gathered on the axes that split it on the sliced dim, the others as they come (GPT-OSS
-    slices its experts' gate and up apart, ``gate_up[..., ::2]``, and their gradients came
-    back split by the sliced dim on tp)."""
+def sliced_gradient(decision, after: tuple, mesh_shape: tuple[int, ...]) -> tuple[tuple, tuple | None]:
+    """(the layout DTensor moves the slice ``decision``'s output gradient ``after`` to for
+    the slice's backward, ``slice_backward``, which pads it back to the input's size; the
+    layout of the padded gradient where DTensor's rule makes it otherwise than by gathering,
+    else None: the view's own rule, ``through_view``, says). A split on the sliced dim
+    cannot stay there: DTensor's rule for ``slice_backward`` is asked (autoplan's rules
+    installed) where it goes. GPT-OSS slices its experts' gate and up apart,
+    ``gate_up[..., ::2]``, and their gradients come back split by the sliced dim on tp:
+    torch 2.13 gathers that split, torch 2.14 moves it to another dim (an all_to_all) and
+    pads the gradient split twice there. Where DTensor cannot say: gathered on the axes
+    that split it on the sliced dim (2.13's rule), the others as they come."""
     node = decision.fx_node
     if node.target is not _aten.slice.Tensor:
-        return after
+        return after, None
     dim = (node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", 0)) % node.meta["val"].dim()
-    return tuple(REPLICATE if is_shard(g) and shard_dim(g) == dim else g for g in after)
+    gathered = tuple(REPLICATE if is_shard(g) and shard_dim(g) == dim else g for g in after)
+    if gathered == after:
+        return after, None  # nothing to move: the backward pads the gradient as it comes
+    asked = _asked_slice_backward(node, dim, after, tuple(mesh_shape))
+    if asked is None or asked[0] == gathered:
+        return gathered, None
+    return asked
+
+
+def _asked_slice_backward(node, dim: int, after: tuple, mesh_shape: tuple[int, ...]) -> tuple[tuple, tuple] | None:
+    """(the layout DTensor's ``slice_backward`` reads the gradient ``after`` of the slice
+    ``node`` in, the layout it makes the padded gradient in); None where DTensor cannot say."""
+    source = node.args[0].meta.get("val") if isinstance(node.args[0], torch.fx.Node) else None
+    value = node.meta.get("val")
+    if not isinstance(source, torch.Tensor) or not isinstance(value, torch.Tensor):
+        return None
+    start = node.args[2] if len(node.args) > 2 else node.kwargs.get("start")
+    end = node.args[3] if len(node.args) > 3 else node.kwargs.get("end")
+    step = node.args[4] if len(node.args) > 4 else node.kwargs.get("step", 1)
+    start = 0 if start is None else start
+    end = source.shape[dim] if end is None else end
+    gradient = dtensor_spec(_query_mesh(mesh_shape), after, value)
+    try:
+        with overrides.installed():
+            made, reads = dtensor_runs(_aten.slice_backward.default, [gradient],
+                                       (gradient, list(source.shape), dim, start, end, step))
+    except Exception:  # noqa: BLE001  DTensor cannot run it as given: the planner's own rule stands
+        return None
+    return (tuple(reads[0]), tuple(made)) if len(reads) == 1 else None
 
 
 def reshaped_gradient(decision, after: tuple) -> tuple:

@@ -123,9 +123,9 @@ def value_gradient(
                     for kind, axis, size in gradient_collectives(after, whole, out_bytes, mesh_shape):
                         found[(module_of(v), kind, axis, round(size))] += 1
                     after = whole
-                moved = sliced_gradient(graph.decision(v), reshaped_gradient(graph.decision(v), after))
+                moved, padded = sliced_gradient(graph.decision(v), reshaped_gradient(graph.decision(v), after), mesh_shape)
                 count_move(found, module_of(v), after, moved, out_bytes, out_shape, mesh_shape)
-                grad = through_view(graph.decision(v), moved, dst)
+                grad = padded if padded is not None else through_view(graph.decision(v), moved, dst)
             else:
                 grad = after
         elif (joined_layout := step.join(v)) is not None:

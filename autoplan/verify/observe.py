@@ -225,15 +225,21 @@ def _grad_fns(tree) -> set:
 
 def _tag_autograd_nodes(output, fqn: str, inputs: set) -> None:
     """Claim, for ``fqn``, every autograd node behind ``output`` that no inner module has
-    claimed, stopping at the nodes that made the module's inputs."""
+    claimed, stopping at the nodes that made the module's inputs. The walk goes on through
+    an inner module's nodes: what lies between this module's inputs and the inner one's is
+    this module's (its input hook's move, read by an inner module through a view: Switch
+    Transformers' sparse MLP hands its experts a view of its input)."""
     roots = list(_grad_fns(output))
     seen = set(inputs)
+    inner = f"{fqn}." if fqn != ROOT else ""
     while roots:
         node = roots.pop()
         if node is None or node in seen:
             continue
         seen.add(node)
-        if _TAG in node.metadata:
-            continue  # an inner module's op
-        node.metadata[_TAG] = fqn
+        claimed = node.metadata.get(_TAG)
+        if claimed is None:
+            node.metadata[_TAG] = fqn
+        elif not claimed.startswith(inner):
+            continue  # another module's, outside this one (a value read from elsewhere): not walked
         roots.extend(next_node for next_node, _ in node.next_functions)

@@ -98,7 +98,10 @@ step each, collectives compared.
   ``where``) are ops DTensor reduces a partial gradient for, where a product carries it
   (``plan/backward_ops.backward_keeps_partial``); the gate and up, sliced apart from one
   projection (``gate_up[..., ::2]``), hand back gradients split by the sliced dim on tp,
-  which the slice's backward gathers (``plan/split_gradients.sliced_gradient``); and the
+  which the slice's backward gathers (torch 2.13) or moves to another dim, split twice there
+  (torch 2.14), as DTensor's rule says (``plan/split_gradients.sliced_gradient``); the bias
+  picked by expert (``bias[expert_ids]``) gets that gradient in the layout DTensor's
+  ``index_put`` reads it in (``plan/runtime_backward.index_backward_read``); and the
   bias, added in place (``add_``), gets the sum's gradient as it is
   (``plan/gradient_rules.passes_gradient``).
 """
