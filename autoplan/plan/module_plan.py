@@ -134,6 +134,10 @@ class Plan:
     pipeline: PipelinePlan | None = None
     """Pipeline stages over a pipeline axis (``plan/pipeline_plan.py``); None: no pipeline.
     Where set, ``mesh_shape``/``axis_names`` are one stage's mesh, the full mesh less that axis."""
+    expert_parallel: dict[str, dict] = field(default_factory=dict)
+    """Experts module FQN -> {"axis": mesh axis name, "experts": E, "call": "routed" or
+    "grouped"}: the module's experts are split over that axis, each rank holding E/n, and
+    its tokens sent to them and back by all_to_all (``plan/expert_parallel.py``)."""
 
     def to_dict(self) -> dict:
         data = {
@@ -169,6 +173,8 @@ class Plan:
         }
         if self.pipeline is not None:  # absent otherwise: plans without stages keep their bytes
             data["pipeline"] = self.pipeline.to_dict()
+        if self.expert_parallel:  # absent otherwise, as the pipeline
+            data["expert_parallel"] = {fqn: dict(sorted(v.items())) for fqn, v in sorted(self.expert_parallel.items())}
         return data
 
     def to_json(self) -> str:
@@ -260,6 +266,7 @@ def _build(data: dict) -> Plan:
         recompute=dict(data.get("recompute", {})),
         regime=data.get("regime", "none"),
         pipeline=PipelinePlan.from_dict(data["pipeline"]) if "pipeline" in data else None,
+        expert_parallel={fqn: dict(v) for fqn, v in data.get("expert_parallel", {}).items()},
     )
 
 

@@ -1,0 +1,78 @@
+"""Tokens to the ranks that hold their experts and back: all_to_all with run-time counts.
+
+Each rank of an expert-parallel group of ``n`` ranks holds ``e = E/n`` experts, rank ``r``
+experts ``r*e .. r*e+e-1``. A rank's tokens, sorted by expert, go out in ``n`` contiguous
+pieces, one per owner. The sizes of the pieces are what the router decided on this step,
+so the ranks first swap their per-expert counts (one ``all_to_all`` of ``E`` integers),
+which tells each rank how many rows it gets from each other rank for each of its experts;
+then the rows move with ``all_to_all`` of variable splits (the ``torch.distributed.nn``
+form, whose backward is the reverse exchange), as torchtitan's expert parallel and DeepEP
+do. Received rows arrive source-major; ``Exchange.local_order`` sorts them expert-major
+for the grouped matmul, and ``combine`` undoes both.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+from torch.distributed.nn.functional import all_to_all_single
+
+
+@dataclass(frozen=True)
+class Exchange:
+    """One dispatch's bookkeeping, reused by its combine."""
+
+    group: object
+    send_splits: list[int]
+    """Rows this rank sends to each rank (its tokens routed to that rank's experts)."""
+    recv_splits: list[int]
+    """Rows this rank receives from each rank."""
+    local_order: torch.Tensor
+    """Received row indices in expert-major order (for each local expert, each source rank)."""
+    local_counts: torch.Tensor
+    """Rows received per local expert, ``(e,)``, int64."""
+
+
+def exchange_counts(counts: torch.Tensor, group, ranks: int) -> torch.Tensor:
+    """``(n, e)``: row ``s`` holds how many of rank ``s``'s rows go to each of this rank's experts."""
+    counts = counts.to(torch.int64).contiguous()
+    received = torch.empty_like(counts)
+    dist.all_to_all_single(received, counts, group=group)
+    return received.view(ranks, counts.numel() // ranks)
+
+
+def dispatch(rows: torch.Tensor, counts: torch.Tensor, group) -> tuple[torch.Tensor, Exchange]:
+    """``rows`` (sorted by global expert, ``counts[i]`` rows for expert ``i``) sent to their
+    experts' ranks; returns the rows this rank computes, expert-major, and the exchange."""
+    ranks = dist.get_world_size(group)
+    received_counts = exchange_counts(counts, group, ranks)
+    send_splits = counts.to(torch.int64).view(ranks, -1).sum(1).tolist()
+    recv_splits = received_counts.sum(1).tolist()
+    received = all_to_all_single(rows.new_empty((sum(recv_splits), *rows.shape[1:])), rows.contiguous(),
+                                 recv_splits, send_splits, group=group)
+    order = _expert_major(received_counts).to(rows.device)
+    exchange = Exchange(group, send_splits, recv_splits, order, received_counts.sum(0))
+    return received[order], exchange
+
+
+def combine(rows: torch.Tensor, exchange: Exchange) -> torch.Tensor:
+    """The experts' output rows (expert-major, as ``dispatch`` gave them) sent back to the
+    ranks their tokens came from, in the order those ranks sent them."""
+    source_major = torch.empty_like(rows)
+    source_major = source_major.index_copy(0, exchange.local_order, rows)
+    back = rows.new_empty((sum(exchange.send_splits), *rows.shape[1:]))
+    return all_to_all_single(back, source_major.contiguous(), exchange.send_splits, exchange.recv_splits,
+                             group=exchange.group)
+
+
+def _expert_major(received_counts: torch.Tensor) -> torch.Tensor:
+    """Indices of the received rows (source-major: for each source, each local expert)
+    taken for each local expert, each source."""
+    ranks, local = received_counts.shape
+    starts = torch.cumsum(received_counts.flatten(), 0) - received_counts.flatten()
+    starts = starts.view(ranks, local)
+    pieces = [torch.arange(int(starts[s, j]), int(starts[s, j] + received_counts[s, j]), dtype=torch.int64)
+              for j in range(local) for s in range(ranks)]
+    return torch.cat(pieces) if pieces else torch.zeros(0, dtype=torch.int64)
