@@ -57,7 +57,7 @@ def install_expert_parallel(modules: dict[str, nn.Module], plan: Plan, mesh: Dev
             if own:
                 raise PlanError(f"expert parallel: {parent_of(fqn) or '<root>'}, which calls the grouped experts "
                                 f"{fqn}, holds parameters of its own ({own[0]})", hint="plan it without expert parallel")
-            parent.forward = _local_forward(parent.forward, axis, mesh, tokens)
+            parent.forward = _local_forward(parent.forward, axis, mesh, tokens, int(layout["experts"]))
 
 
 class _TokenLayout:
@@ -134,22 +134,25 @@ def _experts_forward(module: nn.Module, original, experts: int, axis: int, mesh:
     return grouped_call if grouped else routed
 
 
-def _local_forward(original, axis: int, mesh: DeviceMesh, tokens: _TokenLayout):
+def _local_forward(original, axis: int, mesh: DeviceMesh, tokens: _TokenLayout, experts: int):
     """The grouped experts' parent, run on this rank's rows: its DTensor inputs with the
-    token rows (the first input's leading size) taken local, row-split, and its other
-    inputs (counts summed over the rows) taken as this rank's part of their sum."""
+    token rows (inputs of the first one's rank and leading size) taken local, row-split, and each other
+    input taken as this rank's part: a sum over the rows that is still partial where the
+    rows are split, or, where it is whole, a count of routed tokens per expert (it equals
+    the ``E``-bin count of an integer token input), counted again over this rank's rows."""
 
     def forward(*args, **kwargs):
         leaves, spec = tree_flatten((args, kwargs))
         first = next((x for x in leaves if isinstance(x, DTensor)), None)
         if first is None:
             return original(*args, **kwargs)
-        if not (isinstance(first.placements[axis], Shard) and first.placements[axis].dim == 0):
-            raise PlanError(f"expert parallel over mesh axis {axis}: the tokens reach the experts' caller "
-                            f"{tuple(first.placements)}, not split by row on that axis",
-                            hint="plan the batch split over the expert axis (data parallel on it), as torchtitan does")
         rows = _row_placements(first.placements, axis)
-        local_leaves = [_local_part(x, rows, first.shape[0], mesh) if isinstance(x, DTensor) else x for x in leaves]
+        row_count = first.shape[0]
+        is_rows = [isinstance(x, DTensor) and x.dim() == first.dim() and x.shape[0] == row_count for x in leaves]
+        local_leaves = [x.redistribute(mesh, rows).to_local() if row else x for x, row in zip(leaves, is_rows)]
+        ids = [(x, local) for x, local, row in zip(leaves, local_leaves, is_rows) if row and not x.is_floating_point()]
+        local_leaves = [_other_part(x, rows, ids, experts, mesh) if isinstance(x, DTensor) and not row else local
+                        for x, local, row in zip(leaves, local_leaves, is_rows)]
         local_args, local_kwargs = tree_unflatten(local_leaves, spec)
         outer, tokens.placements = tokens.placements, rows
         try:
@@ -157,21 +160,23 @@ def _local_forward(original, axis: int, mesh: DeviceMesh, tokens: _TokenLayout):
         finally:
             tokens.placements = outer
         out_leaves, out_spec = tree_flatten(output)
-        return tree_unflatten([_rows_dtensor(x, mesh, rows, first.shape[0]) if isinstance(x, torch.Tensor) else x
+        return tree_unflatten([_rows_dtensor(x, mesh, rows, row_count) if isinstance(x, torch.Tensor) else x
                                for x in out_leaves], out_spec)
 
     return forward
 
 
-def _local_part(value: DTensor, rows: tuple, row_count: int, mesh: DeviceMesh) -> torch.Tensor:
-    if value.dim() and value.shape[0] == row_count:
-        return value.redistribute(mesh, rows).to_local()
-    for placement, row in zip(value.placements, rows):
-        if isinstance(row, Shard) and not placement.is_partial():
-            raise PlanError(f"expert parallel: an input of the experts' caller, shape {list(value.shape)}, is "
-                            f"{tuple(value.placements)} where the tokens are split, not a per-rank sum",
-                            hint="plan it without expert parallel")
-    return value.to_local()
+def _other_part(value: DTensor, rows: tuple, ids: list, experts: int, mesh: DeviceMesh) -> torch.Tensor:
+    if all(p.is_partial() for p, row in zip(value.placements, rows) if isinstance(row, Shard)):
+        return value.to_local()
+    whole = value.full_tensor()
+    for global_ids, local_ids in ids:
+        if whole.numel() == experts and torch.equal(
+                whole.flatten(), torch.bincount(global_ids.full_tensor().flatten(), minlength=experts).to(whole.dtype)):
+            return torch.bincount(local_ids.flatten(), minlength=experts).to(whole.dtype).view(whole.shape)
+    raise PlanError(f"expert parallel: an input of the experts' caller, shape {list(value.shape)}, is neither "
+                    "split by token nor a per-rank sum nor a count of tokens per expert",
+                    hint="plan it without expert parallel")
 
 
 def _rows_dtensor(value: torch.Tensor, mesh: DeviceMesh, rows: tuple, row_count: int) -> DTensor:

@@ -5,8 +5,8 @@ experts ``r*e .. r*e+e-1``. A rank's tokens, sorted by expert, go out in ``n`` c
 pieces, one per owner. The sizes of the pieces are what the router decided on this step,
 so the ranks first swap their per-expert counts (one ``all_to_all`` of ``E`` integers),
 which tells each rank how many rows it gets from each other rank for each of its experts;
-then the rows move with ``all_to_all`` of variable splits (the ``torch.distributed.nn``
-form, whose backward is the reverse exchange), as torchtitan's expert parallel and DeepEP
+then the rows move with ``all_to_all`` of variable splits (torch's functional
+``all_to_all_single_autograd``, whose backward is the reverse exchange), as torchtitan's expert parallel and DeepEP
 do. Received rows arrive source-major; ``Exchange.local_order`` sorts them expert-major
 for the grouped matmul, and ``combine`` undoes both.
 """
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
-from torch.distributed.nn.functional import all_to_all_single
+from torch.distributed._functional_collectives import all_to_all_single_autograd, wait_tensor
 
 
 @dataclass(frozen=True)
@@ -50,8 +50,7 @@ def dispatch(rows: torch.Tensor, counts: torch.Tensor, group) -> tuple[torch.Ten
     received_counts = exchange_counts(counts, group, ranks)
     send_splits = counts.to(torch.int64).view(ranks, -1).sum(1).tolist()
     recv_splits = received_counts.sum(1).tolist()
-    received = all_to_all_single(rows.new_empty((sum(recv_splits), *rows.shape[1:])), rows.contiguous(),
-                                 recv_splits, send_splits, group=group)
+    received = _all_to_all(rows, recv_splits, send_splits, group)
     order = _expert_major(received_counts).to(rows.device)
     exchange = Exchange(group, send_splits, recv_splits, order, received_counts.sum(0))
     return received[order], exchange
@@ -60,11 +59,13 @@ def dispatch(rows: torch.Tensor, counts: torch.Tensor, group) -> tuple[torch.Ten
 def combine(rows: torch.Tensor, exchange: Exchange) -> torch.Tensor:
     """The experts' output rows (expert-major, as ``dispatch`` gave them) sent back to the
     ranks their tokens came from, in the order those ranks sent them."""
-    source_major = torch.empty_like(rows)
-    source_major = source_major.index_copy(0, exchange.local_order, rows)
-    back = rows.new_empty((sum(exchange.send_splits), *rows.shape[1:]))
-    return all_to_all_single(back, source_major.contiguous(), exchange.send_splits, exchange.recv_splits,
-                             group=exchange.group)
+    source_major = torch.zeros_like(rows).index_copy(0, exchange.local_order, rows)
+    return _all_to_all(source_major, exchange.send_splits, exchange.recv_splits, exchange.group)
+
+
+def _all_to_all(rows: torch.Tensor, out_splits: list[int], in_splits: list[int], group) -> torch.Tensor:
+    """torch's functional all_to_all (its backward the reverse exchange), waited for."""
+    return wait_tensor(all_to_all_single_autograd(rows.contiguous(), out_splits, in_splits, group))
 
 
 def _expert_major(received_counts: torch.Tensor) -> torch.Tensor:
