@@ -28,6 +28,7 @@ from contextlib import contextmanager
 
 import torch
 from torch import nn
+from torch._subclasses.fake_tensor import FakeTensor
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.tensor import DTensor, Partial, Replicate, Shard
 from torch.nn.utils.stateless import _reparametrize_module
@@ -113,8 +114,10 @@ def _experts_forward(module: nn.Module, original, experts: int, axis: int, mesh:
         count, top_k = index.shape
         flat = index.reshape(-1)
         order = torch.argsort(flat, stable=True)
-        received, exchange = dispatch(local[order // top_k], torch.bincount(flat, minlength=experts), group)
-        local_ids = torch.repeat_interleave(torch.arange(experts // ranks, device=flat.device), exchange.local_counts)
+        counts = flat.new_zeros(experts) if isinstance(flat, FakeTensor) else torch.bincount(flat, minlength=experts)
+        received, exchange = dispatch(local[order // top_k], counts, group, experts)
+        local_ids = torch.cat([torch.full((count,), j, dtype=torch.int64, device=flat.device)
+                               for j, count in enumerate(exchange.local_counts)])
         ones = torch.ones((received.shape[0], 1), dtype=weights.dtype, device=weights.device)
         with _local_experts(module, experts, ranks, _gradient_placements(rows, axis)), outside_plan():
             computed = original(received, local_ids[:, None], ones)
@@ -126,9 +129,9 @@ def _experts_forward(module: nn.Module, original, experts: int, axis: int, mesh:
     def grouped_call(rows_sorted, counts):
         if not tokens.placements:  # not inside a planned parent's call: as written
             return original(rows_sorted, counts)
-        received, exchange = dispatch(rows_sorted, counts, group)
+        received, exchange = dispatch(rows_sorted, counts, group, experts)
         with _local_experts(module, experts, ranks, _gradient_placements(tokens.placements, axis)), outside_plan():
-            computed = original(received, exchange.local_counts.to(counts.dtype))
+            computed = original(received, torch.tensor(exchange.local_counts, dtype=counts.dtype, device=counts.device))
         return combine(computed, exchange)
 
     return grouped_call if grouped else routed
@@ -167,6 +170,8 @@ def _local_forward(original, axis: int, mesh: DeviceMesh, tokens: _TokenLayout, 
 
 
 def _other_part(value: DTensor, rows: tuple, ids: list, experts: int, mesh: DeviceMesh) -> torch.Tensor:
+    if isinstance(value.to_local(), FakeTensor):
+        return value.to_local()  # a dry run: the experts take the load as even (``token_exchange.dispatch``)
     if all(p.is_partial() for p, row in zip(value.placements, rows) if isinstance(row, Shard)):
         return value.to_local()
     whole = value.full_tensor()

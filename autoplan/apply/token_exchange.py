@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
+from torch._subclasses.fake_tensor import FakeTensor
 from torch.distributed._functional_collectives import all_to_all_single_autograd, wait_tensor
 
 
@@ -31,8 +32,8 @@ class Exchange:
     """Rows this rank receives from each rank."""
     local_order: torch.Tensor
     """Received row indices in expert-major order (for each local expert, each source rank)."""
-    local_counts: torch.Tensor
-    """Rows received per local expert, ``(e,)``, int64."""
+    local_counts: list[int]
+    """Rows received per local expert."""
 
 
 def exchange_counts(counts: torch.Tensor, group, ranks: int) -> torch.Tensor:
@@ -43,17 +44,34 @@ def exchange_counts(counts: torch.Tensor, group, ranks: int) -> torch.Tensor:
     return received.view(ranks, counts.numel() // ranks)
 
 
-def dispatch(rows: torch.Tensor, counts: torch.Tensor, group) -> tuple[torch.Tensor, Exchange]:
+def even_counts(rows: int, experts: int) -> list[int]:
+    """``rows`` spread over ``experts`` as evenly as whole rows go: the router's load taken as even."""
+    return [rows // experts + (1 if i < rows % experts else 0) for i in range(experts)]
+
+
+def dispatch(rows: torch.Tensor, counts: torch.Tensor, group, experts: int) -> tuple[torch.Tensor, Exchange]:
     """``rows`` (sorted by global expert, ``counts[i]`` rows for expert ``i``) sent to their
-    experts' ranks; returns the rows this rank computes, expert-major, and the exchange."""
+    experts' ranks; returns the rows this rank computes, expert-major, and the exchange.
+
+    On fake tensors (a dry run that prices the plan, ``verify/dry_run.py``) the counts are
+    unknown: the router's load is taken as even, every rank routing as this one does; the
+    collectives run as they would, with the sizes that load gives."""
     ranks = dist.get_world_size(group)
+    local = experts // ranks
     received_counts = exchange_counts(counts, group, ranks)
-    send_splits = counts.to(torch.int64).view(ranks, -1).sum(1).tolist()
-    recv_splits = received_counts.sum(1).tolist()
-    received = _all_to_all(rows, recv_splits, send_splits, group)
-    order = _expert_major(received_counts).to(rows.device)
-    exchange = Exchange(group, send_splits, recv_splits, order, received_counts.sum(0))
-    return received[order], exchange
+    if isinstance(rows, FakeTensor):
+        sent = even_counts(rows.shape[0], experts)
+        mine = dist.get_rank(group) * local
+        received = [sent[mine:mine + local] for _ in range(ranks)]
+    else:
+        sent = counts.to(torch.int64).tolist()
+        received = received_counts.tolist()
+    send_splits = [sum(sent[r * local:(r + 1) * local]) for r in range(ranks)]
+    recv_splits = [sum(row) for row in received]
+    moved = _all_to_all(rows, recv_splits, send_splits, group)
+    order = _expert_major(received).to(rows.device)
+    exchange = Exchange(group, send_splits, recv_splits, order, [sum(col) for col in zip(*received)])
+    return moved[order], exchange
 
 
 def combine(rows: torch.Tensor, exchange: Exchange) -> torch.Tensor:
@@ -63,17 +81,21 @@ def combine(rows: torch.Tensor, exchange: Exchange) -> torch.Tensor:
     return _all_to_all(source_major, exchange.send_splits, exchange.recv_splits, exchange.group)
 
 
+def _expert_major(received: list[list[int]]) -> torch.Tensor:
+    """Indices of the received rows (source-major: for each source, each local expert)
+    taken for each local expert, each source."""
+    starts: list[list[int]] = []
+    at = 0
+    for row in received:
+        starts.append([])
+        for count in row:
+            starts[-1].append(at)
+            at += count
+    pieces = [torch.arange(starts[s][j], starts[s][j] + received[s][j], dtype=torch.int64)
+              for j in range(len(received[0]) if received else 0) for s in range(len(received))]
+    return torch.cat(pieces) if pieces else torch.zeros(0, dtype=torch.int64)
+
+
 def _all_to_all(rows: torch.Tensor, out_splits: list[int], in_splits: list[int], group) -> torch.Tensor:
     """torch's functional all_to_all (its backward the reverse exchange), waited for."""
     return wait_tensor(all_to_all_single_autograd(rows.contiguous(), out_splits, in_splits, group))
-
-
-def _expert_major(received_counts: torch.Tensor) -> torch.Tensor:
-    """Indices of the received rows (source-major: for each source, each local expert)
-    taken for each local expert, each source."""
-    ranks, local = received_counts.shape
-    starts = torch.cumsum(received_counts.flatten(), 0) - received_counts.flatten()
-    starts = starts.view(ranks, local)
-    pieces = [torch.arange(int(starts[s, j]), int(starts[s, j] + received_counts[s, j]), dtype=torch.int64)
-              for j in range(local) for s in range(ranks)]
-    return torch.cat(pieces) if pieces else torch.zeros(0, dtype=torch.int64)

@@ -49,6 +49,12 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         f"torch.compile, as torchtitan compiles) or whole (default {DEFAULT_REGIME}; docs/compile.md)",
     )
     parser.add_argument(
+        "--expert-parallel", action="store_true",
+        help="also price the plan with its mixture-of-experts layers' experts split over each mesh axis that divides "
+        "them (tokens moved by all_to_all, the router's load taken as even) and keep the cheaper step "
+        "(docs/expert-parallel.md)",
+    )
+    parser.add_argument(
         "--verbose", action="store_true",
         help="also list every parameter's placements (default: the layout per module in words, layers folded)",
     )
@@ -87,6 +93,7 @@ def run(args: argparse.Namespace) -> int:
         **({"tie": False} if args.no_tie else {}),
         **({"recompute": False} if args.no_recompute else {}),
         **({"compile": args.compile} if args.compile != DEFAULT_REGIME else {}),
+        **({"expert_parallel": True} if args.expert_parallel else {}),
     }
     with progress_on_stderr() as progress:  # None unless stderr is a terminal
         plan, report = plan_fn(

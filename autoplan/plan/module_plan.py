@@ -215,6 +215,13 @@ def check_plan_data(data: dict, source: str) -> None:
         if mode not in RECOMPUTE_MODES:
             fail(f"recompute.{fqn or '<root>'}: expected one of {list(RECOMPUTE_MODES)}, got {mode!r}",
                  'name each module to recompute with "full" or "selective", or leave it out')
+    for fqn, layout in data.get("expert_parallel", {}).items():
+        axis = layout["axis"]
+        if axis not in names:
+            fail(f"expert_parallel.{fqn}.axis: {axis!r} is not one of the mesh's axes {list(names)}")
+        elif layout["experts"] % shape[names.index(axis)]:
+            fail(f"expert_parallel.{fqn}: {layout['experts']} experts do not split evenly over the "
+                 f"{shape[names.index(axis)]} ranks of axis {axis!r}")
     sizes = data.get("parameter_shapes", {})
     specs = [(f"parameters.{fqn}", spec, sizes.get(fqn)) for fqn, spec in data["parameters"].items()]
     specs += [(f"parameter_uses.{fqn}", spec, sizes.get(fqn)) for fqn, spec in data.get("parameter_uses", {}).items()]
