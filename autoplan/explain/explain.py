@@ -26,6 +26,7 @@ from autoplan.explain.alternatives import PLAN_OWN, alternatives_for, units_of
 from autoplan.pipeline.budget import plans_budget
 from autoplan.pipeline.pinning import Pins
 from autoplan.pipeline.problem import Problem, prepare_problem, solve_problem
+from autoplan.plan.expert_parallel import expert_notes, expert_rows
 from autoplan.tree_paths import readable_path
 
 TOP = 10
@@ -71,6 +72,10 @@ class Explanation:
     """Block (``block_of``) -> the cost stage's compute seconds of the plan's solution there."""
     budget_words: str = ""
     """The budget in words: as given (its unit), in bytes, where it comes from (``pipeline/budget.py``)."""
+    experts: tuple = ()
+    """The plan's expert-parallel layouts (``plan/expert_parallel.expert_rows``)."""
+    expert_notes: tuple[str, ...] = ()
+    """What the experts' other layout costs, where ``suggest --expert-parallel`` priced it."""
 
     def to_dict(self) -> dict:
         own = self.own
@@ -132,7 +137,8 @@ def explain_plan(
     free, _, _ = solve_problem(unbounded, Pins(unbounded), time_limit_s)
     words = problem.budget_words()
     return Explanation(own, tuple(results), charges, _binds(own, free.predicted, problem.budget_bytes, words),
-                       problem.budget_bytes, free.predicted.step_time_s, block_compute(problem, choice, plan), words)
+                       problem.budget_bytes, free.predicted.step_time_s, block_compute(problem, choice, plan), words,
+                       expert_rows(plan), expert_notes(plan))
 
 
 def plan_choice(problem: Problem, plan, time_limit_s=None) -> dict[str, int]:
@@ -320,4 +326,10 @@ def explain_sections(e: Explanation) -> list:
         right=(0,),
     ))
     sections.append(Section("what binds", notes=(e.binds,)))
+    if e.experts or e.expert_notes:
+        from autoplan.explain.show import expert_section
+
+        note = ("the alternatives and charges above price the experts' weights where DTensor would lay them out, "
+                "not expert parallel") if e.experts else ""
+        sections.append(expert_section(e.experts, (*e.expert_notes, *([note] if note else []))))
     return sections

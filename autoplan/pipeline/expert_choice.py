@@ -33,7 +33,7 @@ from torch import nn
 
 from autoplan.cost.comm import table_seconds
 from autoplan.placements import local_shape
-from autoplan.plan.expert_parallel import find_experts, with_expert_parallel
+from autoplan.plan.expert_parallel import EXPERT_NOTE, find_experts, with_expert_parallel
 from autoplan.plan.module_plan import Plan, rounded, total_table
 from autoplan.units import ms
 from autoplan.verify.dry_run import dry_run_collectives
@@ -41,8 +41,6 @@ from autoplan.verify.dry_run import dry_run_collectives
 Problem = Any
 """``pipeline/problem.Problem``."""
 
-EXPERT_NOTE = "expert parallel:"
-"""How the warning line that compares the expert layouts begins."""
 _STATE_COPIES = {"parameters": 1, "gradients": 1, "optimizer": 2}
 """Model state per parameter: itself, its gradient and AdamW's two moments."""
 

@@ -30,6 +30,8 @@ from torch import nn
 from autoplan.errors import PlanError
 from autoplan.plan.module_plan import Plan
 
+EXPERT_NOTE = "expert parallel:"
+"""How the warning line begins that compares the experts' layouts (``pipeline/expert_choice.py``)."""
 ROUTED, GROUPED = "routed", "grouped"
 """How an experts module takes its tokens (see the module docstring)."""
 
@@ -112,6 +114,26 @@ def with_expert_parallel(plan: Plan, model: nn.Module, axis: str) -> Plan:
     opaque = tuple(m for m in plan.opaque_modules if m not in layouts)
     return replace(plan, parameters=parameters, parameter_uses=uses, modules=modules,
                    opaque_modules=opaque, expert_parallel=layouts)
+
+
+def expert_rows(plan: Plan) -> tuple[tuple[str, str, str, str], ...]:
+    """(modules, axis, experts per rank, call) per expert layout, repeated layers folded
+    (``model.layers.*.mlp.experts (61)``): what ``show`` and ``explain`` list."""
+    import re
+
+    folded: dict[tuple, int] = {}
+    for fqn, layout in sorted(plan.expert_parallel.items()):
+        size = plan.mesh_shape[plan.axis_names.index(layout["axis"])]
+        key = (re.sub(r"\.\d+\.", ".*.", fqn), layout["axis"], f"{layout['experts'] // size} of {layout['experts']}",
+               layout["call"])
+        folded[key] = folded.get(key, 0) + 1
+    return tuple((f"{name} ({count})" if count > 1 else name, axis, per_rank, call)
+                 for (name, axis, per_rank, call), count in folded.items())
+
+
+def expert_notes(plan: Plan) -> tuple[str, ...]:
+    """The plan's warning lines that compare the experts' layouts."""
+    return tuple(w for w in plan.warnings if w.startswith(EXPERT_NOTE))
 
 
 def parent_of(fqn: str) -> str:
