@@ -1,9 +1,10 @@
 """Expert parallel in a plan: which modules are experts, and their layout split over one axis.
 
 An *experts module* is recognised by a general rule, not by its class name: every
-parameter it holds directly is 3-D with the same leading size ``E >= 2`` (one matrix per
-expert), it has no child module with parameters, and its ``forward`` takes the tokens in
-one of the two forms mixture-of-experts code calls its experts with:
+parameter it holds directly has the same leading size ``E >= 2`` and at least one is 3-D
+(a matrix per expert; the others a bias per expert, as gpt-oss's), it has no child module
+with parameters, and its ``forward`` takes the tokens in one of the two forms
+mixture-of-experts code calls its experts with (its positional parameters, defaults or not):
 
 - **routed** (three tensors: tokens ``(T, H)``, top-k expert index ``(T, k)``, top-k
   weights ``(T, k)``), as HuggingFace transformers' experts modules take them
@@ -51,8 +52,7 @@ def experts_call(module: nn.Module) -> str | None:
         signature = inspect.signature(module.forward)  # follows functools.wraps (transformers' decorator)
     except (TypeError, ValueError):
         return None
-    positional = [p for p in signature.parameters.values()
-                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty]
+    positional = [p for p in signature.parameters.values() if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     has_rest = any(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in signature.parameters.values())
     if has_rest:
         return None
@@ -66,8 +66,8 @@ def find_experts(model: nn.Module) -> list[ExpertsModule]:
         params = list(module.parameters(recurse=False))
         if not params or any(True for child in module.children() for _ in child.parameters()):
             continue
-        leading = {p.shape[0] for p in params if p.dim() == 3}
-        if len(leading) != 1 or any(p.dim() != 3 for p in params) or next(iter(leading)) < 2:
+        leading = {p.shape[0] if p.dim() else 0 for p in params}
+        if len(leading) != 1 or not any(p.dim() == 3 for p in params) or next(iter(leading)) < 2:
             continue
         call = experts_call(module)
         if call is not None:

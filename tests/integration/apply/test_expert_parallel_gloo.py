@@ -24,14 +24,15 @@ from autoplan.verify.numerics import NumericsJob, call_model, check_numerics
 ROOT = Path(__file__).resolve().parents[3]
 MIXTRAL = ROOT / "examples" / "moe.py"
 TITAN = ROOT / "tests" / "models" / "titan_moe.py"
+FAMILIES = ROOT / "tests" / "models" / "hf_moe_families.py"
 TOLERANCE = 1e-5
 ALL_TO_ALLS_PER_MODULE = 5
 """Forward: counts exchanged, rows dispatched, rows combined; backward: the two reverse exchanges."""
 
 
-def _expert_parallel_plan(path: Path, batch_keys, batch_spec):
+def _expert_parallel_plan(path: Path, batch_keys, batch_spec, builder: str = "build_model"):
     module = import_model_file(path)
-    model = module.build_model()
+    model = getattr(module, builder)()
     plan, _ = suggest_with_report(model, module.example_inputs(), mesh=(2, 4), axis_names=("dp", "ep"),
                                   profile="cpu-gloo", pinned=dict.fromkeys(batch_keys, batch_spec))
     return with_expert_parallel(plan, model, "ep")
@@ -93,3 +94,14 @@ def test_experts_split_over_four_ranks_match_one_device(which, tmp_path):
         by_axis[axis] += entry["count"]
     assert by_axis == {"ep": ALL_TO_ALLS_PER_MODULE * len(plan.expert_parallel)}, counted
     print(f"{which}: all_to_alls on rank 0 {counted}", file=sys.stderr)
+
+
+@pytest.mark.slow
+@pytest.mark.gloo
+@pytest.mark.parametrize("builder", ["build_deepseek_v3", "build_gpt_oss", "build_qwen3_moe", "build_olmoe"])
+def test_each_hf_moe_family_matches_one_device_with_its_experts_split(builder):
+    # DeepSeek-V3 (a dense first layer, grouped routing), gpt-oss (a bias per expert), Qwen3-MoE, OLMoE
+    plan = _expert_parallel_plan(FAMILIES, ("input_ids", "labels"), ("S(0)", "R"), builder)
+    assert {v["call"] for v in plan.expert_parallel.values()} == {ROUTED}
+    result, = check_numerics([NumericsJob(str(FAMILIES), builder, plan.to_json())], world=8)
+    assert result.worst <= TOLERANCE, (result.worst_name, result.worst)
