@@ -129,3 +129,14 @@ def test_the_even_load_price_sends_all_but_ones_own_share():
     # 16 tokens, each to 2 experts, 64 float32 values, 4 ranks: 3/4 of 8 KiB leave the rank
     assert even_load_all_to_all_bytes(16, 2, 64, 4, 4) == 16 * 2 * 64 * 4 * 3 / 4
     assert even_load_all_to_all_bytes(16, 2, 64, 4, 1) == 0
+
+
+def test_export_refuses_an_expert_parallel_plan_in_one_line(tmp_path, capsys):
+    from autoplan.cli import main
+
+    model = Model()
+    path = with_expert_parallel(_plan(model), model, "ep").save(tmp_path / "plan.json")
+    status = main(["export", str(path), "--format", "torch", "--out", str(tmp_path / "out.py")])
+    lines = capsys.readouterr().err.splitlines()
+    assert status != 0 and len(lines) == 1 and "splits its experts over ep (expert parallel)" in lines[0], lines
+    assert not (tmp_path / "out.py").exists()
