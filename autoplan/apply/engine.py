@@ -29,6 +29,7 @@ from torch.distributed.tensor.experimental import implicit_replication
 from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
+from autoplan.apply.expert_parallel import install_expert_parallel
 from autoplan.apply.materialize import initialize, materialize_buffers
 from autoplan.apply.parameters import distribute_parameters, gather_parameters_for_use
 from autoplan.apply.recompute import check_recompute, checkpoint_modules
@@ -92,6 +93,7 @@ def _apply(model: nn.Module, plan: Plan, device_mesh: DeviceMesh, fallbacks: fro
     for fqn in plan.opaque_modules:
         _run_replicated(modules[fqn])
     running = _Running()
+    install_expert_parallel(modules, plan, device_mesh, running.paused)
     for fqn, layout in plan.modules.items():
         module = modules[fqn]
         if layout.inputs:
@@ -113,6 +115,16 @@ class _Running:
 
     def __init__(self) -> None:
         self.depth = 0
+
+    @contextmanager
+    def paused(self):
+        """The hooks stand aside: code run on plain local tensors (an expert-parallel
+        module's local experts, ``apply/expert_parallel.py``)."""
+        depth, self.depth = self.depth, 0
+        try:
+            yield
+        finally:
+            self.depth = depth
 
     @contextmanager
     def inside(self, context):

@@ -44,6 +44,13 @@ def run(args: argparse.Namespace) -> int:
     from autoplan.plan.module_plan import Plan  # torch, imported when the command runs
 
     plan = Plan.load(args.plan)
+    if plan.expert_parallel:
+        from autoplan.errors import PlanError
+
+        axes = sorted({layout["axis"] for layout in plan.expert_parallel.values()})
+        raise PlanError(f"the plan splits its experts over {', '.join(axes)} (expert parallel), which export does "
+                        "not write yet", hint="run the plan with autoplan.apply_plan, or export a plan made without "
+                        "--expert-parallel")
     loaded = None
     if args.model:
         from autoplan.model_file import load_model_file

@@ -29,6 +29,7 @@ from autoplan.explain.show import context_words
 from autoplan.pipeline.budget import plans_budget
 from autoplan.pipeline.pinning import Pins
 from autoplan.pipeline.problem import Problem, prepare_problem, solve_problem
+from autoplan.plan.expert_parallel import expert_notes, expert_rows
 from autoplan.tree_paths import readable_path
 
 TOP = 10
@@ -76,6 +77,10 @@ class Explanation:
     """The budget in words: as given (its unit), in bytes, where it comes from (``pipeline/budget.py``)."""
     context: tuple[str, ...] = ()
     """The plan's context-parallel layout and the step without it, in words (``show.context_words``)."""
+    experts: tuple = ()
+    """The plan's expert-parallel layouts (``plan/expert_parallel.expert_rows``)."""
+    expert_notes: tuple[str, ...] = ()
+    """What the experts' other layout costs, where ``suggest --expert-parallel`` priced it."""
 
     def to_dict(self) -> dict:
         own = self.own
@@ -148,7 +153,8 @@ def _explain(model, example_inputs, plan, module, profile, memory_gb, time_limit
     free, _, _ = solve_problem(unbounded, Pins(unbounded), time_limit_s)
     words = problem.budget_words()
     return Explanation(own, tuple(results), charges, _binds(own, free.predicted, problem.budget_bytes, words),
-                       problem.budget_bytes, free.predicted.step_time_s, block_compute(problem, choice, plan), words)
+                       problem.budget_bytes, free.predicted.step_time_s, block_compute(problem, choice, plan), words,
+                       experts=expert_rows(plan), expert_notes=expert_notes(plan))
 
 
 def plan_choice(problem: Problem, plan, time_limit_s=None) -> dict[str, int]:
@@ -346,4 +352,10 @@ def explain_sections(e: Explanation) -> list:
     sections.append(Section("what binds", notes=(e.binds,)))
     if e.context:
         sections.append(Section("context parallel (the sequence split over a mesh axis)", notes=e.context))
+    if e.experts or e.expert_notes:
+        from autoplan.explain.show import expert_section
+
+        note = ("the alternatives and charges above price the experts' weights where DTensor would lay them out, "
+                "not expert parallel") if e.experts else ""
+        sections.append(expert_section(e.experts, (*e.expert_notes, *([note] if note else []))))
     return sections

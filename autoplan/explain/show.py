@@ -41,6 +41,7 @@ from autoplan.explain.patterns import ModuleRow, fold, module_rows, parameter_nu
 from autoplan.explain.stages import pipeline_sections
 from autoplan.pipeline.budget import budget_words
 from autoplan.placements import format_spec, is_shard, shard_factor
+from autoplan.plan.expert_parallel import EXPERT_NOTE, expert_notes, expert_rows
 from autoplan.tree_paths import readable_path
 from autoplan.units import GIB, ms, nbytes
 
@@ -117,6 +118,10 @@ class Summary:
     """``Plan.attention_flops``: counted in ``model_flops`` where non-zero."""
     context: tuple[str, ...] = ()
     """The context-parallel layout in words (``context_words``); () without one."""
+    experts: tuple = ()
+    """(modules, axis, experts per rank, call) per expert-parallel layout (``plan/expert_parallel.expert_rows``)."""
+    expert_notes: tuple[str, ...] = ()
+    """What the experts' other layout costs, where ``suggest --expert-parallel`` priced it."""
 
     def to_dict(self) -> dict:
         data = asdict(self)
@@ -157,7 +162,9 @@ def summarize(plan, profile=None, one_device_s: float | None = None) -> Summary:
         mfu_note=mfu_note or note,
         all_replicated=all_replicated(plan),
         solver=f"{plan.solver.status}, gap {plan.solver.gap:.2%}",
-        warnings=tuple(plan.warnings),
+        warnings=tuple(w for w in plan.warnings if not w.startswith(EXPERT_NOTE)),  # in the experts' section
+        experts=expert_rows(plan),
+        expert_notes=expert_notes(plan),
         one_device_s=one_device_s,
         recompute=recompute_rows(plan),
         compute_split=dict(p.compute_split),
@@ -325,6 +332,19 @@ def context_words(plan) -> tuple[str, ...]:
     return tuple(words)
 
 
+def expert_section(rows: tuple, notes: tuple[str, ...]):
+    """The experts' layout: split over an axis (expert parallel), and what the other layout costs."""
+    from autoplan.explain.render import Section
+
+    if not rows:
+        return Section("experts: in the solved layout (not expert parallel)", notes=notes)
+    return Section(
+        "expert parallel (experts split over a mesh axis; tokens sent to them and back by all_to_all, priced "
+        "with the router's load even)",
+        ("experts module", "axis", "experts per rank", "called with"), rows, notes=notes,
+    )
+
+
 def show_sections(summary: Summary, source: str = "") -> list:
     """The summary as tables (``render.py``): layout, batch, step time, memory, MFU."""
     from autoplan.explain.render import Section
@@ -357,6 +377,8 @@ def show_sections(summary: Summary, source: str = "") -> list:
             "activation checkpointing (recomputed in the backward; modules not named keep their activations)",
             ("module", "recompute"), s.recompute,
         ))
+    if s.experts or s.expert_notes:
+        sections.append(expert_section(s.experts, s.expert_notes))
     sections.extend(s.stage_sections)
     sections.append(time_section(s))
     sections.append(memory_section(s))

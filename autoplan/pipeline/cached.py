@@ -60,6 +60,7 @@ def suggest_cached(
     *,
     memory_gib: float | None = None,
     compile: str = DEFAULT_REGIME,  # the command line's --compile
+    expert_parallel: bool = False,
 ) -> tuple[Plan, SuggestReport]:
     """``suggest_with_report`` that reuses the cached plan when the question is unchanged.
 
@@ -74,7 +75,8 @@ def suggest_cached(
     trace = trace_for_planning(model, example_inputs, tie, loss_fn)
     trace_s = time.perf_counter() - start
     check_regime(compile)
-    key = make_cache_key(trace, mesh, axis_names, cluster, budget.bytes, time_limit_s, pinned, recompute, compile)
+    key = make_cache_key(trace, mesh, axis_names, cluster, budget.bytes, time_limit_s, pinned, recompute, compile,
+                         expert_parallel)
     store = PlanCache(cache_dir)
     existed = _exists(store.path(key))
     start = time.perf_counter()
@@ -97,6 +99,7 @@ def suggest_cached(
     plan, report = suggest_with_report(
         model, example_inputs, mesh, axis_names, cluster, None, time_limit_s, pinned, tie=tie, trace=trace,
         loss_fn=loss_fn, progress=progress, recompute=recompute, budget=budget, compile=compile,
+        expert_parallel=expert_parallel,
     )
     stages = {"trace": trace_s, **report.stage_seconds}
     if plan.fingerprint != trace.fingerprint:
@@ -149,6 +152,7 @@ def suggest(
     compile: str = DEFAULT_REGIME,  # the command line's --compile
     devices: int | None = None,
     devices_per_node: int | None = None,
+    expert_parallel: bool = False,
 ) -> Plan:
     """Plan ``model`` (built on any device, meta included) for a device mesh; see docs/training.md.
 
@@ -171,6 +175,8 @@ def suggest(
     an axis named "pp" in ``axis_names`` is a pipeline axis (docs/pipeline.md). Either
     plans pipeline stages, without the plan cache; ``autoplan.pipeline_parallel.planner``'s
     ``suggest_devices`` also returns what every other mesh shape would cost.
+    ``expert_parallel``: also price the plan with its experts modules split over each
+    mesh axis that divides them, and keep the cheaper step (docs/expert-parallel.md).
     """
     check_model(model, example_inputs)
     check_regime(compile)
@@ -185,7 +191,8 @@ def suggest(
         axis_names = None  # the default names suit 2-D meshes only
     given_budget(memory_gb, memory_gib)  # both, or a bad value: refused here, on every rank
     options = dict(profile=profile, memory_gb=memory_gb, memory_gib=memory_gib, time_limit_s=time_limit_s, tie=tie,
-                   loss_fn=loss_fn, recompute=recompute, compile=compile)
+                   loss_fn=loss_fn, recompute=recompute, compile=compile,
+                   **({"expert_parallel": True} if expert_parallel else {}))
     return suggest_on_every_rank(model, example_inputs, mesh, axis_names, options, cache, cache_dir, broadcast).plan
 
 

@@ -69,7 +69,7 @@ class CachedPlan:
 
 
 def make_cache_key(trace, mesh, axis_names, profile, budget_bytes: float, time_limit_s, pinned, recompute: bool = True,
-                   regime: str = "none") -> CacheKey:
+                   regime: str = "none", expert_parallel: bool = False) -> CacheKey:
     """The key of one planning question; ``trace`` is ``problem.trace_for_planning``'s result
     (with tied layers its fingerprint names the stack: layer count and class)."""
     traced = trace.traced
@@ -91,6 +91,8 @@ def make_cache_key(trace, mesh, axis_names, profile, budget_bytes: float, time_l
         "regime": regime,
         "planner": {"source": _planner_source_hash(), "torch": torch.__version__, "ortools": _ortools_version()},
     }
+    if expert_parallel:  # absent otherwise: keys of questions without it are unchanged
+        fields["expert_parallel"] = True
     return CacheKey(hashlib.sha256(_canonical(fields).encode()).hexdigest(), fields)
 
 

@@ -13,6 +13,7 @@ from torch import nn
 from autoplan.cost.regime import DEFAULT_REGIME, check_regime
 from autoplan.explain.mesh_gain import one_device_seconds
 from autoplan.explain.show import peak_memory_lines
+from autoplan.pipeline.expert_choice import choose_expert_layout
 from autoplan.pipeline.pinning import Pins
 from autoplan.pipeline.problem import ModelTrace, Problem, prepare_problem, solve_problem
 from autoplan.placements import Spec, format_spec
@@ -124,6 +125,7 @@ def suggest_with_report(
     budget=None,
     compile: str = DEFAULT_REGIME,  # the command line's --compile
     problem: Problem | None = None,
+    expert_parallel: bool = False,
 ) -> tuple[Plan, SuggestReport]:
     """Plan ``model`` for ``mesh``; ``pinned`` fixes parameter FQNs / batch keys to given specs.
 
@@ -157,6 +159,8 @@ def suggest_with_report(
     stage_seconds = dict(problem.stage_seconds)
     plan, solution, _ = solve_problem(problem, pins, time_limit_s, seconds=stage_seconds, progress=progress, recompute=recompute,
                                       reprice=True)
+    if expert_parallel:
+        plan = choose_expert_layout(problem, plan, progress)
     blocks = problem.blocks
     report = SuggestReport(
         plan=plan,

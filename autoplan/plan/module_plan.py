@@ -170,6 +170,10 @@ class Plan:
     """Attention's score and value products in one step, forward and backward
     (``pipeline/attention_flops.py``): what MFU adds to 6 x parameters x tokens. 0: none
     counted (no fused attention traced, or a plan written before plans counted it)."""
+    expert_parallel: dict[str, dict] = field(default_factory=dict)
+    """Experts module FQN -> {"axis": mesh axis name, "experts": E, "call": "routed" or
+    "grouped"}: the module's experts are split over that axis, each rank holding E/n, and
+    its tokens sent to them and back by all_to_all (``plan/expert_parallel.py``)."""
 
     def to_dict(self) -> dict:
         data = {
@@ -209,6 +213,8 @@ class Plan:
             data["context_parallel"] = self.context_parallel.to_dict()
         if self.attention_flops:
             data["attention_flops"] = self.attention_flops
+        if self.expert_parallel:  # absent otherwise, as the pipeline
+            data["expert_parallel"] = {fqn: dict(sorted(v.items())) for fqn, v in sorted(self.expert_parallel.items())}
         return data
 
     def to_json(self) -> str:
@@ -249,6 +255,13 @@ def check_plan_data(data: dict, source: str) -> None:
         if mode not in RECOMPUTE_MODES:
             fail(f"recompute.{fqn or '<root>'}: expected one of {list(RECOMPUTE_MODES)}, got {mode!r}",
                  'name each module to recompute with "full" or "selective", or leave it out')
+    for fqn, layout in data.get("expert_parallel", {}).items():
+        axis = layout["axis"]
+        if axis not in names:
+            fail(f"expert_parallel.{fqn}.axis: {axis!r} is not one of the mesh's axes {list(names)}")
+        elif layout["experts"] % shape[names.index(axis)]:
+            fail(f"expert_parallel.{fqn}: {layout['experts']} experts do not split evenly over the "
+                 f"{shape[names.index(axis)]} ranks of axis {axis!r}")
     sizes = data.get("parameter_shapes", {})
     specs = [(f"parameters.{fqn}", spec, sizes.get(fqn)) for fqn, spec in data["parameters"].items()]
     specs += [(f"parameter_uses.{fqn}", spec, sizes.get(fqn)) for fqn, spec in data.get("parameter_uses", {}).items()]
@@ -302,6 +315,7 @@ def _build(data: dict) -> Plan:
         pipeline=PipelinePlan.from_dict(data["pipeline"]) if "pipeline" in data else None,
         context_parallel=ContextLayout.from_dict(data["context_parallel"]) if "context_parallel" in data else None,
         attention_flops=float(data.get("attention_flops", 0.0)),
+        expert_parallel={fqn: dict(v) for fqn, v in data.get("expert_parallel", {}).items()},
     )
 
 
