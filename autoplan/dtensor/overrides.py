@@ -376,6 +376,27 @@ def propagate_uncached(op_schema):
     return _own_cache._propagate(op_schema)
 
 
+def forget_decisions() -> None:
+    """Empty every cache of sharding decisions: DTensor's (C++ and Python) and autoplan's own.
+
+    Called when a process group autoplan made for itself (a dry run's fake world) is torn
+    down. A device mesh compares equal to any mesh of the same shape and axis names, so a
+    decision cached on the torn-down mesh would be the answer to the same op on the user's
+    own mesh later in the process, and hand that run specs whose mesh has no process group
+    any more ("Group ... is not registered", seen where a plan's compiled step followed its
+    planning in one process)."""
+    from torch.distributed.tensor import DTensor
+
+    clear_native = getattr(torch._C, "_clear_DTensor_sharding_propagator_cache", None)
+    if clear_native is not None:
+        clear_native()
+    DTensor._op_dispatcher.sharding_propagator.propagate_op_sharding.cache_clear()
+    if _own_cache is not None:
+        with _lock:
+            _own_cache._cached.cache_clear()
+            _own_cache.autoplans_own.clear()
+
+
 def _autoplan_cache(propagator, are_we_tracing) -> _PropagationCache:
     global _own_cache
     if _own_cache is None:
