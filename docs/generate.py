@@ -297,6 +297,8 @@ def _coverage_section(path: Path, record: dict) -> list[str]:
             lines.append((f"| {shape} " if shaped else "") + f"| {key} | {ran} | {_share(counts['plan'], ran)} | "
                          f"{_share(counts['apply'], ran)} | {_share(counts['collectives'], ran)} | {every_axis} | "
                          f"{counts.get('plan_seconds_median')} | {counts.get('plan_seconds_max')} |")
+    if result.get("compile_summary"):  # vision_coverage.py: the compiled step, and rows passing every stage
+        lines += ["", "```text", *result["compile_summary"], "```"]
     # Rows with further stages (vision_coverage.py: numerics, the compiled step) get a column each.
     extra = [stage for stage in ("numerics float32/forced", "compile")
              if any(stage in row["stages"] for row in result["rows"])]
