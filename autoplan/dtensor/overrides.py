@@ -262,16 +262,21 @@ class _PropagationCache:
         self.autoplans_own: set = set()
         """The op schemas whose decision is autoplan's own."""
 
+    def _propagate_or_replicate(self, op_schema):
+        """DTensor's propagation; an op a planned step meets with no rule runs replicated
+        (``_replicate_unplanned``), eager or traced by ``torch.compile`` alike."""
+        try:
+            return self._propagate(op_schema)
+        except NotImplementedError as err:
+            if _NO_RULE not in str(err) or not _replicate_unplanned(op_schema.op):
+                raise
+            return self._propagate(op_schema)
+
     def _decide(self, op_schema):
         outer = getattr(_deciding, "diverged", False)
         _deciding.diverged = False
         try:
-            try:
-                result = self._propagate(op_schema)
-            except NotImplementedError as err:
-                if _NO_RULE not in str(err) or not _replicate_unplanned(op_schema.op):
-                    raise
-                result = self._propagate(op_schema)
+            result = self._propagate_or_replicate(op_schema)
             if _deciding.diverged:
                 self.autoplans_own.add(op_schema)
         finally:
@@ -291,7 +296,7 @@ class _PropagationCache:
         outer = getattr(_deciding, "diverged", False)
         _deciding.diverged = False
         try:
-            result = self._propagate(op_schema)
+            result = self._propagate_or_replicate(op_schema)
             _deciding.traced = (op_schema, _deciding.diverged)
         finally:
             _deciding.diverged = outer or _deciding.diverged
