@@ -250,7 +250,11 @@ stages over timm's registry (one model per family, built tiny), diffusers' DiT, 
 SD3 and Flux transformers and conditional UNet, open_clip's model configs (one per distinct
 architecture once shrunk) and x-transformers' decoder and encoder, then gloo numerics and
 the forcing plan's step compiled whole (`compile` column: collectives as predicted, loss
-equal to the eager step's with the model's randomness off). Install the libraries with
+equal to the eager step's with the model's randomness off). Its rows plan as `autoplan
+suggest` plans, with no process group up, so each plan's collectives are those a dry run of
+its step counted (the HuggingFace rows plan beside their fake process group and judge the
+rules' prediction). A run in parts (`--sources timm`, then the others) is joined into one
+table with `--join A.json B.json --json OUT`. Install the libraries with
 `pip install --no-deps diffusers x-transformers timm open_clip_torch` (their requirements
 would pull another torch; add what each imports by hand) and the torchvision built for your
 torch (`torchvision==0.28.0` for torch 2.13). timm and open_clip import only beside a
