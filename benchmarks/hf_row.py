@@ -53,7 +53,7 @@ BENCH_DIR = Path(__file__).resolve().parent
 
 
 def run_row(row: dict, model_file: Path, dtypes: list[str], numerics: bool, numerics_max_step_s: float, out: Path,
-            fake: bool = False, more_stages=None) -> dict:
+            fake: bool = False, more_stages=None, plan_outside_group: bool = False) -> dict:
     """Every stage of one row, whose model and batch come from ``model_file`` (a model file,
     ``autoplan/model_file.py``: ``build_model``, ``example_inputs``, optional ``compute_loss``);
     ``row`` names it (``task``, ``model_type``, ``class``). ``dtypes`` empty stops after the build.
@@ -62,7 +62,13 @@ def run_row(row: dict, model_file: Path, dtypes: list[str], numerics: bool, nume
     (no one-device step), each plan's step runs on its fake twin as ``autoplan verify`` runs
     it (``verify/fake_model.py``: the same collectives at the same shapes, no compute), and
     no numerics run. ``more_stages(recorder, plans, device_mesh)``, where given, runs further
-    stages on the fake process group after the plans' steps (``vision_coverage.py``'s compiled step)."""
+    stages on the fake process group after the plans' steps (``vision_coverage.py``'s compiled step).
+
+    ``plan_outside_group``: each plan is made with no process group up, as ``autoplan suggest``
+    makes it, so ``suggest`` prices it by a dry run of its step (``verify/dry_run.py``; with a
+    group up, as in a job, the dry run cannot host its fake world and the rules predict).
+    Off, every plan is made beside the rows' fake process group: the rules' prediction is
+    what the ``collectives`` stages judge."""
     row = {**row, "stages": {}}
     recorder = _Recorder(row, out)
     with recorder.stage("build") as info:
@@ -77,8 +83,11 @@ def run_row(row: dict, model_file: Path, dtypes: list[str], numerics: bool, nume
     from torch.distributed.device_mesh import init_device_mesh
     from torch.testing._internal.distributed.fake_pg import FakeStore
 
-    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=WORLD)
-    device_mesh = init_device_mesh("cpu", MESH, mesh_dim_names=AXIS_NAMES)
+    def fake_mesh():
+        dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=WORLD)
+        return init_device_mesh("cpu", MESH, mesh_dim_names=AXIS_NAMES)
+
+    device_mesh = fake_mesh()
     plans: dict[str, object] = {}
     try:
         for dtype_name in dtypes:
@@ -96,8 +105,14 @@ def run_row(row: dict, model_file: Path, dtypes: list[str], numerics: bool, nume
                     row["stages"][f"plan {key}"] = {**row["stages"][f"plan {dtype_name}/default"], "skipped": True}
                     recorder.save()
                     continue
-                with recorder.stage(f"plan {key}") as info:
-                    plan = _plan(model_file, DTYPES[dtype_name], default, info, prepared)
+                if plan_outside_group:
+                    dist.destroy_process_group()
+                try:
+                    with recorder.stage(f"plan {key}") as info:
+                        plan = _plan(model_file, DTYPES[dtype_name], default, info, prepared)
+                finally:
+                    if plan_outside_group:
+                        device_mesh = fake_mesh()
                 if not row["stages"][f"plan {key}"]["ok"]:
                     continue
                 if budget == "default":
@@ -119,18 +134,19 @@ def run_row(row: dict, model_file: Path, dtypes: list[str], numerics: bool, nume
 
 
 def run_source_row(spec: str, out: Path, dtypes: list[str], numerics: bool, numerics_max_step_s: float,
-                   class_name, model_file_text, more_stages=None) -> None:
+                   class_name, model_file_text, more_stages=None, plan_outside_group: bool = False) -> None:
     """One ``source:name`` row of a benchmark whose rows are written by ``model_file_text``
     (``plain_coverage.py``, ``vision_coverage.py``), in this process: its model file next to
     ``out``, then ``run_row``. ``more_stages(recorder, plans, device_mesh, model_file)``, where
-    given, runs after the plans' steps."""
+    given, runs after the plans' steps; ``plan_outside_group``: ``run_row``'s."""
     torch.set_num_threads(1)  # rows run side by side on few cores
     source, name = spec.split(":", 1)
     model_file = out.with_suffix(".model.py")
     model_file.write_text(model_file_text(source, name))
     row = {"task": source, "model_type": name, "class": class_name(source, name)}
     extra = None if more_stages is None else (lambda recorder, plans, mesh: more_stages(recorder, plans, mesh, model_file))
-    run_row(row, model_file, dtypes, numerics, numerics_max_step_s, out, more_stages=extra)
+    run_row(row, model_file, dtypes, numerics, numerics_max_step_s, out, more_stages=extra,
+            plan_outside_group=plan_outside_group)
 
 
 def load_row_model(model_file: Path, dtype: torch.dtype = torch.float32):

@@ -19,6 +19,11 @@ collectives and the eager step's loss (both with the model's randomness off, as
                                          [--sources timm,diffusers] [--jobs N] [--no-numerics] [--list]
                                          [--compile-backend aot_eager|inductor|none] [--timeout 1800]
                                          [--json benchmarks/results/vision_coverage.json]
+    python benchmarks/vision_coverage.py --join A.json B.json ... [--json OUT]
+
+``--join``: the tables of runs over disjoint rows (``--sources timm``, then the others: a run
+in parts; a run stopped early gives the rows it finished) as one table with one summary,
+written to ``--json``.
 
 timm and open_clip need a torchvision built for the running torch; where they do not
 import, their rows are reported as not installed and the other sources still run.
@@ -107,7 +112,10 @@ def row_main(spec: str, out: Path, dtypes: list[str], numerics: bool, numerics_m
     from hf_row import run_source_row
     from vision_models import class_name, model_file_text
 
-    run_source_row(spec, out, dtypes, numerics, numerics_max_step_s, class_name, model_file_text, compile_stage)
+    # Planned as ``autoplan suggest`` plans (no process group up): the plan's collectives are
+    # its step's, counted on a dry run, which the fake-process-group step is then judged by.
+    run_source_row(spec, out, dtypes, numerics, numerics_max_step_s, class_name, model_file_text, compile_stage,
+                   plan_outside_group=True)
 
 
 def passes(row: dict) -> bool:
@@ -141,6 +149,14 @@ def main(argv=None) -> dict | None:
         at = argv.index("--compile-backend")
         _COMPILE_BACKEND[0] = argv[at + 1]
         del argv[at:at + 2]
+    if "--join" in argv:
+        at = argv.index("--join")
+        parts = []
+        while at + 1 < len(argv) and not argv[at + 1].startswith("--"):
+            parts.append(Path(argv.pop(at + 1)))
+        del argv[at]
+        args = parse_args(argv, description=__doc__.splitlines()[0], default_json=DEFAULT_JSON, default_dtypes="float32")
+        return join_tables(parts, args.json)
     sources = None
     if "--sources" in argv:
         at = argv.index("--sources")
@@ -174,15 +190,53 @@ def main(argv=None) -> dict | None:
     result = run_rows(rows_to_run, args, keys, printer, found, Path(__file__), cells=vision_row_cells)
     result["not_installed"] = missing
     result["compile_backend"] = _COMPILE_BACKEND[0]
-    result["summary"]["every_stage_passed"] = sum(1 for r in result["rows"] if stage_ok(r, "build") and passes(r))
-    extra = compile_lines(result["rows"])
-    if missing:
-        extra.append(f"not installed here (rows not run): {', '.join(missing)}")
+    _summarize_compile(result)
     from hf_coverage import write_json
 
     write_json(args.json, result)
-    printer.summary(summary_lines(result["summary"], what="rows") + extra
+    printer.summary(summary_lines(result["summary"], what="rows") + result["compile_summary"]
                     + [f"{versions_line}; total {result['seconds']:.0f} s; table in {args.json}"])
+    return result
+
+
+def _summarize_compile(result: dict) -> None:
+    """The table's compile and every-stage lines (``compile_summary``), as the summary prints them."""
+    _COMPILE_BACKEND[0] = result.get("compile_backend", _COMPILE_BACKEND[0])
+    result["summary"]["every_stage_passed"] = sum(1 for r in result["rows"] if stage_ok(r, "build") and passes(r))
+    lines = compile_lines(result["rows"])
+    if result.get("not_installed"):
+        lines.append(f"not installed here (rows not run): {', '.join(result['not_installed'])}")
+    result["compile_summary"] = lines
+
+
+def join_tables(parts: list[Path], out: Path) -> dict:
+    """One table of the rows of ``parts`` (runs over disjoint rows, on the same versions),
+    summarized as one run would be, written to ``out``. A run stopped early gives the rows it
+    finished (each row's record is written whole when it ends); ``parts`` says which stopped."""
+    import json
+
+    from hf_coverage import _summarize_shapes, write_json
+
+    tables = [json.loads(path.read_text()) for path in parts]
+    if not tables:
+        raise SystemExit("--join needs the JSON tables of the runs to join")
+    if any(t["versions"] != tables[0]["versions"] for t in tables):
+        raise SystemExit("--join: the tables come from different library versions; fix: join runs of one environment")
+    names = [(r["task"], r["model_type"]) for t in tables for r in t["rows"]]
+    if len(names) != len(set(names)):
+        raise SystemExit("--join: a row appears in two tables; fix: join runs over disjoint rows (--sources)")
+    result = {**tables[0], "rows": [r for t in tables for r in t["rows"]],
+              "parts": [{"args": t["args"], "rows": len(t["rows"]), "finished": t.get("finished", True),
+                         "seconds": t.get("seconds")} for t in tables],
+              "seconds": round(sum(t.get("seconds") or 0 for t in tables), 1)}
+    installed = {s for t in tables for s in {r["task"] for r in t["rows"]}}
+    result["not_installed"] = sorted({s for t in tables for s in t.get("not_installed", [])} - installed)
+    _summarize_shapes(result, [None], run_keys(result["args"]["dtypes"]), finished=True)
+    _summarize_compile(result)
+    write_json(out, result)
+    for line in summary_lines(result["summary"], what="rows") + result["compile_summary"]:
+        print(line)
+    print(f"{len(result['rows'])} rows from {len(parts)} runs; table in {out}")
     return result
 
 

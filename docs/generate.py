@@ -250,11 +250,15 @@ stages over timm's registry (one model per family, built tiny), diffusers' DiT, 
 SD3 and Flux transformers and conditional UNet, open_clip's model configs (one per distinct
 architecture once shrunk) and x-transformers' decoder and encoder, then gloo numerics and
 the forcing plan's step compiled whole (`compile` column: collectives as predicted, loss
-equal to the eager step's with the model's randomness off). diffusers and x-transformers
-come with the `test` extra (with torch installed first they pull no other torch); install
-timm and open_clip with `pip install --no-deps timm open_clip_torch` (their requirements
-would pull another torch through torchvision; add what each imports by hand) and the
-torchvision built for your torch (`torchvision==0.28.0` for torch 2.13). timm and open_clip import only beside a
+equal to the eager step's with the model's randomness off). Its rows plan as `autoplan
+suggest` plans, with no process group up, so each plan's collectives are those a dry run of
+its step counted (the HuggingFace rows plan beside their fake process group and judge the
+rules' prediction). A run in parts (`--sources timm`, then the others) is joined into one
+table with `--join A.json B.json --json OUT`. diffusers and x-transformers come with the
+`test` extra (with torch installed first they pull no other torch); install timm and
+open_clip with `pip install --no-deps timm open_clip_torch` (their requirements would pull
+another torch through torchvision; add what each imports by hand) and the torchvision
+built for your torch (`torchvision==0.28.0` for torch 2.13). timm and open_clip import only beside a
 torchvision built for the running torch: where they do not, their rows are reported as not
 installed and the other sources still run. On the two-core development machine PyPI's
 torchvision 0.28.0 failed to import beside the torch 2.13.0 CPU build ("operator
@@ -298,6 +302,8 @@ def _coverage_section(path: Path, record: dict) -> list[str]:
             lines.append((f"| {shape} " if shaped else "") + f"| {key} | {ran} | {_share(counts['plan'], ran)} | "
                          f"{_share(counts['apply'], ran)} | {_share(counts['collectives'], ran)} | {every_axis} | "
                          f"{counts.get('plan_seconds_median')} | {counts.get('plan_seconds_max')} |")
+    if result.get("compile_summary"):  # vision_coverage.py: the compiled step, and rows passing every stage
+        lines += ["", "```text", *result["compile_summary"], "```"]
     # Rows with further stages (vision_coverage.py: numerics, the compiled step) get a column each.
     extra = [stage for stage in ("numerics float32/forced", "compile")
              if any(stage in row["stages"] for row in result["rows"])]

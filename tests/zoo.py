@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from pathlib import Path
 
 from conftest import EXAMPLES
@@ -116,23 +117,30 @@ def both_axes_plan(path: str, mesh=(2, 4), axis_names=("dp", "tp")):
     raise AssertionError("a plan fitting 1e-12 GiB per device")
 
 
-def verify_on_fake_world(model, batch, plan, loss_fn=None, tensors: str = "real"):
-    """``verify_plan`` of one training step (with ``loss_fn``'s loss) on a fake process group
-    of the plan's mesh, on real or fake ``tensors``."""
+@contextmanager
+def fake_world_mesh(plan):
+    """A fake process group of the plan's world size (this process is rank 0) and its mesh,
+    for the ``with`` body."""
     import math
 
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
     from torch.testing._internal.distributed.fake_pg import FakeStore
 
-    from autoplan.verify.step_check import verify_plan
-
     dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=math.prod(plan.mesh_shape))
     try:
-        mesh = init_device_mesh("cpu", tuple(plan.mesh_shape), mesh_dim_names=tuple(plan.axis_names))
-        return verify_plan(model, batch, plan, mesh, loss_fn=loss_fn, tensors=tensors)
+        yield init_device_mesh("cpu", tuple(plan.mesh_shape), mesh_dim_names=tuple(plan.axis_names))
     finally:
         dist.destroy_process_group()
+
+
+def verify_on_fake_world(model, batch, plan, loss_fn=None, tensors: str = "real"):
+    """``verify_plan`` of one training step (with ``loss_fn``'s loss) on a fake process group
+    of the plan's mesh, on real or fake ``tensors``."""
+    from autoplan.verify.step_check import verify_plan
+
+    with fake_world_mesh(plan) as mesh:
+        return verify_plan(model, batch, plan, mesh, loss_fn=loss_fn, tensors=tensors)
 
 
 def assert_step_runs_the_prediction(model_file, build_name: str, plan) -> None:

@@ -193,8 +193,11 @@ def _fake_world(plan):
             "a process group is already initialised in this process",
             hint="run `autoplan verify` as a plain command, not under torchrun: it sets up its own fake process group",
         )
+    from autoplan.dtensor.overrides import forget_decisions
+
     dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=math.prod(plan.mesh_shape))
     try:
         yield init_device_mesh("cpu", plan.mesh_shape, mesh_dim_names=plan.axis_names)
     finally:
         dist.destroy_process_group()
+        forget_decisions()  # decided on this world's mesh: not answers for a later one

@@ -262,16 +262,21 @@ class _PropagationCache:
         self.autoplans_own: set = set()
         """The op schemas whose decision is autoplan's own."""
 
+    def _propagate_or_replicate(self, op_schema):
+        """DTensor's propagation; an op a planned step meets with no rule runs replicated
+        (``_replicate_unplanned``), eager or traced by ``torch.compile`` alike."""
+        try:
+            return self._propagate(op_schema)
+        except NotImplementedError as err:
+            if _NO_RULE not in str(err) or not _replicate_unplanned(op_schema.op):
+                raise
+            return self._propagate(op_schema)
+
     def _decide(self, op_schema):
         outer = getattr(_deciding, "diverged", False)
         _deciding.diverged = False
         try:
-            try:
-                result = self._propagate(op_schema)
-            except NotImplementedError as err:
-                if _NO_RULE not in str(err) or not _replicate_unplanned(op_schema.op):
-                    raise
-                result = self._propagate(op_schema)
+            result = self._propagate_or_replicate(op_schema)
             if _deciding.diverged:
                 self.autoplans_own.add(op_schema)
         finally:
@@ -291,7 +296,7 @@ class _PropagationCache:
         outer = getattr(_deciding, "diverged", False)
         _deciding.diverged = False
         try:
-            result = self._propagate(op_schema)
+            result = self._propagate_or_replicate(op_schema)
             _deciding.traced = (op_schema, _deciding.diverged)
         finally:
             _deciding.diverged = outer or _deciding.diverged
@@ -381,6 +386,27 @@ def forget_cached_decisions() -> None:
     axis of ``context_attention.active``); DTensor's own caches are left as they are."""
     if _own_cache is not None:
         _own_cache._cached.cache_clear()
+
+
+def forget_decisions() -> None:
+    """Empty every cache of sharding decisions: DTensor's (C++ and Python) and autoplan's own.
+
+    Called when a process group autoplan made for itself (a dry run's fake world) is torn
+    down. A device mesh compares equal to any mesh of the same shape and axis names, so a
+    decision cached on the torn-down mesh would be the answer to the same op on the user's
+    own mesh later in the process, and hand that run specs whose mesh has no process group
+    any more ("Group ... is not registered", seen where a plan's compiled step followed its
+    planning in one process)."""
+    from torch.distributed.tensor import DTensor
+
+    clear_native = getattr(torch._C, "_clear_DTensor_sharding_propagator_cache", None)
+    if clear_native is not None:
+        clear_native()
+    DTensor._op_dispatcher.sharding_propagator.propagate_op_sharding.cache_clear()
+    if _own_cache is not None:
+        with _lock:
+            _own_cache._cached.cache_clear()
+            _own_cache.autoplans_own.clear()
 
 
 def _autoplan_cache(propagator, are_we_tracing) -> _PropagationCache:

@@ -23,6 +23,7 @@ import torch.distributed as dist
 from torch import nn
 
 from autoplan.apply.engine import apply_plan
+from autoplan.dtensor.overrides import forget_decisions
 from autoplan.plan.module_plan import Plan
 from autoplan.trace.known_values import known_values
 from autoplan.trace.repeats import KEPT_LAYERS, RepeatedBlocks, truncated
@@ -94,3 +95,4 @@ def _fake_world(plan: Plan):
         yield init_device_mesh("cpu", plan.mesh_shape, mesh_dim_names=plan.axis_names)
     finally:
         dist.destroy_process_group()
+        forget_decisions()  # decided on this world's mesh: not answers for a later one

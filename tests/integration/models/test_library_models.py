@@ -24,6 +24,7 @@ from conftest import ROOT
 from zoo import assert_step_runs_the_prediction, both_axes_plan
 
 import autoplan
+from autoplan.errors import InfeasibleError
 from autoplan.model_file import load_model_file
 from autoplan.trace.repeats import find_repeated_blocks
 
@@ -83,3 +84,36 @@ def test_a_step_of_the_default_plan_runs_the_predicted_collectives(model_plans):
 def test_a_step_of_the_sharded_plan_runs_the_predicted_collectives(model_plans):
     path, _, forced = model_plans
     assert_step_runs_the_prediction(path, "build_model", forced)
+
+
+def test_a_plan_made_in_this_process_compiles_on_the_users_process_group():
+    """``suggest`` prices a plan by a dry run on a fake process group of its own. DTensor's
+    sharding decisions made there were cached on that group's mesh, which compares equal to
+    the user's; a step compiled later in the process was answered from that cache and ran
+    on the dry run's torn-down groups: "Group ... is not registered" (DiT's forced plan,
+    2.13 and 2.14; every open_clip ViT row on 2.14). The compiled step runs the predicted
+    collectives and gives the eager step's loss."""
+    pytest.importorskip("diffusers")
+    from zoo import fake_world_mesh
+
+    from autoplan.model_file import import_model_file, loss_function
+    from autoplan.verify.numerics import build_seeded, seeded_batch, without_randomness
+    from autoplan.verify.step_check import verify_plan
+
+    path = FILES["dit"]
+    try:
+        _plan(path, memory_gib=1e-12)
+    except InfeasibleError as err:
+        least = err.smallest_bytes
+    state = 4 * sum(p.numel() * p.element_size() for p in load_model_file(str(path)).model.parameters())
+    plan = _plan(path, memory_gib=(least + state / 64) / 2**30)  # weights split on both axes
+    assert _sharded_on(plan, 0) and _sharded_on(plan, 1), plan.parameters
+    module = import_model_file(path)
+    loss_fn = loss_function(module, path)
+    with fake_world_mesh(plan) as mesh, without_randomness():
+        eager = verify_plan(build_seeded(module, "build_model", 0), seeded_batch(module, 1), plan, mesh, loss_fn=loss_fn)
+        torch._dynamo.reset()
+        compiled = verify_plan(build_seeded(module, "build_model", 0), seeded_batch(module, 1), plan, mesh,
+                               loss_fn=loss_fn, compile_mode="whole", backend="aot_eager")
+    assert compiled.passed, "\n" + compiled.summary()
+    assert abs(compiled.loss - eager.loss) <= 1e-5 * abs(eager.loss), (compiled.loss, eager.loss)

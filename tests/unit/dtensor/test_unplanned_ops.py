@@ -55,3 +55,17 @@ def test_the_rule_is_gone_with_the_overrides(mesh):
     assert not [op for op, rule in propagator.op_strategy_funcs.items() if getattr(rule, "__wrapped__", None) is replicate_everything]
     with pytest.raises(NotImplementedError, match="does not have a sharding strategy"):
         torch.renorm(distribute_tensor(torch.randn(8, 16), mesh, [Shard(0), Replicate()]), 2, 0, 1.0)
+
+
+def test_a_compiled_step_runs_it_replicated_too(mesh):
+    """``torch.compile`` asks for the op's sharding while tracing (another entry point than
+    the eager step's); the fallback holds there too (timm's EfficientViT: ``hardswish_backward``
+    in a compiled backward failed with "does not have a sharding strategy registered")."""
+    torch._dynamo.reset()
+    value = distribute_tensor(torch.randn(8, 16), mesh, [Shard(0), Shard(1)])
+    compiled = torch.compile(lambda t: torch.renorm(t, 2, 0, 1.0), backend="aot_eager", fullgraph=True)
+    with overrides.installed(), overrides.planned_step(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        out = compiled(value)
+    assert tuple(out.placements) == (Replicate(), Replicate())
+    torch._dynamo.reset()
