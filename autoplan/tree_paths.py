@@ -126,6 +126,12 @@ _ATOMS = frozenset({int, float, bool, str, complex, type(None), torch.dtype, tor
 _KEY = re.compile(r"""\[(-?\d+)\]|\[('(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*")\]|\.([A-Za-z_]\w*)""")
 
 
+def fqn_within(fqn: str, module: str) -> bool:
+    """Whether the dotted name ``fqn`` (a parameter or module FQN) is ``module`` or inside it;
+    ``module`` "" is the root, holding everything."""
+    return module == "" or fqn == module or fqn.startswith(module + ".")
+
+
 def readable_path(key: str) -> str:
     """A batch key path as people write it: ``[1]['input_ids']`` (a keyword argument) is
     ``input_ids``, ``[0][0]`` (the first positional one) is ``args[0]``, and what lies

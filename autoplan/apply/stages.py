@@ -27,6 +27,7 @@ from torch import nn
 from autoplan.errors import PlanError
 from autoplan.plan.module_plan import Plan
 from autoplan.plan.pipeline_plan import PipelinePlan
+from autoplan.tree_paths import fqn_within
 
 
 class PassThrough(nn.Module):
@@ -37,7 +38,7 @@ class PassThrough(nn.Module):
 
 
 def _under(fqn: str, roots) -> bool:
-    return any(root == "" or fqn == root or fqn.startswith(root + ".") for root in roots)
+    return any(fqn_within(fqn, root) for root in roots)
 
 
 def _above(fqn: str, roots) -> bool:

@@ -3,6 +3,7 @@ fewer or more stages would have cost (``plan/pipeline_plan.py``)."""
 
 from __future__ import annotations
 
+from autoplan.tree_paths import fqn_within
 from autoplan.units import ms, nbytes
 
 
@@ -43,9 +44,8 @@ def pipeline_sections(plan) -> list:
     stages_per_rank = f", {pipeline.virtual} stages per rank" if pipeline.virtual > 1 else ""
     stage_rows: list[tuple[str, ...]] = []
     for i, stage in enumerate(pipeline.stages):
-        checkpointed = sorted({mode for m, mode in plan.recompute.items() if any(m == s or m.startswith(s + ".")
-                                                                              for s in stage.modules)})
-        held = [m for m in plan.recompute if any(m == s or m.startswith(s + ".") for s in stage.modules)]
+        held = [m for m in plan.recompute if any(fqn_within(m, s) for s in stage.modules)]
+        checkpointed = sorted({plan.recompute[m] for m in held})
         recompute = f"{len(held)} blocks {'/'.join(checkpointed)}" if held else "-"
         stage_rows.append((str(i), str(stage.rank), folded_modules(stage.modules), ms(stage.forward_s), ms(stage.backward_s),
                      nbytes(stage.peak_memory_bytes), recompute))

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 
 from autoplan.placements import is_strided, shard_dim
 from autoplan.plan.module_plan import Plan
+from autoplan.tree_paths import fqn_within
 
 
 @dataclass(frozen=True)
@@ -49,10 +50,6 @@ def common_ancestor(fqns) -> str:
     return ".".join(common)
 
 
-def _within(fqn: str, module: str) -> bool:
-    return module == "" or fqn == module or fqn.startswith(module + ".")
-
-
 def export_data_parallel(plan: Plan, dp: int, tp: int | None, tp_stored: dict[str, str]) -> DataParallelExport:
     """``tp_stored``: parameter FQN -> its exported placement on tp (for FSDP's strided split)."""
     name = plan.axis_names[dp]
@@ -69,8 +66,8 @@ def export_data_parallel(plan: Plan, dp: int, tp: int | None, tp_stored: dict[st
     # every parameter under a module, by where it is held (a tied one under each of its modules)
     held = [(fqn.rpartition(".")[0], split[aliases.get(fqn, fqn)]) for fqn in plan.parameters]
 
-    candidates = {m for m in called if any(_within(owner, m) for owner, _ in held)}
-    whole = {m for m in candidates if all(d is None for owner, d in held if _within(owner, m))}
+    candidates = {m for m in called if any(fqn_within(owner, m) for owner, _ in held)}
+    whole = {m for m in candidates if all(d is None for owner, d in held if fqn_within(owner, m))}
     replicate = sorted((m for m in whole if not any(a in whole for a in _ancestors(m))), key=_depth_first)
     sharded_homes = sorted({h for f, h in homes.items() if split[f] is not None}, key=_depth_first)
     fully = [h for h in sharded_homes if h]
@@ -79,7 +76,7 @@ def export_data_parallel(plan: Plan, dp: int, tp: int | None, tp_stored: dict[st
         replicate = [m for m in replicate if m != ""]
 
     def covered(fqn: str) -> bool:
-        return any(_within(homes[fqn], m) for m in replicate)
+        return any(fqn_within(homes[fqn], m) for m in replicate)
 
     stored: dict[str, str] = {}
     shard_dims: dict[str, int] = {}

@@ -23,13 +23,14 @@ from autoplan.pipeline_parallel.search import PipelineOption
 from autoplan.plan.module_plan import Plan, Predicted, SolverReport, rounded
 from autoplan.plan.pipeline_plan import Alternative, PipelinePlan, Stage
 from autoplan.trace.repeats import RepeatedBlocks
+from autoplan.tree_paths import fqn_within
 
 
 def outer_modules(names: list[str], named: dict[str, str], stack: str) -> dict[str, list[str]]:
     """"pre" and "post" -> module FQNs (in ``names``' order) covering the parameters ``named``
     puts there; ``names``: every parameter FQN of the model (modules holding only buffers,
     a rotary table, are no stage's: every stage keeps them)."""
-    outside = [n for n in names if not _under(n, stack)]
+    outside = [n for n in names if not fqn_within(n, stack)]
     side = {n: named.get(n, "pre") for n in outside}  # untraced ones ride with the first stage
     covers: dict[str, list[str]] = {"pre": [], "post": []}
     for name in outside:
@@ -37,18 +38,14 @@ def outer_modules(names: list[str], named: dict[str, str], stack: str) -> dict[s
         module = name
         for depth in range(1, len(parts)):
             prefix = ".".join(parts[:depth])
-            if _under(stack, prefix):
+            if fqn_within(stack, prefix):
                 continue  # an ancestor of the stack: its subtree is not one side's
-            if all(side[n] == side[name] for n in outside if _under(n, prefix)):
+            if all(side[n] == side[name] for n in outside if fqn_within(n, prefix)):
                 module = prefix
                 break
         if module not in covers[side[name]]:
             covers[side[name]].append(module)
     return covers
-
-
-def _under(name: str, module: str) -> bool:
-    return module == "" or name == module or name.startswith(module + ".")
 
 
 def pipelined_plan(layout: Plan, option: PipelineOption, blocks: RepeatedBlocks, covers: dict[str, list[str]],

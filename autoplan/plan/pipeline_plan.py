@@ -20,6 +20,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from autoplan.tree_paths import fqn_within
+
 SCHEDULES = ("GPipe", "1F1B", "Interleaved1F1B", "InterleavedZeroBubble", "ZBVZeroBubble")
 """The schedules a plan may name: the classes of ``torch.distributed.pipelining.schedules``
 (``Schedule<name>``), which the apply engine builds."""
@@ -169,7 +171,7 @@ def check_pipeline_data(pipeline: dict, data: dict) -> str | None:
                 return f"pipeline: module {module!r} is in stages {owners[module]} and {index}"
             owners[module] = index
     for fqn in data["parameters"]:
-        holders = [m for m in owners if fqn == m or fqn.startswith(m + ".") or m == ""]
+        holders = [m for m in owners if fqn_within(fqn, m)]
         if len(holders) != 1:
             where = "no stage" if not holders else f"several stages ({', '.join(holders)})"
             return f"pipeline: parameter {fqn} lies under {where}"
