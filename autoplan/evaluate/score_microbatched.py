@@ -31,12 +31,13 @@ from autoplan.evaluate.score_base import Score, check_plan_for_model, pins_for_p
 from autoplan.pipeline.budget import plans_budget
 from autoplan.pipeline.problem import prepare_problem
 from autoplan.pipeline_parallel.assemble import outer_modules, pipelined_plan
-from autoplan.pipeline_parallel.parts import layout_parts, named_parts
+from autoplan.pipeline_parallel.parts import named_parts
 from autoplan.pipeline_parallel.schedules import ScheduleShape
-from autoplan.pipeline_parallel.search import FixedStages, price_option, pricing_inputs
+from autoplan.pipeline_parallel.search import FixedStages, price_option
 from autoplan.pipeline_parallel.stage_mesh import batch_sequences, batch_split, solve_stage_layout
 from autoplan.plan.module_plan import Plan
 from autoplan.plan.pipeline_plan import PipelinePlan, Stage
+from autoplan.tree_paths import fqn_within
 
 
 def score_microbatched(model: nn.Module, example_inputs, plan: Plan, profile=None, memory_gb: float | None = None,
@@ -78,18 +79,15 @@ def score_microbatched(model: nn.Module, example_inputs, plan: Plan, profile=Non
     problem = replace(problem, step=None)  # priced by the cost model alone, as the pipeline planner prices
     if progress is not None:
         progress("solving the plan's cheapest execution as a pipeline stage")
-    boundaries: list[int] = []
+    pinned: list = []  # (pins, boundaries pinned) of the stage problem, for the score's counts
 
     def pins(proxy):
-        found, _, pinned = pins_for_plan(proxy, plan)
-        boundaries.append(pinned)
+        found, _, boundaries = pins_for_plan(proxy, plan)
+        pinned.append((found, boundaries))
         return found
 
-    layout, solution = solve_stage_layout(problem, tuple(plan.axis_names), sequences, pipeline.size, pins, time_limit_s,
-                                          progress)
-    parts = layout_parts(problem, solution, sequences)
-    inputs = pricing_inputs(cluster, full_mesh, pipeline.axis_index, sequences, batch_split(layout),
-                            problem.budget_bytes, float(layout.predicted.memory.get("temporaries", 0)))
+    layout, _, parts, inputs = solve_stage_layout(problem, sequences, full_mesh, pipeline.axis_index, pins, time_limit_s,
+                                                  progress)
     blocks = trace.blocks
     fixed = _fixed_stages(plan, pipeline, blocks)
     shape = ScheduleShape(pipeline.schedule, pipeline.virtual)
@@ -105,11 +103,12 @@ def score_microbatched(model: nn.Module, example_inputs, plan: Plan, profile=Non
         scored = replace(scored, pipeline=None)
     p = scored.predicted
     values = len(plan.parameters) + len(plan.inputs)
+    (found, boundaries), = pinned
     return Score(step_time_s=p.step_time_s, compute_s=p.compute_s, comm_s=p.comm_s,
                  peak_memory_bytes=p.peak_memory_bytes, model_state_bytes=p.model_state_bytes,
                  activation_bytes=p.activation_bytes, fits=option.fits, budget_bytes=problem.budget_bytes,
                  budget=problem.budget, profile=cluster.name, pinned_values=values,
-                 pinned_boundaries=boundaries[-1] if boundaries else 0, skipped_boundaries=(), plan=scored)
+                 pinned_boundaries=boundaries, skipped_boundaries=tuple(found.conflicts), plan=scored)
 
 
 def _one_stage(plan: Plan, count: int) -> PipelinePlan:
@@ -121,9 +120,7 @@ def _fixed_stages(plan: Plan, pipeline: PipelinePlan, blocks) -> FixedStages:
     """Blocks per stage and each stage's checkpointed blocks, read from the plan."""
     counts, recompute = [], []
     for stage in pipeline.stages:
-        layers = [i for i in range(blocks.count)
-                  if any(blocks.layer_prefix(i) == m or blocks.layer_prefix(i).startswith(m + ".") or m == ""
-                         for m in stage.modules)]
+        layers = [i for i in range(blocks.count) if any(fqn_within(blocks.layer_prefix(i), m) for m in stage.modules)]
         counts.append(len(layers))
         modes = [plan.recompute[blocks.layer_prefix(i)] for i in layers if blocks.layer_prefix(i) in plan.recompute]
         if len(set(modes)) > 1:

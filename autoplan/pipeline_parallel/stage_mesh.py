@@ -20,6 +20,7 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import NamedTuple
 
 from autoplan.cost.estimate import CostedGraph, EdgeCost, compute_part_rows
 from autoplan.errors import OptionError
@@ -35,7 +36,7 @@ from autoplan.pipeline_parallel.parts import (
     layout_parts,
     named_parts,
 )
-from autoplan.pipeline_parallel.search import PipelineOption, best_option, pricing_inputs
+from autoplan.pipeline_parallel.search import PipelineOption, PricingInputs, best_option, pricing_inputs
 from autoplan.placements import is_shard, shard_dim
 from autoplan.plan.module_plan import Plan
 from autoplan.solve.ilp import Solution
@@ -98,28 +99,39 @@ def plan_stage_mesh(model, batch, trace: ModelTrace, full_mesh: tuple[int, ...],
                         "differ; plan it without a pp axis")
     whole = problem
     problem = replace(problem, step=None)
-    layout, solution = solve_stage_layout(problem, stage_names, sequences, size, Pins, time_limit_s, progress)
-    parts = layout_parts(problem, solution, sequences)
-    inputs = pricing_inputs(cluster, full_mesh, axis_index, sequences, batch_split(layout), problem.budget_bytes,
-                            float(layout.predicted.memory.get("temporaries", 0)))
+    layout, solution, parts, inputs = solve_stage_layout(problem, sequences, full_mesh, axis_index, Pins, time_limit_s,
+                                                         progress)
     options: list[PipelineOption] = []
     best = best_option(parts, inputs, size, max_virtual, options)
     return StageMeshResult(full_mesh, axis_names, axis_index, layout, parts, named_parts(problem), best,
                            tuple(options), time.perf_counter() - start, whole, solution, plan_axis_index)
 
 
-def solve_stage_layout(problem: Problem, stage_names: tuple[str, ...], sequences: int, size: int,
-                       pins: Callable[[Problem], Pins], time_limit_s: float | None = None, progress=None,
-                       recompute: bool | tuple[str, int] = True) -> tuple[Plan, Solution]:
-    """The layout of a stage of a ``size``-stage pipeline solved on ``problem`` (its ``step``
-    None: priced by the cost model alone), seen as the module docstring says; ``pins(proxy)``
+class StageLayout(NamedTuple):
+    layout: Plan
+    solution: Solution
+    parts: LayoutParts
+    """The layout's price split where a pipeline cuts it (``parts.py``)."""
+    inputs: PricingInputs
+    """The batch, budget and pipeline link the candidates are priced with (``search.py``)."""
+
+
+def solve_stage_layout(problem: Problem, sequences: int, full_mesh: tuple[int, ...], axis_index: int,
+                       pins: Callable[[Problem], Pins], time_limit_s: float | None = None, progress=None) -> StageLayout:
+    """The layout of a stage of a pipeline over ``full_mesh``'s axis ``axis_index`` solved on
+    ``problem`` (the stage mesh's, its ``step`` None: priced by the cost model alone), seen as
+    the module docstring says, and split into parts to price candidates on; ``pins(proxy)``
     the layouts already fixed (none when planning, a plan's own when scoring it)."""
-    microbatches = _typical_microbatches(sequences, _batch_ranks(problem.choices.mesh_shape, stage_names), size)
+    size = full_mesh[axis_index]
+    choices = problem.choices
+    microbatches = _typical_microbatches(sequences, _batch_ranks(choices.mesh_shape, choices.axis_names), size)
     seen = stage_memory(problem.reduced, 1.0 / size, 1.0 / microbatches)
-    proxy = replace(problem, reduced=repeated_per_microbatch(seen, microbatches, batch_free(problem.choices.graph)))
-    layout, solution, _ = solve_problem(proxy, pins(proxy), time_limit_s, recompute=recompute, over_budget=True,
+    proxy = replace(problem, reduced=repeated_per_microbatch(seen, microbatches, batch_free(choices.graph)))
+    layout, solution, _ = solve_problem(proxy, pins(proxy), time_limit_s, recompute=True, over_budget=True,
                                         progress=progress)
-    return layout, solution
+    inputs = pricing_inputs(problem.profile, full_mesh, axis_index, sequences, batch_split(layout), problem.budget_bytes,
+                            float(layout.predicted.memory.get("temporaries", 0)))
+    return StageLayout(layout, solution, layout_parts(problem, solution, sequences), inputs)
 
 
 def predicted_tables(result: StageMeshResult, option: PipelineOption, recompute: dict[str, str]) -> tuple[dict, dict]:
