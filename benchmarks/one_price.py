@@ -19,13 +19,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 import time
 from pathlib import Path
 
 import torch
-import torch.distributed as dist
 from rich.console import Console
 from rich.table import Table
 
@@ -41,6 +39,7 @@ from autoplan.errors import AutoplanError  # noqa: E402
 from autoplan.evaluate.baselines import BASELINES, build_baseline  # noqa: E402
 from autoplan.explain.show import summarize  # noqa: E402
 from autoplan.model_file import import_model_file, load_model_file  # noqa: E402
+from autoplan.verify.fake_world import fake_world  # noqa: E402
 from autoplan.verify.numerics import build_seeded, seeded_batch  # noqa: E402
 from autoplan.verify.step_check import verify_plan  # noqa: E402
 
@@ -54,18 +53,13 @@ def dry_run_seconds(spec: str, plan) -> tuple[float, bool]:
     """(the plan's compute + its whole step's collectives priced, whether they are the predicted ones)."""
     loaded = load_model_file(spec)
     module = import_model_file(loaded.path)
-    dist.init_process_group("fake", store=_fake_store(), rank=0, world_size=math.prod(plan.mesh_shape))
-    try:
-        from torch.distributed.device_mesh import init_device_mesh
-
-        mesh = init_device_mesh("cpu", plan.mesh_shape, mesh_dim_names=plan.axis_names)
+    # the step as the plan's devices run it: a shard-to-shard move is one all_to_all there
+    with fake_world(plan.mesh_shape, plan.axis_names, as_on_devices=True) as mesh:
         with torch.device("meta"):
             shapes_only = build_seeded(module, loaded.builder, 0)
         batch = seeded_batch(module, 1)  # after the builder, which sets the batch's shape
         verification = verify_plan(shapes_only, batch, plan, mesh, loss_fn=loaded.loss_fn, tensors="fake",
                                    real_model=lambda: build_seeded(module, loaded.builder, 0))
-    finally:
-        dist.destroy_process_group()
     observed: dict = {}
     for row in verification.rows:
         count, nbytes = row.observed
@@ -73,12 +67,6 @@ def dry_run_seconds(spec: str, plan) -> tuple[float, bool]:
             observed.setdefault(row.module, {}).setdefault(row.axis, {})[row.kind] = {"count": count, "bytes": nbytes}
     comm = table_seconds(observed, load_profile(plan.profile), plan.mesh_shape, plan.axis_names)
     return plan.predicted.compute_s + comm, verification.passed
-
-
-def _fake_store():
-    from torch.testing._internal.distributed.fake_pg import FakeStore
-
-    return FakeStore()
 
 
 def measure(spec: str, mesh, budget: str, plan, report, plan_cpu_s: float) -> dict:

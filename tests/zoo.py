@@ -120,18 +120,11 @@ def both_axes_plan(path: str, mesh=(2, 4), axis_names=("dp", "tp")):
 @contextmanager
 def fake_world_mesh(plan):
     """A fake process group of the plan's world size (this process is rank 0) and its mesh,
-    for the ``with`` body."""
-    import math
+    for the ``with`` body, as ``autoplan verify`` sets it up."""
+    from autoplan.verify.fake_world import fake_world
 
-    import torch.distributed as dist
-    from torch.distributed.device_mesh import init_device_mesh
-    from torch.testing._internal.distributed.fake_pg import FakeStore
-
-    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=math.prod(plan.mesh_shape))
-    try:
-        yield init_device_mesh("cpu", tuple(plan.mesh_shape), mesh_dim_names=tuple(plan.axis_names))
-    finally:
-        dist.destroy_process_group()
+    with fake_world(plan.mesh_shape, plan.axis_names) as mesh:
+        yield mesh
 
 
 def verify_on_fake_world(model, batch, plan, loss_fn=None, tensors: str = "real"):

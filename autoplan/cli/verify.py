@@ -183,21 +183,16 @@ def _check_numerics(args, plan, loaded, world: int) -> bool:
 
 @contextmanager
 def _fake_world(plan):
-    """A fake process group of the plan's world size (this process is rank 0) and its mesh."""
+    """A fake process group of the plan's world size and its mesh (``verify/fake_world.py``):
+    the step as it runs on a CPU mesh, whose all_gathers the verdict expects for the plan's all_to_alls."""
     import torch.distributed as dist
-    from torch.distributed.device_mesh import init_device_mesh
-    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    from autoplan.verify.fake_world import fake_world
 
     if dist.is_initialized():
         raise PlanError(
             "a process group is already initialised in this process",
             hint="run `autoplan verify` as a plain command, not under torchrun: it sets up its own fake process group",
         )
-    from autoplan.dtensor.overrides import forget_decisions
-
-    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=math.prod(plan.mesh_shape))
-    try:
-        yield init_device_mesh("cpu", plan.mesh_shape, mesh_dim_names=plan.axis_names)
-    finally:
-        dist.destroy_process_group()
-        forget_decisions()  # decided on this world's mesh: not answers for a later one
+    with fake_world(plan.mesh_shape, plan.axis_names) as mesh:
+        yield mesh

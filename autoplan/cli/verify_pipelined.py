@@ -17,7 +17,12 @@ import time
 
 def verify_pipelined(args, plan, loaded, say) -> bool:
     from autoplan.verify.numerics import NumericsJob, check_numerics
-    from autoplan.verify.pipeline_counts import pipeline_rank_of, planner_p2p_problems, predicted_counts, without_bytes
+    from autoplan.verify.pipeline_counts import (
+        pipeline_rank_of,
+        planner_p2p_problems,
+        predicted_counts_on_cpu,
+        without_bytes,
+    )
     from autoplan.verify.step_check import compare
 
     pipeline = plan.pipeline
@@ -39,7 +44,7 @@ def verify_pipelined(args, plan, loaded, say) -> bool:
     shown: set[int] = set()
     for rank, observed in enumerate(result.counts):
         pp_rank = pipeline_rank_of(plan, rank)
-        verification = compare(predicted_counts(plan, pp_rank), without_bytes(observed))
+        verification = compare(predicted_counts_on_cpu(plan, pp_rank), without_bytes(observed))
         if not verification.passed or verification.moved or pp_rank not in shown:
             shown.add(pp_rank)
             print(f"rank {rank} (pipeline rank {pp_rank}, stages {list(pipeline.stages_of(pp_rank))}): counts only")

@@ -15,19 +15,18 @@ what the step runs, not a model of it.
 
 from __future__ import annotations
 
-import math
-from contextlib import contextmanager, nullcontext
+from contextlib import nullcontext
 
 import torch
 import torch.distributed as dist
 from torch import nn
 
 from autoplan.apply.engine import apply_plan
-from autoplan.dtensor.overrides import forget_decisions
 from autoplan.plan.module_plan import Plan
 from autoplan.trace.known_values import known_values
 from autoplan.trace.repeats import KEPT_LAYERS, RepeatedBlocks, truncated
 from autoplan.verify.fake_model import DATA_DEPENDENT, fake_twin
+from autoplan.verify.fake_world import fake_world
 from autoplan.verify.observe import CollectiveCounter
 from autoplan.verify.step_check import _step
 
@@ -49,7 +48,7 @@ def dry_run_collectives(
         twin = fake_twin(model)
     fake_batch = _fake_batch(batch)
     try:
-        with _fake_world(plan) as device_mesh:
+        with fake_world(plan.mesh_shape, plan.axis_names, as_on_devices=True) as device_mesh:
             apply_plan(twin, plan, device_mesh, loss_fn=loss_fn)
             optimizer = torch.optim.AdamW(twin.parameters())
             with CollectiveCounter(twin, device_mesh) as counter, known_values():
@@ -82,17 +81,3 @@ def _fake_batch(batch):
         return value
 
     return tree_map(swap, batch)
-
-
-@contextmanager
-def _fake_world(plan: Plan):
-    """A fake process group of the plan's world size (this process is rank 0) and its mesh."""
-    from torch.distributed.device_mesh import init_device_mesh
-    from torch.testing._internal.distributed.fake_pg import FakeStore
-
-    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=math.prod(plan.mesh_shape))
-    try:
-        yield init_device_mesh("cpu", plan.mesh_shape, mesh_dim_names=plan.axis_names)
-    finally:
-        dist.destroy_process_group()
-        forget_decisions()  # decided on this world's mesh: not answers for a later one

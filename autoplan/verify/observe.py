@@ -60,6 +60,9 @@ COLLECTIVE_OPS = {
         # point-to-point: a pipeline's activations and gradients between stages
         "send": "send", "recv_": "recv",
     }),
+    # DTensor's move of a split to another dim on a device mesh: one op whose all_to_all runs
+    # below this mode, so the op itself is the collective (a CPU mesh all-gathers instead)
+    **_ops(torch.ops._dtensor, {"shard_dim_alltoall": "all_to_all"}),
 }
 
 

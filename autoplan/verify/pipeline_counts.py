@@ -119,3 +119,12 @@ def _same_stage_position(plan, rank: int) -> bool:
         rank //= size
     coordinate.reverse()
     return all(c == 0 for axis, c in enumerate(coordinate) if axis != plan.pipeline.axis_index)
+
+
+def predicted_counts_on_cpu(plan, pp_rank: int) -> dict:
+    """``predicted_counts`` as gloo processes run them, on a CPU mesh: DTensor runs each of
+    the plan's all_to_alls there as an all_gather (``step_check.as_on_cpu``)."""
+    from autoplan.verify.step_check import as_on_cpu
+
+    shape, names = plan.pipeline.full_mesh(plan.mesh_shape, plan.axis_names)
+    return as_on_cpu(predicted_counts(plan, pp_rank), dict(zip(names, shape)))

@@ -12,7 +12,8 @@ tensor values runs on real tensors instead.
 
 Bytes are rank 0's. autoplan never shards a dimension unevenly, so every rank sends the
 same sizes. On a CPU mesh DTensor replaces all_to_all by an all_gather (gloo has none);
-the prediction is translated likewise before comparing.
+the prediction is translated likewise before comparing, unless the step runs in a fake
+world that moves as the devices do (``verify/fake_world.py``).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from autoplan.trace.known_values import known_values
 from autoplan.trace.loss import training_loss
 from autoplan.trace.opaque import failing_module
 from autoplan.verify.fake_model import DATA_DEPENDENT, fake_twin, needs_real_values
+from autoplan.verify.fake_world import moves_gathered
 from autoplan.verify.observe import CollectiveCounter
 
 
@@ -217,7 +219,7 @@ def _counted_step(model, batch, plan: Plan, device_mesh: DeviceMesh, loss_fn, co
 
 def _verdict(plan: Plan, device_mesh: DeviceMesh, observed: dict, loss: float, tensors: str) -> Verification:
     predicted = plan.predicted.module_collectives
-    if device_mesh.device_type == "cpu":
+    if moves_gathered(device_mesh):
         predicted = as_on_cpu(predicted, dict(zip(plan.axis_names, plan.mesh_shape)))
     return dataclasses.replace(compare(predicted, observed), loss=loss, tensors=tensors)
 

@@ -24,7 +24,7 @@ from autoplan.model_file import load_model_file
 from autoplan.plan.module_plan import Plan
 from autoplan.plan.pipeline_plan import PipelinePlan, Stage
 from autoplan.verify.numerics import NumericsJob, check_numerics
-from autoplan.verify.pipeline_counts import p2p_counts, predicted_counts, without_bytes
+from autoplan.verify.pipeline_counts import p2p_counts, predicted_counts_on_cpu, without_bytes
 from autoplan.verify.step_check import compare
 
 TOLERANCE = 1e-5
@@ -63,7 +63,7 @@ def test_pipelined_step_matches_one_device(build):
     per_pipeline_rank = 8 // plan.pipeline.size
     for rank, observed in enumerate(result.counts):
         pp_rank = rank // per_pipeline_rank  # the pipeline axis is the mesh's first
-        verification = compare(predicted_counts(plan, pp_rank), without_bytes(observed))
+        verification = compare(predicted_counts_on_cpu(plan, pp_rank), without_bytes(observed))
         assert verification.passed and not verification.moved, f"rank {rank}:\n{verification.summary(all_rows=True)}"
         sends = p2p_counts(observed, "pp")
         assert sends["send"] == sends["recv"] > 0, sends
@@ -88,5 +88,5 @@ def test_gpipe_and_zero_bubble_schedules_match_one_device():
         print(f"{schedule}: loss error {result.loss:.3g}, worst gradient error {result.worst:.3g} ({result.worst_name})")
         assert result.loss <= TOLERANCE and result.worst <= TOLERANCE, (schedule, result.worst_name, result.worst)
         for rank, observed in enumerate(result.counts):
-            verification = compare(predicted_counts(plan, rank // 2), without_bytes(observed))
+            verification = compare(predicted_counts_on_cpu(plan, rank // 2), without_bytes(observed))
             assert verification.passed and not verification.moved, f"{schedule} rank {rank}:\n{verification.summary(all_rows=True)}"

@@ -7,15 +7,11 @@ planner ran two and widened them) applied on a fake process group, one training 
 fake tensors with a batch drawn as ``autoplan verify`` draws it, every collective counted.
 """
 
-import math
 from pathlib import Path
 
 import pytest
 import torch
-import torch.distributed as dist
 from conftest import ROOT
-from torch.distributed.device_mesh import init_device_mesh
-from torch.testing._internal.distributed.fake_pg import FakeStore
 from zoo import MESHES, example_path, forced_plan
 
 from autoplan.cost.comm import table_seconds
@@ -24,6 +20,7 @@ from autoplan.explain.show import summarize
 from autoplan.model_file import import_model_file, load_model_file
 from autoplan.pipeline.pinning import Pins
 from autoplan.pipeline.problem import prepare_problem, solve_problem
+from autoplan.verify.fake_world import fake_world
 from autoplan.verify.numerics import build_seeded, seeded_batch
 from autoplan.verify.step_check import verify_plan
 
@@ -37,14 +34,11 @@ def priced_step(path: str, plan) -> float:
     """The plan's compute plus its whole step's collectives, counted on a fake process group."""
     module = import_model_file(Path(path))
     loss_fn = load_model_file(path).loss_fn
-    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=math.prod(plan.mesh_shape))
-    try:
-        mesh = init_device_mesh("cpu", plan.mesh_shape, mesh_dim_names=plan.axis_names)
+    # the step as the plan's devices run it: a shard-to-shard move is one all_to_all there
+    with fake_world(plan.mesh_shape, plan.axis_names, as_on_devices=True) as mesh:
         with torch.device("meta"):
             model = build_seeded(module, "build_model", 0)
         result = verify_plan(model, seeded_batch(module, 1), plan, mesh, loss_fn=loss_fn, tensors="fake")
-    finally:
-        dist.destroy_process_group()
     assert result.passed, "the plan's collectives are those its step runs\n" + result.summary()
     observed: dict = {}
     for row in result.rows:

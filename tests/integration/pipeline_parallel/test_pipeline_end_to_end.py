@@ -2,7 +2,7 @@
 on a Llama of eight layers with axis names (pp, dp, tp) on 2 x 2 x 2, under a memory budget
 that makes the layout shard weights on both stage-mesh axes, then its step on 8 gloo
 processes: loss and every gradient within 1e-5 of one device, and every rank's collectives
-and point-to-point sends and receives the counts ``predicted_counts`` makes of the plan's own
+and point-to-point sends and receives the counts ``predicted_counts_on_cpu`` makes of the plan's own
 prediction (``predicted.module_collectives``: the layout's, for one microbatch). From the
 CLI, ``suggest --axis-names pp,dp,tp`` writes a plan that ``verify --numerics`` passes and
 ``export --format torch`` turns into torchtitan's pipeline settings.
@@ -21,7 +21,7 @@ from autoplan.cli import main
 from autoplan.model_file import load_model_file
 from autoplan.plan.module_plan import Plan
 from autoplan.verify.numerics import NumericsJob, check_numerics
-from autoplan.verify.pipeline_counts import p2p_counts, pipeline_rank_of, predicted_counts, without_bytes
+from autoplan.verify.pipeline_counts import p2p_counts, pipeline_rank_of, predicted_counts_on_cpu, without_bytes
 from autoplan.verify.step_check import compare
 
 TOLERANCE = 1e-5
@@ -58,7 +58,7 @@ def test_suggested_pipeline_matches_one_device_and_its_prediction():
     assert result.worst <= TOLERANCE, (result.worst_name, result.worst)
     ran_layout = False
     for rank, observed in enumerate(result.counts):
-        verification = compare(predicted_counts(plan, pipeline_rank_of(plan, rank)), without_bytes(observed))
+        verification = compare(predicted_counts_on_cpu(plan, pipeline_rank_of(plan, rank)), without_bytes(observed))
         assert verification.passed and not verification.moved, f"rank {rank}:\n{verification.summary(all_rows=True)}"
         sends = p2p_counts(observed, "pp")
         assert sends["send"] == sends["recv"] > 0, sends
@@ -114,7 +114,7 @@ def test_one_stage_pipeline_accumulates_gradients_as_predicted():
           f"worst gradient error {result.worst:.3g} ({result.worst_name})")
     assert result.loss <= TOLERANCE and result.worst <= TOLERANCE, (result.worst_name, result.worst)
     for rank, observed in enumerate(result.counts):
-        verification = compare(predicted_counts(plan, pipeline_rank_of(plan, rank)), without_bytes(observed))
+        verification = compare(predicted_counts_on_cpu(plan, pipeline_rank_of(plan, rank)), without_bytes(observed))
         assert verification.passed and not verification.moved, f"rank {rank}:\n{verification.summary(all_rows=True)}"
         assert p2p_counts(observed, "pp") == {"send": 0, "recv": 0}
 
