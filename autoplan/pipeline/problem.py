@@ -298,6 +298,7 @@ def solve_problem(
     progress=None,
     recompute: bool | str | tuple[str, int] = False,
     reprice: bool = False,
+    tables: bool = True,
 ) -> tuple[Plan, Solution, bool]:
     """The cheapest plan under ``pins`` (a ``pinning.Pins``; ``Pins(problem)`` pins only
     what every plan pins): (plan of the whole model, solution, fits the memory budget).
@@ -309,6 +310,8 @@ def solve_problem(
     a mode's name holds it to that mode (scoring a plan that checkpoints). Every plan is
     priced by its step (``repricing.plan_of``); with ``reprice`` the solver's choice is too:
     candidate plans priced by their step, the cheapest kept (``repricing.keep_cheapest``).
+    ``tables`` False: a plan priced by the cost stage comes without collective tables
+    (``repricing.priced_plan``).
     """
     seconds = {} if seconds is None else seconds
     allowed = pins.allowed
@@ -328,7 +331,7 @@ def solve_problem(
     if not fits:
         extra.append(f"this layout does not fit the per-device budget of {problem.budget_words()}")
     with timed(seconds, "plan", progress):
-        plan, counted = priced_plan(problem, solution, tuple(extra))
+        plan, counted = priced_plan(problem, solution, tuple(extra), tables=tables)
     if reprice and fits:
 
         # Candidates keep the optimum's checkpointing: they differ in layout, and each is one solve.

@@ -74,13 +74,17 @@ def plan_of(problem: Problem, solution: Solution, warnings: tuple[str, ...] = ()
     return priced_plan(problem, solution, warnings)[0]
 
 
-def priced_plan(problem: Problem, solution: Solution, warnings: tuple[str, ...] = ()) -> tuple[Plan, bool]:
-    """(``plan_of``'s plan, whether its price comes from a dry run of its step)."""
+def priced_plan(problem: Problem, solution: Solution, warnings: tuple[str, ...] = (), tables: bool = True,
+                ) -> tuple[Plan, bool]:
+    """(``plan_of``'s plan, whether its price comes from a dry run of its step). Without
+    ``tables``, a plan priced by the cost stage (``problem.step`` None) has no collective
+    tables: the rules that make them cost as much as the solve, and a caller that reads only
+    its price and memory (a pipeline's stage layouts, one per mesh shape) would drop them."""
     choice = problem.expand(solution.choice)
     checkpointed = _checkpointed(problem, solution)
     step = problem.step
     plan = build_plan(problem.costed, choice, solution, extra_warnings=warnings, checkpointed=checkpointed,
-                      collectives=step is None)
+                      collectives=step is None and tables)
     if math.isfinite(problem.budget_bytes):
         plan = replace(plan, solver=replace(plan.solver, memory_budget_bytes=problem.budget_bytes))
     blocks = problem.blocks
@@ -96,7 +100,7 @@ def priced_plan(problem: Problem, solution: Solution, warnings: tuple[str, ...] 
     if counted is None:
         if step is not None:  # the step reads tensor values (or a process group runs here): the rules predict
             plan = replace(plan, predicted=predict(problem.costed, choice, plan.axis_names, plan.modules, checkpointed))
-        if partly:
+        if partly and (step is not None or tables):
             unchecked = predict(problem.costed, choice, plan.axis_names, plan.modules).module_collectives
     else:
         plan = replace(plan, predicted=replace(plan.predicted, module_collectives=counted, collectives=total_table(counted)))

@@ -127,8 +127,10 @@ def solve_stage_layout(problem: Problem, sequences: int, full_mesh: tuple[int, .
     microbatches = _typical_microbatches(sequences, _batch_ranks(choices.mesh_shape, choices.axis_names), size)
     seen = stage_memory(problem.reduced, 1.0 / size, 1.0 / microbatches)
     proxy = replace(problem, reduced=repeated_per_microbatch(seen, microbatches, batch_free(choices.graph)))
+    # no collective tables: the plan made of this layout takes its stages' from a dry run
+    # (``predicted_tables``), a score none
     layout, solution, _ = solve_problem(proxy, pins(proxy), time_limit_s, recompute=True, over_budget=True,
-                                        progress=progress)
+                                        progress=progress, tables=False)
     inputs = pricing_inputs(problem.profile, full_mesh, axis_index, sequences, batch_split(layout), problem.budget_bytes,
                             float(layout.predicted.memory.get("temporaries", 0)))
     return StageLayout(layout, solution, layout_parts(problem, solution, sequences), inputs)
