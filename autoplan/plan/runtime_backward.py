@@ -288,6 +288,11 @@ _ELEMENTWISE_PRODUCTS = (torch.ops.aten.mul.Tensor, torch.ops.aten.div.Tensor)
 """Ops whose backward is ``grad`` times (or over) the other operand as saved (``elementwise_backward``)."""
 
 
+ASKED_PRODUCTS = frozenset((*_ELEMENTWISE_PRODUCTS, *_ASKED_WHOLE))
+"""Products whose backward is asked of DTensor where their output's gradient comes in
+another layout than they made it (``runs_elementwise_backward``, ``runs_product_backward``)."""
+
+
 def runs_elementwise_backward(decision: Decision, grad: Spec, made: Spec) -> bool:
     """Whether the backward of ``decision``, a product ``a * b`` (or quotient ``a / b``)
     of two operands of its output's shape or broadcast to it, is asked of DTensor
