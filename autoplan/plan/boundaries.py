@@ -116,6 +116,20 @@ def rejoined_outputs(hooked_outputs: dict, readers: dict, reached: set, module_o
     return found
 
 
+def inside_only_outputs(hooked_outputs: dict, graph, reached: set, owners: dict) -> set[tuple[str, int]]:
+    """The module outputs a hook moves whose gradient no reader after the innermost
+    hooking module hands back, while some reader inside it does: no hook's backward
+    runs for them (autograd calls it only with a gradient from outside), so the
+    gradient meets its op's backward as the readers inside made it. ``hooked_outputs``:
+    ``output_hooks``'; ``reached``: the ops the backward runs."""
+    found = set()
+    for (name, index), hooks in hooked_outputs.items():
+        taking = [owners.get(v) or "" for _, v, _, read in graph.reads(name) if read == index and v in reached]
+        if taking and all(within(m, hooks[0][0]) for m in taking):
+            found.add((name, index))
+    return found
+
+
 def through_output_hook(parts: list, hook: tuple, nbytes: float, shape, mesh_shape, found: Counter, add=None) -> list:
     """``parts`` of a rejoined output's gradient (``rejoined_outputs``): those of the
     readers after the hook summed, settled in its layout and brought back by its backward

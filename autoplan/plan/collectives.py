@@ -111,6 +111,7 @@ from autoplan.placements import REPLICATE, is_partial
 from autoplan.plan.boundaries import (
     Boundary,
     crossed_boundary,
+    inside_only_outputs,
     module_boundaries,
     output_hooks,
     output_nodes,
@@ -135,6 +136,7 @@ from autoplan.plan.parameter_uses import (
 from autoplan.plan.reached import reached_by_backward
 from autoplan.plan.recompute import recompute_collectives
 from autoplan.plan.runtime_backward import (
+    ASKED_PRODUCTS,
     elementwise_backward,
     embedding_backward,
     grouped_backward_moves,
@@ -329,11 +331,30 @@ def step_collectives(
     # A module output its hook moves, read inside the module too: nothing settles its
     # gradient's sum in the plan's layout, and its op's backward runs on it as on any op's.
     rejoined = rejoined_outputs(hooked_outputs, readers, reached, module_of, made_by_op)
-    back_exits = exits - {name for name, _ in rejoined}
+    # A module output no reader after its module takes a gradient from (an attention's
+    # weights it returns, read by its own product only): no hook's backward runs, and its
+    # op's backward runs on the gradient its readers inside hand back, as on any op's.
+    # Taken so where that op is a product whose backward DTensor is asked
+    # (``runtime_backward.runs_elementwise_backward``, ``runs_product_backward``):
+    # Switch Transformers' attention drops out its weights, and on torch 2.14 DTensor's
+    # ``mul`` carries the partial gradient through the dropout mask as saved. Other ops
+    # keep the hook's treatment: GraniteMoE-SWA's weights are a cast of the softmax, and
+    # the cast's backward reduces the partial gradient on torch 2.14, where the planner's
+    # rule for a pointwise op of one tensor would carry it on (``carries_partial``).
+    unhooked = {
+        value for value in inside_only_outputs(hooked_outputs, graph, reached, owners)
+        if graph.decision(value[0]).fx_node.target in ASKED_PRODUCTS
+    }
+    back_exits = exits - {name for name, _ in rejoined} - {
+        name for name in exits if any(v[0] == name for v in unhooked)
+        and all(v in unhooked for v in hooked_outputs if v[0] == name)
+    }
 
     def made_back(name: str, index: int):
         """The layout the gradient of ``name``'s output ``index`` meets its op's backward in."""
-        return rejoined[(name, index)][2] if (name, index) in rejoined else made(name, index)
+        if (name, index) in rejoined:
+            return rejoined[(name, index)][2]
+        return made_by_op(name, index) if (name, index) in unhooked else made(name, index)
 
     # Backward: each value's gradient, summed over its readers, goes back through the
     # boundaries it crossed; a view passes its output's gradient on to its input.

@@ -154,6 +154,10 @@ def product_backward(
     if node.target is torch.ops.aten._grouped_mm.default and k != first:
         # the weight's gradient is made transposed (``grad.T @ x``, per group)
         result, gradient_read = _transposed(result, 3), _transposed(gradient_read, 2)
+    elif _made_transposed(node, first, k):
+        # autograd made this operand's gradient as the transpose of a product of the
+        # gradient transposed (``_plain_backward_product``)
+        result, gradient_read = _transposed(result, 2), _transposed(gradient_read, 2)
     return result, [("gradient", grad, gradient_read)] + ([] if kept else [(other, saved, operand_read)])
 
 
@@ -243,11 +247,38 @@ def _backward_product_operands(node: fx.Node, first: int, k: int, grad: Spec, sa
     return op, (out.t(), a, offs), (_transposed(grad, 2), saved, whole), 1, 0  # ``grad.T @ x``, per group
 
 
+def _column_major(t: torch.Tensor) -> bool:
+    """Whether the 2-D ``t`` is laid out column by column (a transpose of a contiguous
+    matrix: a linear layer's weight as ``mm`` reads it)."""
+    return t.dim() == 2 and t.stride(0) == 1 and t.stride(1) == t.shape[0]
+
+
+def _made_transposed(node: fx.Node, first: int, k: int) -> bool:
+    """Whether autograd makes operand ``k``'s gradient of the 2-D matrix product ``node``
+    as the transpose of a product of the gradient transposed: it does so for an operand
+    laid out column by column, to hand its gradient back in that order (``mm``'s
+    derivative formula: ``(grad.T @ a).T`` for such a ``b``, ``(b @ grad.T).T`` for such
+    an ``a``)."""
+    if node.target not in (torch.ops.aten.mm.default, torch.ops.aten.addmm.default):
+        return False
+    value = _recorded(node.args[k]) if k in (first, first + 1) else None
+    return isinstance(value, torch.Tensor) and _column_major(value)
+
+
 def _plain_backward_product(op, dims: int, a, b, out, first: int, k: int, grad: Spec, saved: Spec):
     """``_backward_product_operands`` of a product of ``dims``-D operands (``mm``, ``bmm``):
-    ``grad @ b.T`` for ``a``, ``a.T @ grad`` for ``b``."""
+    ``grad @ b.T`` for ``a``, ``a.T @ grad`` for ``b``; for an ``mm`` operand laid out
+    column by column, the transposes autograd runs instead (``_made_transposed``: the
+    product's result and the gradient's read are transposed back by ``product_backward``),
+    where DTensor may move the other of two equal-cost operands (Longformer's attention
+    output projection: torch 2.14 gathers the saved input of ``grad.T @ x`` on tp where
+    2.13 gathered the gradient, and hands the weight's gradient split by its other dim)."""
     if any(t.dim() != dims for t in (a, b, out)):
         return None
+    if op is torch.ops.aten.mm.default and _column_major(a if k == first else b):
+        if k == first:  # ``(b @ grad.T).T``
+            return op, (b, out.t()), (saved, _transposed(grad, 2)), 0, 0
+        return op, (out.t(), a), (_transposed(grad, 2), saved), 1, 0  # ``(grad.T @ a).T``
     if k == first:
         return op, (out, b.transpose(-2, -1)), (grad, _transposed(saved, dims)), 1, dims
     return op, (a.transpose(-2, -1), out), (_transposed(saved, dims), grad), 0, dims
@@ -255,6 +286,11 @@ def _plain_backward_product(op, dims: int, a, b, out, first: int, k: int, grad: 
 
 _ELEMENTWISE_PRODUCTS = (torch.ops.aten.mul.Tensor, torch.ops.aten.div.Tensor)
 """Ops whose backward is ``grad`` times (or over) the other operand as saved (``elementwise_backward``)."""
+
+
+ASKED_PRODUCTS = frozenset((*_ELEMENTWISE_PRODUCTS, *_ASKED_WHOLE))
+"""Products whose backward is asked of DTensor where their output's gradient comes in
+another layout than they made it (``runs_elementwise_backward``, ``runs_product_backward``)."""
 
 
 def runs_elementwise_backward(decision: Decision, grad: Spec, made: Spec) -> bool:
