@@ -32,11 +32,14 @@ def pytest_configure(config):
     another's, as it is within one worker. Tests that must solve pass ``cache=False``.
 
     Also: each test file's line as it finishes, the slowest files at the end
-    (``file_progress.py``)."""
+    (``file_progress.py``); under ``--dist loadfile``, the slowest files handed out first
+    (``file_schedule.py``)."""
     from file_progress import FileProgress
+    from file_schedule import SlowestFilesFirst
 
     config.pluginmanager.register(FileProgress(config), "file_progress")
     if not hasattr(config, "workerinput"):  # the xdist controller, or a run without xdist
+        config.pluginmanager.register(SlowestFilesFirst(), "file_schedule")
         config.stash[_RUN_CACHE] = (tempfile.mkdtemp(prefix="autoplan-cache-"), os.environ.get("AUTOPLAN_CACHE_DIR"))
         os.environ["AUTOPLAN_CACHE_DIR"] = config.stash[_RUN_CACHE][0]
 

@@ -4,6 +4,7 @@ Each check runs in a fresh interpreter (``tests/scripts/dtensor_state.py``), so 
 earlier test's imports or plans are in the process.
 """
 
+import functools
 import json
 import subprocess
 import sys
@@ -20,6 +21,13 @@ def _run(*args: str) -> dict:
     done = subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@functools.cache
+def _mlp_alone() -> dict:
+    """torch's own tensor parallelism on the MLP in a fresh interpreter without autoplan
+    (``_run("mlp")``): the baseline two tests compare with, run once for both."""
+    return _run("mlp")
 
 
 def test_importing_every_autoplan_module_leaves_dtensor_untouched():
@@ -45,7 +53,7 @@ def test_plain_tensor_parallel_runs_the_same_collectives_after_autoplan_planned_
     """torch's own ``parallelize_module`` (Colwise then Rowwise on an MLP whose activation is
     reshaped between them) issues the collectives it issues without autoplan imported,
     after autoplan planned a Llama that shards its weights and ran a training step of it."""
-    alone = _run("mlp")
+    alone = _mlp_alone()
     after = _run("plan-then-mlp")
     assert after["planned_and_stepped"] and after["weights_split"]
     assert after["changed"] == []
@@ -57,7 +65,7 @@ def test_a_backward_that_raises_leaves_dtensor_as_found():
     """The overrides a planned model's backward installs come off when that backward fails
     (a device out of memory, say), not only when it ends: torch's own tensor parallelism
     then runs as it does without autoplan."""
-    alone = _run("mlp")
+    alone = _mlp_alone()
     after = _run("failed-backward")
     assert after["error"] == "out of memory while reducing a gradient"
     assert after["installs_left"] == 0 and after["changed"] == []

@@ -11,6 +11,7 @@ With the default budget the tiny model's layout keeps everything whole (no colle
 the sends), which would prove little; ``SHARDING_SHARE`` of that plan's peak makes it shard.
 """
 
+import functools
 import runpy
 
 import pytest
@@ -31,6 +32,7 @@ SHARDING_SHARE = 3 / 8
 """Of the default budget's predicted peak: low enough that weights are sharded on dp and tp."""
 
 
+@functools.cache  # the same question in both tests that take it: solved once per process
 def sharding_budget_gib() -> float:
     loaded = load_model_file(LLAMA)
     free = autoplan.suggest(loaded.model, loaded.example_inputs, mesh=MESH, axis_names=AXES, cache=False)

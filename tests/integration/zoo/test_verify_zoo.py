@@ -17,6 +17,7 @@ on 2x4: its router normalises the top-k weights in place (``div_``), which DTens
 where the weights are.
 """
 
+import functools
 import json
 
 import pytest
@@ -229,11 +230,18 @@ def test_baseline_plans_run_their_prediction(model, baseline):
     split likewise, are gathered for ``q * cos`` once: the product's backward reuses the
     gathered ``cos`` (``dtensor/saved_inputs.py``)."""
     from autoplan.evaluate.baselines import baseline_for_problem
+
+    plan = baseline_for_problem(baseline, _baseline_problem(model)).plan
+    result = _verify(model, plan)
+    assert result.passed, "\n" + result.summary()
+
+
+@functools.cache
+def _baseline_problem(model: str):
+    """The model's problem on 2x4, prepared once for both its baselines, as ``benchmarks/fidelity.py``
+    builds every baseline of a model from one (``baseline_for_problem``: trace once)."""
     from autoplan.model_file import load_model_file
     from autoplan.pipeline.problem import prepare_problem
 
     loaded = load_model_file(example_path(model))
-    problem = prepare_problem(loaded.model, loaded.example_inputs, (2, 4), ("dp", "tp"), "cpu-gloo")
-    plan = baseline_for_problem(baseline, problem).plan
-    result = _verify(model, plan)
-    assert result.passed, "\n" + result.summary()
+    return prepare_problem(loaded.model, loaded.example_inputs, (2, 4), ("dp", "tp"), "cpu-gloo")
