@@ -22,6 +22,8 @@ forward and backward can each hold them without knowing about the others:
 - fake-tensor kernels for what the device kernels accept, and a convolution's result on
   the meta device laid out as the device kernels lay it out (``fake_kernels.py``);
 - cross-entropy on logits split by class (``loss_parallel.py``): DTensor custom op handlers;
+- an in-place op run replicated for want of a rule, on a self that arrives split: a custom
+  op handler that writes the result back into self's shard (``replicated_in_place.py``);
 - DTensor's convolution handlers, set aside so that its ordinary dispatch runs the
   convolution strategies the planner reads (``convolution.py``);
 - where DTensor refuses a rule row that lays out an output the op was asked not to make
@@ -137,6 +139,7 @@ def _changes() -> list[tuple[object, object, object]]:
         loss_parallel,
         masked_outputs,
         merged_inputs,
+        replicated_in_place,
         rules,
         saved_inputs,
         strategy_choice,
@@ -220,6 +223,9 @@ def _changes() -> list[tuple[object, object, object]]:
             changes.append((handlers, op, handler))
     for op in convolution.set_aside(handlers, has_rule):
         changes.append((handlers, op, _ABSENT))
+    for op, (strategy, _) in added.items():
+        if strategy is rules.replicate_everything and replicated_in_place.applies_to(op) and op not in handlers:
+            changes.append((handlers, op, replicated_in_place.handler))
     cache = _autoplan_cache(propagator, sharding_prop._are_we_tracing)
     changes.append((propagator, "propagate_op_sharding", cache))
     changes.append((propagator, "propagate_op_sharding_non_cached", cache.uncached_entry))
@@ -353,15 +359,20 @@ def _replicate_unplanned(op) -> bool:
         return False
     from torch.distributed.tensor._op_schema import RuntimeSchemaInfo
 
-    from autoplan.dtensor import rules
+    from autoplan.dtensor import replicated_in_place, rules
 
-    propagator = torch.distributed.tensor.DTensor._op_dispatcher.sharding_propagator
+    dispatcher = torch.distributed.tensor.DTensor._op_dispatcher
+    propagator = dispatcher.sharding_propagator
     if op in propagator.op_strategy_funcs:
         return False
-    _apply([
+    changes = [
         (propagator.op_strategy_funcs, op, _own_rule(rules.replicate_everything)),
         (propagator.op_to_schema_info, op, RuntimeSchemaInfo(needs_pytree=True)),
-    ])
+    ]
+    if replicated_in_place.applies_to(op) and op not in dispatcher._custom_op_handlers:
+        # From its next call on; this one is already being propagated (its self moved, not written back).
+        changes.append((dispatcher._custom_op_handlers, op, replicated_in_place.handler))
+    _apply(changes)
     if op not in _unplanned_warned:
         _unplanned_warned.add(op)
         warnings.warn(
