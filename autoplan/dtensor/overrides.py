@@ -181,6 +181,7 @@ def _changes() -> list[tuple[object, object, object]]:
     for op, (strategy, schema_info) in added.items():
         changes.append((propagator.op_strategy_funcs, op, _own_rule(strategy)))
         changes.append((propagator.op_to_schema_info, op, schema_info))
+    changes.extend(_borrowed_rules(propagator, rules.SAME_RULE_AS, has_rule))
     for op in view_rules.RESHAPING_VIEWS:
         rule = propagator.op_strategy_funcs.get(op)
         if rule is not None:
@@ -234,6 +235,29 @@ def _changes() -> list[tuple[object, object, object]]:
     return changes
 
 
+def _borrowed_rules(propagator, same_rule_as: dict, has_rule) -> list[tuple[object, object, object]]:
+    """Changes giving each op of ``same_rule_as`` without a rule the rule of its twin (as
+    DTensor registered it: a strategy function or a single-axis rule), marked autoplan's own."""
+    import dataclasses
+
+    single = getattr(propagator, "op_single_dim_strategy_funcs", {})
+    single_info = getattr(propagator, "op_to_schema_info_for_single_dim_strategy", None)
+    changes: list[tuple[object, object, object]] = []
+    for op, twin in same_rule_as.items():
+        if has_rule(op):
+            continue
+        if twin in propagator.op_strategy_funcs:
+            changes.append((propagator.op_strategy_funcs, op, _own_rule(propagator.op_strategy_funcs[twin])))
+            if twin in propagator.op_to_schema_info:
+                changes.append((propagator.op_to_schema_info, op, propagator.op_to_schema_info[twin]))
+        elif twin in single:
+            info = single[twin]
+            changes.append((single, op, dataclasses.replace(info, func=_own_rule(info.func))))
+            if single_info is not None and twin in single_info:
+                changes.append((single_info, op, single_info[twin]))
+    return changes
+
+
 def _internal(lookup, name: str):
     try:
         return lookup()
@@ -248,9 +272,9 @@ def _own_rule(strategy):
     """A rule DTensor lacks: whatever it decides, DTensor alone would have failed."""
 
     @functools.wraps(strategy)
-    def rule(op_schema):
+    def rule(*args, **kwargs):  # a strategy function's (op_schema) or a single-axis rule's (op, args, kwargs)
         _diverged()
-        return strategy(op_schema)
+        return strategy(*args, **kwargs)
 
     return rule
 
