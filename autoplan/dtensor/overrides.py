@@ -13,6 +13,8 @@ forward and backward can each hold them without knowing about the others:
 - DTensor's strategy functions, wrapped to also offer the layout that keeps every input's
   split (``merged_inputs.py``);
 - DTensor's per-op strategy selection, wrapped (``strategy_choice.py``);
+- DTensor's rule for ``unbind``, wrapped to gather a split of the unbound dim where it
+  refuses one (``unbind_split.py``);
 - DTensor's rules for ``masked_fill``, wrapped so that a fill with zeros keeps a partial
   value partial (``zero_fill.py``);
 - DTensor's ``redistribute_local_tensor`` as its dispatcher calls it, wrapped so that the
@@ -143,6 +145,7 @@ def _changes() -> list[tuple[object, object, object]]:
         rules,
         saved_inputs,
         strategy_choice,
+        unbind_split,
         uninitialised,
         view_rules,
         zero_fill,
@@ -189,6 +192,8 @@ def _changes() -> list[tuple[object, object, object]]:
     for op, rule in list(propagator.op_strategy_funcs.items()):
         if op in uninitialised.EMPTY_LIKES:  # torch 2.13 writes their rule as a strategy function
             rule = uninitialised.not_partial_specs(rule, _diverged)
+        if op == unbind_split.UNBIND:
+            rule = unbind_split.gathering_split_dim(rule, _diverged)
         if op not in view_rules.RESHAPING_VIEWS:
             changes.append((propagator.op_strategy_funcs, op, merged_inputs.merged(rule, _diverged)))
     for op in uninitialised.EMPTY_LIKES:  # torch 2.14 as a single-axis rule
