@@ -24,6 +24,8 @@ forward and backward can each hold them without knowing about the others:
 - fake-tensor kernels for what the device kernels accept, and a convolution's result on
   the meta device laid out as the device kernels lay it out (``fake_kernels.py``);
 - cross-entropy on logits split by class (``loss_parallel.py``): DTensor custom op handlers;
+- ``as_strided`` DTensor cannot express (made by ``torch.compile``), run on the gathered
+  tensor, replicated, in a planned step (``restrided.py``);
 - an in-place op run replicated for want of a rule, on a self that arrives split: a custom
   op handler that writes the result back into self's shard (``replicated_in_place.py``);
 - DTensor's convolution handlers, set aside so that its ordinary dispatch runs the
@@ -142,6 +144,7 @@ def _changes() -> list[tuple[object, object, object]]:
         masked_outputs,
         merged_inputs,
         replicated_in_place,
+        restrided,
         rules,
         saved_inputs,
         strategy_choice,
@@ -229,6 +232,9 @@ def _changes() -> list[tuple[object, object, object]]:
             changes.append((handlers, op, handler))
     for op in convolution.set_aside(handlers, has_rule):
         changes.append((handlers, op, _ABSENT))
+    if restrided.AS_STRIDED in handlers:
+        changes.append((handlers, restrided.AS_STRIDED,
+                        restrided.replicated_where_refused(handlers[restrided.AS_STRIDED], lambda: _planned_steps > 0)))
     for op, (strategy, _) in added.items():
         if strategy is rules.replicate_everything and replicated_in_place.applies_to(op) and op not in handlers:
             changes.append((handlers, op, replicated_in_place.handler))
