@@ -325,11 +325,16 @@ class _PropagationCache:
         return result
 
     def __call__(self, op_schema):
+        if not _hashable(op_schema):  # symbolic sizes, met outside what DTensor calls tracing
+            return self._decide_symbolic(op_schema)
         return self._cached(op_schema)
 
     def uncached_entry(self, op_schema):
-        if not self._are_we_tracing():
+        if not self._are_we_tracing() and _hashable(op_schema):
             return self._cached(op_schema)
+        return self._decide_symbolic(op_schema)
+
+    def _decide_symbolic(self, op_schema):
         # While tracing, shapes may be symbolic (dynamo's dynamic shapes), and a schema with
         # a symbolic size cannot be hashed: neither cached nor kept in ``autoplans_own``.
         # Whether the decision was autoplan's own is kept for this schema object alone, on
@@ -350,7 +355,18 @@ class _PropagationCache:
         traced = getattr(_deciding, "traced", None)
         if traced is not None and traced[0] is op_schema:
             return traced[1]
-        return op_schema in self.autoplans_own
+        return _hashable(op_schema) and op_schema in self.autoplans_own
+
+
+def _hashable(op_schema) -> bool:
+    """Whether ``op_schema`` can be hashed: not where a size is symbolic ("unhashable type:
+    non-nested SymInt"; dynamo makes a shape dynamic once it meets a second one, and DTensor's
+    own test of tracing does not always say so: timm's CrossViT compiled whole)."""
+    try:
+        hash(op_schema)
+    except TypeError:
+        return False
+    return True
 
 
 _NO_RULE = "does not have a sharding strategy registered"
