@@ -19,11 +19,12 @@ collectives and the eager step's loss (both with the model's randomness off, as
                                          [--sources timm,diffusers] [--jobs N] [--no-numerics] [--list]
                                          [--compile-backend aot_eager|inductor|none] [--timeout 1800]
                                          [--json benchmarks/results/vision_coverage.json]
-    python benchmarks/vision_coverage.py --join A.json B.json ... [--json OUT]
+    python benchmarks/vision_coverage.py --join A.json B.json ... [--reruns] [--json OUT]
 
 ``--join``: the tables of runs over disjoint rows (``--sources timm``, then the others: a run
 in parts; a run stopped early gives the rows it finished) as one table with one summary,
-written to ``--json``.
+written to ``--json``; with ``--reruns`` a later table's row replaces the same row of an
+earlier one (rows run again after a fix).
 
 timm and open_clip need a torchvision built for the running torch; where they do not
 import, their rows are reported as not installed and the other sources still run.
@@ -155,8 +156,11 @@ def main(argv=None) -> dict | None:
         while at + 1 < len(argv) and not argv[at + 1].startswith("--"):
             parts.append(Path(argv.pop(at + 1)))
         del argv[at]
+        reruns = "--reruns" in argv
+        if reruns:
+            argv.remove("--reruns")
         args = parse_args(argv, description=__doc__.splitlines()[0], default_json=DEFAULT_JSON, default_dtypes="float32")
-        return join_tables(parts, args.json)
+        return join_tables(parts, args.json, reruns=reruns)
     sources = None
     if "--sources" in argv:
         at = argv.index("--sources")
@@ -209,10 +213,12 @@ def _summarize_compile(result: dict) -> None:
     result["compile_summary"] = lines
 
 
-def join_tables(parts: list[Path], out: Path) -> dict:
+def join_tables(parts: list[Path], out: Path, reruns: bool = False) -> dict:
     """One table of the rows of ``parts`` (runs over disjoint rows, on the same versions),
     summarized as one run would be, written to ``out``. A run stopped early gives the rows it
-    finished (each row's record is written whole when it ends); ``parts`` says which stopped."""
+    finished (each row's record is written whole when it ends); ``parts`` says which stopped.
+    With ``reruns``, a row in a later part replaces the same row of an earlier one (a row run
+    again, after a fix); ``parts`` lists the rows each part replaced."""
     import json
 
     from hf_coverage import _summarize_shapes, write_json
@@ -223,11 +229,20 @@ def join_tables(parts: list[Path], out: Path) -> dict:
     if any(t["versions"] != tables[0]["versions"] for t in tables):
         raise SystemExit("--join: the tables come from different library versions; fix: join runs of one environment")
     names = [(r["task"], r["model_type"]) for t in tables for r in t["rows"]]
-    if len(names) != len(set(names)):
-        raise SystemExit("--join: a row appears in two tables; fix: join runs over disjoint rows (--sources)")
-    result = {**tables[0], "rows": [r for t in tables for r in t["rows"]],
+    if len(names) != len(set(names)) and not reruns:
+        raise SystemExit("--join: a row appears in two tables; fix: join runs over disjoint rows (--sources), "
+                         "or pass --reruns where a later table ran rows again")
+    rows: dict[tuple[str, str], dict] = {}
+    replaced: list[list[str]] = []
+    for table in tables:
+        replaced.append([f"{r['task']}:{r['model_type']}" for r in table["rows"] if (r["task"], r["model_type"]) in rows])
+        for row in table["rows"]:
+            rows.pop((row["task"], row["model_type"]), None)  # a rerun goes where it ran, after the others
+            rows[(row["task"], row["model_type"])] = row
+    result = {**tables[0], "rows": list(rows.values()),
               "parts": [{"args": t["args"], "rows": len(t["rows"]), "finished": t.get("finished", True),
-                         "seconds": t.get("seconds")} for t in tables],
+                         "seconds": t.get("seconds"), **({"replaced": r} if r else {})}
+                        for t, r in zip(tables, replaced)],
               "seconds": round(sum(t.get("seconds") or 0 for t in tables), 1)}
     installed = {s for t in tables for s in {r["task"] for r in t["rows"]}}
     result["not_installed"] = sorted({s for t in tables for s in t.get("not_installed", [])} - installed)

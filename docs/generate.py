@@ -254,7 +254,8 @@ equal to the eager step's with the model's randomness off). Its rows plan as `au
 suggest` plans, with no process group up, so each plan's collectives are those a dry run of
 its step counted (the HuggingFace rows plan beside their fake process group and judge the
 rules' prediction). A run in parts (`--sources timm`, then the others) is joined into one
-table with `--join A.json B.json --json OUT`. diffusers and x-transformers come with the
+table with `--join A.json B.json --json OUT` (`--reruns`: a later table's row replaces the same
+row of an earlier one, for rows run again after a fix). diffusers and x-transformers come with the
 `test` extra (with torch installed first they pull no other torch); install timm and
 open_clip with `pip install --no-deps timm open_clip_torch` (their requirements would pull
 another torch through torchvision; add what each imports by hand) and the torchvision

@@ -13,6 +13,8 @@ forward and backward can each hold them without knowing about the others:
 - DTensor's strategy functions, wrapped to also offer the layout that keeps every input's
   split (``merged_inputs.py``);
 - DTensor's per-op strategy selection, wrapped (``strategy_choice.py``);
+- DTensor's rule for ``unbind``, wrapped to gather a split of the unbound dim where it
+  refuses one (``unbind_split.py``);
 - DTensor's rules for ``masked_fill``, wrapped so that a fill with zeros keeps a partial
   value partial (``zero_fill.py``);
 - DTensor's ``redistribute_local_tensor`` as its dispatcher calls it, wrapped so that the
@@ -22,6 +24,10 @@ forward and backward can each hold them without knowing about the others:
 - fake-tensor kernels for what the device kernels accept, and a convolution's result on
   the meta device laid out as the device kernels lay it out (``fake_kernels.py``);
 - cross-entropy on logits split by class (``loss_parallel.py``): DTensor custom op handlers;
+- ``as_strided`` DTensor cannot express (made by ``torch.compile``), run on the gathered
+  tensor, replicated, in a planned step (``restrided.py``);
+- an in-place op run replicated for want of a rule, on a self that arrives split: a custom
+  op handler that writes the result back into self's shard (``replicated_in_place.py``);
 - DTensor's convolution handlers, set aside so that its ordinary dispatch runs the
   convolution strategies the planner reads (``convolution.py``);
 - where DTensor refuses a rule row that lays out an output the op was asked not to make
@@ -137,9 +143,12 @@ def _changes() -> list[tuple[object, object, object]]:
         loss_parallel,
         masked_outputs,
         merged_inputs,
+        replicated_in_place,
+        restrided,
         rules,
         saved_inputs,
         strategy_choice,
+        unbind_split,
         uninitialised,
         view_rules,
         zero_fill,
@@ -178,6 +187,7 @@ def _changes() -> list[tuple[object, object, object]]:
     for op, (strategy, schema_info) in added.items():
         changes.append((propagator.op_strategy_funcs, op, _own_rule(strategy)))
         changes.append((propagator.op_to_schema_info, op, schema_info))
+    changes.extend(_borrowed_rules(propagator, rules.SAME_RULE_AS, has_rule))
     for op in view_rules.RESHAPING_VIEWS:
         rule = propagator.op_strategy_funcs.get(op)
         if rule is not None:
@@ -185,6 +195,8 @@ def _changes() -> list[tuple[object, object, object]]:
     for op, rule in list(propagator.op_strategy_funcs.items()):
         if op in uninitialised.EMPTY_LIKES:  # torch 2.13 writes their rule as a strategy function
             rule = uninitialised.not_partial_specs(rule, _diverged)
+        if op == unbind_split.UNBIND:
+            rule = unbind_split.gathering_split_dim(rule, _diverged)
         if op not in view_rules.RESHAPING_VIEWS:
             changes.append((propagator.op_strategy_funcs, op, merged_inputs.merged(rule, _diverged)))
     for op in uninitialised.EMPTY_LIKES:  # torch 2.14 as a single-axis rule
@@ -220,11 +232,40 @@ def _changes() -> list[tuple[object, object, object]]:
             changes.append((handlers, op, handler))
     for op in convolution.set_aside(handlers, has_rule):
         changes.append((handlers, op, _ABSENT))
+    if restrided.AS_STRIDED in handlers:
+        changes.append((handlers, restrided.AS_STRIDED,
+                        restrided.replicated_where_refused(handlers[restrided.AS_STRIDED], lambda: _planned_steps > 0)))
+    for op, (strategy, _) in added.items():
+        if strategy is rules.replicate_everything and replicated_in_place.applies_to(op) and op not in handlers:
+            changes.append((handlers, op, replicated_in_place.handler))
     cache = _autoplan_cache(propagator, sharding_prop._are_we_tracing)
     changes.append((propagator, "propagate_op_sharding", cache))
     changes.append((propagator, "propagate_op_sharding_non_cached", cache.uncached_entry))
     dispatcher = torch.distributed.tensor.DTensor._op_dispatcher
     changes.append((dispatcher, "_propagate_op_sharding_dispatch_slow_path", _run_here(dispatcher, cache)))
+    return changes
+
+
+def _borrowed_rules(propagator, same_rule_as: dict, has_rule) -> list[tuple[object, object, object]]:
+    """Changes giving each op of ``same_rule_as`` without a rule the rule of its twin (as
+    DTensor registered it: a strategy function or a single-axis rule), marked autoplan's own."""
+    import dataclasses
+
+    single = getattr(propagator, "op_single_dim_strategy_funcs", {})
+    single_info = getattr(propagator, "op_to_schema_info_for_single_dim_strategy", None)
+    changes: list[tuple[object, object, object]] = []
+    for op, twin in same_rule_as.items():
+        if has_rule(op):
+            continue
+        if twin in propagator.op_strategy_funcs:
+            changes.append((propagator.op_strategy_funcs, op, _own_rule(propagator.op_strategy_funcs[twin])))
+            if twin in propagator.op_to_schema_info:
+                changes.append((propagator.op_to_schema_info, op, propagator.op_to_schema_info[twin]))
+        elif twin in single:
+            info = single[twin]
+            changes.append((single, op, dataclasses.replace(info, func=_own_rule(info.func))))
+            if single_info is not None and twin in single_info:
+                changes.append((single_info, op, single_info[twin]))
     return changes
 
 
@@ -242,9 +283,9 @@ def _own_rule(strategy):
     """A rule DTensor lacks: whatever it decides, DTensor alone would have failed."""
 
     @functools.wraps(strategy)
-    def rule(op_schema):
+    def rule(*args, **kwargs):  # a strategy function's (op_schema) or a single-axis rule's (op, args, kwargs)
         _diverged()
-        return strategy(op_schema)
+        return strategy(*args, **kwargs)
 
     return rule
 
@@ -284,11 +325,16 @@ class _PropagationCache:
         return result
 
     def __call__(self, op_schema):
+        if not _hashable(op_schema):  # symbolic sizes, met outside what DTensor calls tracing
+            return self._decide_symbolic(op_schema)
         return self._cached(op_schema)
 
     def uncached_entry(self, op_schema):
-        if not self._are_we_tracing():
+        if not self._are_we_tracing() and _hashable(op_schema):
             return self._cached(op_schema)
+        return self._decide_symbolic(op_schema)
+
+    def _decide_symbolic(self, op_schema):
         # While tracing, shapes may be symbolic (dynamo's dynamic shapes), and a schema with
         # a symbolic size cannot be hashed: neither cached nor kept in ``autoplans_own``.
         # Whether the decision was autoplan's own is kept for this schema object alone, on
@@ -309,7 +355,18 @@ class _PropagationCache:
         traced = getattr(_deciding, "traced", None)
         if traced is not None and traced[0] is op_schema:
             return traced[1]
-        return op_schema in self.autoplans_own
+        return _hashable(op_schema) and op_schema in self.autoplans_own
+
+
+def _hashable(op_schema) -> bool:
+    """Whether ``op_schema`` can be hashed: not where a size is symbolic ("unhashable type:
+    non-nested SymInt"; dynamo makes a shape dynamic once it meets a second one, and DTensor's
+    own test of tracing does not always say so: timm's CrossViT compiled whole)."""
+    try:
+        hash(op_schema)
+    except TypeError:
+        return False
+    return True
 
 
 _NO_RULE = "does not have a sharding strategy registered"
@@ -353,15 +410,20 @@ def _replicate_unplanned(op) -> bool:
         return False
     from torch.distributed.tensor._op_schema import RuntimeSchemaInfo
 
-    from autoplan.dtensor import rules
+    from autoplan.dtensor import replicated_in_place, rules
 
-    propagator = torch.distributed.tensor.DTensor._op_dispatcher.sharding_propagator
+    dispatcher = torch.distributed.tensor.DTensor._op_dispatcher
+    propagator = dispatcher.sharding_propagator
     if op in propagator.op_strategy_funcs:
         return False
-    _apply([
+    changes = [
         (propagator.op_strategy_funcs, op, _own_rule(rules.replicate_everything)),
         (propagator.op_to_schema_info, op, RuntimeSchemaInfo(needs_pytree=True)),
-    ])
+    ]
+    if replicated_in_place.applies_to(op) and op not in dispatcher._custom_op_handlers:
+        # From its next call on; this one is already being propagated (its self moved, not written back).
+        changes.append((dispatcher._custom_op_handlers, op, replicated_in_place.handler))
+    _apply(changes)
     if op not in _unplanned_warned:
         _unplanned_warned.add(op)
         warnings.warn(

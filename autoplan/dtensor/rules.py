@@ -15,6 +15,11 @@
   ``softplus_backward``): they read the output's gradient and the forward's input, of one
   shape, element by element, and get the same rule: every tensor replicated or split
   alike on each mesh axis (``_elementwise``).
+- The unchecked twins of indexing ops. ``aten._unsafe_index`` and ``aten._unsafe_index_put``
+  are ``index`` and ``index_put`` without bounds checks, which torch's own decompositions
+  call (bilinear ``interpolate`` under ``torch.compile``: CoaT's and other timm models'
+  upsampling); DTensor rules the checked ops only, so the unchecked ones get the checked
+  ones' rules (``SAME_RULE_AS``, read from DTensor's registry while installing).
 - Replicate fallback. An op DTensor has no rule for is planned replicated (the plan lists
   it in ``fallback_ops`` and in its warnings); ``fallback_rules`` let DTensor
   run it that way: every input is gathered to Replicate and the op runs on whole tensors,
@@ -185,6 +190,13 @@ def builtin_rules() -> list[tuple]:
         ),
         (aten.fill_.Tensor, _fill_with_tensor, RuntimeSchemaInfo()),
     ]
+
+
+SAME_RULE_AS = {
+    aten._unsafe_index.Tensor: aten.index.Tensor,
+    aten._unsafe_index_put.default: aten.index_put.default,
+}
+"""op -> the op whose DTensor rule it takes (same schema and semantics, where it has none)."""
 
 
 def replicate_everything(op_schema: OpSchema) -> OpStrategy:

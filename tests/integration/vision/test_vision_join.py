@@ -41,3 +41,20 @@ def test_a_row_in_two_parts_is_refused(tmp_path):
     _, parts = _parts(tmp_path)
     with pytest.raises(SystemExit, match="a row appears in two tables"):
         vision_coverage.main(["--join", str(parts[0]), str(parts[0]), "--json", str(tmp_path / "joined.json")])
+
+
+def test_with_reruns_a_later_row_replaces_the_earlier_one(tmp_path):
+    whole, parts = _parts(tmp_path)
+    failed = copy.deepcopy(whole["rows"][0])
+    failed["stages"]["compile"] = {"ok": False, "cause": "timeout after 900 s", "seconds": 900.0}
+    first = {**copy.deepcopy(whole), "rows": [failed], "finished": True}
+    parts[0].write_text(json.dumps(first))
+    rerun = tmp_path / "rerun.json"
+    rerun.write_text(json.dumps({**copy.deepcopy(whole), "rows": whole["rows"][:1], "finished": True}))
+    joined = vision_coverage.main(["--join", str(parts[0]), str(parts[1]), str(rerun), "--reruns",
+                                   "--json", str(tmp_path / "joined.json")])
+    assert sorted(r["model_type"] for r in joined["rows"]) == sorted(r["model_type"] for r in whole["rows"])
+    assert joined["summary"]["every_stage_passed"] == whole["summary"]["every_stage_passed"]
+    name = f"{whole['rows'][0]['task']}:{whole['rows'][0]['model_type']}"
+    assert joined["parts"][2]["replaced"] == [name]
+    assert "replaced" not in joined["parts"][0]

@@ -37,3 +37,26 @@ def test_an_own_decision_compiles_with_dynamic_shapes(mesh):
         out = compiled(value, mask)
         assert tuple(out.placements) == tuple(eager.placements) == (Partial(), Shard(0))
         assert torch.equal(out.to_local(), local.masked_fill(local > 0, 0.0) * 2)
+
+
+def test_a_schema_with_a_symbolic_size_is_decided_outside_the_cache(mesh):
+    """Asked through the cached entry point (DTensor's test of tracing did not say so) with a
+    schema that holds a symbolic size, the decision is made uncached instead of failing on
+    the schema's hash ("unhashable type: non-nested SymInt": timm's CrossViT compiled whole)."""
+    from torch.distributed.tensor._dtensor_spec import DTensorSpec, TensorMeta
+    from torch.distributed.tensor._op_schema import OpSchema
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+    from autoplan.dtensor import overrides
+
+    rows = ShapeEnv().create_unbacked_symint()
+    spec = DTensorSpec(mesh, (Replicate(), Shard(1)), TensorMeta(torch.Size([rows, 8]), (8, 1), torch.float32))
+    schema = OpSchema(torch.ops.aten.relu.default, (spec,), {})
+    with pytest.raises(TypeError, match="unhashable"):
+        hash(schema)
+    seen = []
+    cache = overrides._PropagationCache(lambda s: seen.append(s) or "decided", are_we_tracing=lambda: False)
+    assert cache(schema) == "decided"
+    assert cache.uncached_entry(schema) == "decided"
+    assert seen == [schema, schema]
+    assert not cache.decided_by_autoplan(OpSchema(torch.ops.aten.relu.default, (spec,), {}))
