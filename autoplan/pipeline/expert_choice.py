@@ -25,6 +25,7 @@ The plan kept says what the other choice costs in a warning line that ``show`` a
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -32,8 +33,9 @@ import torch
 from torch import nn
 
 from autoplan.cost.comm import table_seconds
+from autoplan.errors import InfeasibleError
 from autoplan.placements import local_shape
-from autoplan.plan.expert_parallel import EXPERT_NOTE, find_experts, with_expert_parallel
+from autoplan.plan.expert_parallel import EXPERT_NOTE, ROUTED, find_experts, with_expert_parallel
 from autoplan.plan.module_plan import Plan, rounded, total_table
 from autoplan.units import ms
 from autoplan.verify.dry_run import dry_run_collectives
@@ -43,6 +45,47 @@ Problem = Any
 
 _STATE_COPIES = {"parameters": 1, "gradients": 1, "optimizer": 2}
 """Model state per parameter: itself, its gradient and AdamW's two moments."""
+
+
+def has_routed_experts(model: nn.Module) -> bool:
+    """Whether ``model`` has an experts module called routed (``trace/experts.py``): one the
+    solver can lay out itself (``choices/expert_layouts.py``)."""
+    return any(found.call == ROUTED for found in find_experts(model))
+
+
+def keep_expert_choice(plain: Problem, regions: Problem, solved: Callable) -> tuple[Problem, tuple]:
+    """``(problem, solved(problem))`` of the cheaper of two plannings that fits the budget:
+    ``plain``, the experts traced as their ops (their weights laid out as DTensor's
+    strategies for those ops allow), and ``regions``, each routed experts module one region
+    the solver splits over a mesh axis or keeps whole (``choices/expert_layouts.py``).
+    The plan kept says what the other costs in a warning line (``EXPERT_NOTE``). Raises the
+    InfeasibleError of ``regions`` where neither fits."""
+    try:
+        theirs = solved(plain)
+    except InfeasibleError:
+        theirs = None  # no layout without expert parallel fits
+    try:
+        mine = solved(regions)
+    except InfeasibleError:
+        if theirs is None:
+            raise
+        mine = None
+    if mine is None:
+        assert theirs is not None
+        return plain, (_noted(theirs[0], f"{EXPERT_NOTE} the experts keep the solved layout, step "
+                                         f"{ms(theirs[0].predicted.step_time_s)} ms; with their layout a decision "
+                                         "(expert parallel or whole), no plan fits the budget"), *theirs[1:])
+    plan = mine[0]
+    split = sorted({layout["axis"] for layout in plan.expert_parallel.values()})
+    laid = (f"{len(plan.expert_parallel)} experts module(s) split over {', '.join(split)}" if split
+            else "the experts whole on every rank")
+    other = (f"planned without expert parallel: {ms(theirs[0].predicted.step_time_s)} ms" if theirs is not None
+             else "no layout without expert parallel fits the budget")
+    if theirs is not None and theirs[0].predicted.step_time_s <= plan.predicted.step_time_s:
+        return plain, (_noted(theirs[0], f"{EXPERT_NOTE} the experts keep the solved layout, step "
+                                         f"{ms(theirs[0].predicted.step_time_s)} ms; with their layout a decision: "
+                                         f"{laid}, {ms(plan.predicted.step_time_s)} ms"), *theirs[1:])
+    return regions, (_noted(plan, f"{EXPERT_NOTE} {laid}, step {ms(plan.predicted.step_time_s)} ms; {other}"), *mine[1:])
 
 
 def choose_expert_layout(problem: Problem, plan: Plan, progress=None) -> Plan:
