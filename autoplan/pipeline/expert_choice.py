@@ -73,18 +73,18 @@ def keep_expert_choice(plain: Problem, regions: Problem, solved: Callable) -> tu
     if mine is None:
         assert theirs is not None
         return plain, (_noted(theirs[0], f"{EXPERT_NOTE} the experts keep the solved layout, step "
-                                         f"{ms(theirs[0].predicted.step_time_s)} ms; with their layout a decision "
-                                         "(expert parallel or whole), no plan fits the budget"), *theirs[1:])
+                                         f"{ms(theirs[0].predicted.step_time_s)} ms; split over an axis or whole, "
+                                         "no plan fits the budget"), *theirs[1:])
     plan = mine[0]
     split = sorted({layout["axis"] for layout in plan.expert_parallel.values()})
     laid = (f"{len(plan.expert_parallel)} experts module(s) split over {', '.join(split)}" if split
             else "the experts whole on every rank")
-    other = (f"planned without expert parallel: {ms(theirs[0].predicted.step_time_s)} ms" if theirs is not None
-             else "no layout without expert parallel fits the budget")
+    other = (f"their solved layout: {ms(theirs[0].predicted.step_time_s)} ms" if theirs is not None
+             else "no layout of them as their own ops fits the budget")
     if theirs is not None and theirs[0].predicted.step_time_s <= plan.predicted.step_time_s:
         return plain, (_noted(theirs[0], f"{EXPERT_NOTE} the experts keep the solved layout, step "
-                                         f"{ms(theirs[0].predicted.step_time_s)} ms; with their layout a decision: "
-                                         f"{laid}, {ms(plan.predicted.step_time_s)} ms"), *theirs[1:])
+                                         f"{ms(theirs[0].predicted.step_time_s)} ms; {laid}: "
+                                         f"{ms(plan.predicted.step_time_s)} ms (slower)"), *theirs[1:])
     return regions, (_noted(plan, f"{EXPERT_NOTE} {laid}, step {ms(plan.predicted.step_time_s)} ms; {other}"), *mine[1:])
 
 
