@@ -1,10 +1,26 @@
-"""Expert parallel or not: the solved plan against its experts split over each mesh axis.
+"""Expert parallel or not: which planning of the experts ``suggest --expert-parallel`` keeps.
 
-``suggest --expert-parallel`` (``suggest(..., expert_parallel=True)``) solves the model as
-always, then prices, for each mesh axis whose size divides every experts module's
-expert count, the same plan with its experts split over that axis
-(``plan/expert_parallel.with_expert_parallel``), and keeps the cheapest step that fits the
-memory budget. Each candidate is priced as a plan's step always is (``repricing.py``):
+``suggest(..., expert_parallel=True)`` on a model with routed experts modules
+(``trace/experts.py``; HuggingFace's) plans it twice and keeps the cheaper step that fits
+the memory budget (``keep_expert_choice``):
+
+- as always, the experts traced as their own ops (their weights laid out as DTensor's
+  strategies for those ops allow: whole, or split by rows or columns of each matrix);
+- with each experts module traced as one region whose layout is a decision of the ILP
+  (``choices/expert_layouts.py``): split over a mesh axis whose size divides ``E`` (expert
+  parallel, the token exchange priced as ``all_to_all``s, the router's load even), the
+  rows split or whole on the other axes and the weights' storage free (split further, as
+  FSDP, where that fits better), or whole on every rank. Every other layout of the model
+  is solved with it, and its plan is priced by a dry run of its step, as any plan.
+
+Either may find no plan within the budget; the other is kept then. The plan kept says
+what the other costs in a warning line that ``show`` and ``explain`` print (``EXPERT_NOTE``).
+
+A model whose experts are only **grouped** (torchtitan's ``GroupedExperts``, called with
+rows sorted by expert by a parent that sorts and weights) is priced the older way
+(``choose_expert_layout``): the solved plan against the same plan with its experts split
+over each mesh axis that divides them (``plan/expert_parallel.with_expert_parallel``), the
+cheaper kept. Each candidate is priced as a plan's step always is (``repricing.py``):
 
 - **communication**: its step itself, run on fake tensors on a fake process group
   (``verify/dry_run.py``), every collective counted (the count exchange, dispatch and
@@ -18,9 +34,6 @@ memory budget. Each candidate is priced as a plan's step always is (``repricing.
   region), this over-counts the candidate's compute;
 - **memory**: the solved plan's peak, with the expert weights, their gradients and AdamW
   moments at their expert-parallel size (the exchanged rows are not added).
-
-The plan kept says what the other choice costs in a warning line that ``show`` and
-``explain`` print (``EXPERT_NOTE``).
 """
 
 from __future__ import annotations
