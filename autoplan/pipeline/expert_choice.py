@@ -98,6 +98,9 @@ def keep_expert_choice(plain: Problem, regions: Problem, solved: Callable) -> tu
         return plain, (_noted(theirs[0], f"{EXPERT_NOTE} the experts keep the solved layout, step "
                                          f"{ms(theirs[0].predicted.step_time_s)} ms; {laid}: "
                                          f"{ms(plan.predicted.step_time_s)} ms (slower)"), *theirs[1:])
+    # The model's fingerprint is its trace's as planned without regions: what ``verify``, ``score`` and the
+    # plan cache trace the model to check that a plan was made for it.
+    plan = replace(plan, fingerprint=plain.trace.fingerprint)
     return regions, (_noted(plan, f"{EXPERT_NOTE} {laid}, step {ms(plan.predicted.step_time_s)} ms; {other}"), *mine[1:])
 
 

@@ -4,6 +4,8 @@ router's load taken as even), against the plan of the experts as their own ops; 
 kept; ``show`` names the expert layout and what the other costs."""
 
 import io
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -66,7 +68,7 @@ SPLIT_ONLY_BUDGET_BYTES = 1_500_000
 
 
 @pytest.mark.slow
-def test_the_solver_splits_the_experts_where_only_that_fits_the_budget():
+def test_the_solver_splits_the_experts_where_only_that_fits_the_budget(tmp_path):
     # the experts' layout is a decision of the ILP (``choices/expert_layouts.py``): whole, or split over an axis
     from autoplan.choices.expert_layouts import expert_axis, is_expert_region
     from autoplan.errors import InfeasibleError
@@ -97,3 +99,15 @@ def test_the_solver_splits_the_experts_where_only_that_fits_the_budget():
     assert kept.expert_parallel and kept.predicted.peak_memory_bytes <= SPLIT_ONLY_BUDGET_BYTES
     note, = [w for w in kept.warnings if w.startswith(EXPERT_NOTE)]
     assert "no layout of them as their own ops fits the budget" in note, note
+    # its prediction is the dry run of its step: ``verify`` counts the same collectives (the exchanges as
+    # all_to_all); planned and verified by the command line, which builds the model from its file alike
+    saved = tmp_path / "plan.json"
+    for command in (["suggest", str(MIXTRAL), "--mesh", "2x4", "--axis-names", "dp,ep", "--profile", "cpu-gloo",
+                     "--memory-gb", str(SPLIT_ONLY_BUDGET_BYTES / 1e9), "--expert-parallel", "--no-cache",
+                     "--out", str(saved)],
+                    ["verify", str(MIXTRAL), str(saved)]):
+        run = subprocess.run([sys.executable, "-m", "autoplan", *command], capture_output=True, text=True,
+                             cwd=MIXTRAL.parents[1])
+        assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    assert autoplan.Plan.from_dict(__import__("json").loads(saved.read_text())).expert_parallel
+    assert "collectives: passed" in run.stdout, run.stdout[-2000:]
