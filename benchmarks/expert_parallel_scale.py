@@ -15,8 +15,8 @@ experts' layout a decision of the solver (docs/expert-parallel.md): at the defau
 HuggingFace's multi-head latent attention, run eagerly with its per-head queries, keys
 and scores held whole (about 117 KB per token and layer); 1460 s wall, 177 s CPU (both
 plannings, 61 untied layers each). With ``--batch 4 --seq 256`` (1024 tokens, whose lower
-bound of memory is about 42 GiB per device) the run had not finished after 50 min wall and
-8 min CPU on that loaded machine; no figure is recorded for it here.
+bound of memory is about 42 GiB per device) the run had not finished after 70 min wall and
+18 min CPU on that loaded machine, and was stopped; no figure is recorded for it.
 """
 
 from __future__ import annotations
