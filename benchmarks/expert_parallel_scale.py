@@ -8,9 +8,15 @@ Prints the planning time (wall and CPU seconds of ``autoplan.suggest(..., expert
 in this process, the model built beforehand), the experts' layout chosen, the predicted step
 and peak memory per device, and the line that says what the experts' other layout costs.
 
-Recorded 2026-11-29 on the two-core development machine (shared, loaded): no plan. The
-experts' layout is priced against a solved plan, and no layout without expert parallel fits
-80 GB here ("the smallest possible needs 7799 GiB" per device); 17 min wall, 103 s CPU.
+Recorded 2026-11-29 on the two-core development machine (shared, load 10-14), with the
+experts' layout a decision of the solver (docs/expert-parallel.md): at the default batch
+(256 x 4096) no plan, with or without expert parallel: the smallest possible peak is
+6708 GiB per device with the experts split (7799 GiB as their ops), what remains being
+HuggingFace's multi-head latent attention, run eagerly with its per-head queries, keys
+and scores held whole (about 117 KB per token and layer); 1460 s wall, 177 s CPU (both
+plannings, 61 untied layers each). With ``--batch 4 --seq 256`` (1024 tokens, whose lower
+bound of memory is about 42 GiB per device) the run had not finished after 70 min wall and
+18 min CPU on that loaded machine, and was stopped; no figure is recorded for it.
 """
 
 from __future__ import annotations

@@ -24,6 +24,7 @@ from torch.distributed.device_mesh import DeviceMesh
 from torch.utils._pytree import tree_flatten, tree_map
 
 from autoplan.choices.decision import Decision, DecisionGraph
+from autoplan.choices.expert_layouts import expert_strategies, is_expert_region
 from autoplan.dtensor import strategies as registry
 from autoplan.dtensor.overrides import while_installed
 from autoplan.dtensor.planning_mesh import planning_mesh
@@ -31,7 +32,7 @@ from autoplan.dtensor.rules import backward_op
 from autoplan.dtensor.strategies import Strategy
 from autoplan.placements import candidate_specs, replicated
 from autoplan.trace.backward_run import backward_run
-from autoplan.trace.opaque import DATA_DEPENDENT, OPAQUE_OP
+from autoplan.trace.opaque import DATA_DEPENDENT, EXPERTS, OPAQUE_OP
 from autoplan.trace.tracer import TracedGraph
 
 PARAMETER, BUFFER, INPUT, OP, CONSTANT, FALLBACK = (
@@ -142,7 +143,9 @@ def build_choices(traced: TracedGraph, mesh_shape: tuple[int, ...], axis_names: 
             bases[node.name] = bases.get(tensor_inputs[0].name, tensor_inputs[0].name)
 
         kind, options = OP, None
-        if node.target is OPAQUE_OP:
+        if is_expert_region(node, traced.opaque_reasons):
+            options = expert_strategies(node, tuple(mesh_shape))  # split over an axis, or whole
+        elif node.target is OPAQUE_OP:
             kind = FALLBACK  # replicated: the planner cannot see inside (see opaque.py)
         elif depends:
             options = _strategies_for(node, mesh, cache)
@@ -175,7 +178,7 @@ def build_choices(traced: TracedGraph, mesh_shape: tuple[int, ...], axis_names: 
         f"module {fqn} ({cls}) {reason}: run replicated as one opaque region, not searched"
         + ("; its compute cost is an upper bound" if reason == DATA_DEPENDENT else "")
         for fqn, cls in sorted(traced.opaque_modules.items())
-        for reason in (traced.opaque_reasons.get(fqn, DATA_DEPENDENT),)
+        for reason in (traced.opaque_reasons.get(fqn, DATA_DEPENDENT),) if reason != EXPERTS
     )
     fallback_ops = tuple(sorted(set(uncovered) | silent_fallbacks))
     return ChoiceGraph(graph, traced, tuple(mesh_shape), tuple(axis_names), warnings, fallback_ops)

@@ -56,9 +56,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--expert-parallel", action="store_true",
-        help="also price the plan with its mixture-of-experts layers' experts split over each mesh axis that divides "
-        "them (tokens moved by all_to_all, the router's load taken as even) and keep the cheaper step "
-        "(docs/expert-parallel.md)",
+        help="also plan with the layout of each mixture-of-experts layer's experts a decision of the solver: split "
+        "over a mesh axis that divides them (tokens moved by all_to_all, the router's load taken as even; their "
+        "storage may be split further on the other axes) or whole; keep the cheaper of that plan and the plan "
+        "without it (docs/expert-parallel.md)",
     )
     parser.add_argument(
         "--verbose", action="store_true",

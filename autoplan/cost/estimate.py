@@ -42,6 +42,7 @@ from torch import fx
 from torch.utils.flop_counter import flop_registry, sdpa_flop_count
 
 from autoplan.choices.decision import Decision
+from autoplan.choices.expert_layouts import is_expert_region, region_costs
 from autoplan.choices.graph import BUFFER, CONSTANT, INPUT, OP, PARAMETER, ChoiceGraph
 from autoplan.cost.comm import collective_seconds, moves_locally, redistribute_seconds
 from autoplan.cost.memory import (
@@ -513,7 +514,9 @@ def _node_cost(choices, profile, decision: Decision, reducers, saved=(), transie
         forward_fixed = profile.kernel_overhead_s
     compute, comm, memory, rerun, freed, stored, parts = [], [], [], [], [], [], []
     kept_by_selective = node.target in selective_keeps()
+    region = is_expert_region(node, choices.traced.opaque_reasons)
     for strategy in strategies:
+        inner = region_costs(node, strategy, mesh_shape, decision.requires_grad) if region else None
         split = 1
         for axis, size in enumerate(mesh_shape):
             if splits_work(strategy, axis):
@@ -521,7 +524,7 @@ def _node_cost(choices, profile, decision: Decision, reducers, saved=(), transie
         local_in = sum(b / shard_factor(s, mesh_shape) for b, s in zip(in_bytes, strategy.inputs))
         local_out = sum(b / shard_factor(s, mesh_shape) for b, s in zip(out_bytes, strategy.outputs) if s)
         # A view moves no data, but it is a DTensor op all the same: it pays the fixed costs.
-        traffic = traffic_share * (local_in + local_out)
+        traffic = traffic_share * (local_in + local_out + (inner.traffic_bytes if inner else 0.0))
         work = 0.0 if view else _work(profile, flops / split, traffic, dtype)
         work_parts = (0.0, 0.0, 0.0) if view else _work_parts(profile, flops / split, traffic, dtype)
         forward = dispatch.op_seconds(forward_fixed, launch_s, work)
@@ -551,9 +554,11 @@ def _node_cost(choices, profile, decision: Decision, reducers, saved=(), transie
         for kind, axis, nbytes, _ in own_collectives(node, outputs, strategy, mesh_shape, decision.requires_grad):
             reduce += collective_seconds(profile, kind, nbytes, mesh_shape, axis)
         gathers, gathered_kept = context_attention.kv_gathers(node, in_values, strategy, mesh_shape, decision.requires_grad)
-        for kind, axis, nbytes, _ in gathers:
+        for kind, axis, nbytes, _ in gathers + list(inner.collectives if inner else ()):
             reduce += collective_seconds(profile, kind, nbytes, mesh_shape, axis)
         comm.append(reduce)
+        if inner is not None:  # kept inside the region, which the trace does not see
+            gathered_kept += inner.held_bytes
         held = sum(out_bytes[i] / shard_factor(strategy.outputs[i], mesh_shape)
                    for i in saved if i < len(out_bytes) and strategy.outputs[i]) + gathered_kept
         freed.append(held)

@@ -175,8 +175,9 @@ def suggest(
     an axis named "pp" in ``axis_names`` is a pipeline axis (docs/pipeline.md). Either
     plans pipeline stages, without the plan cache; ``autoplan.pipeline_parallel.planner``'s
     ``suggest_devices`` also returns what every other mesh shape would cost.
-    ``expert_parallel``: also price the plan with its experts modules split over each
-    mesh axis that divides them, and keep the cheaper step (docs/expert-parallel.md).
+    ``expert_parallel``: also plan with each experts module's layout a decision of the
+    solver (split over a mesh axis that divides them, or whole), and keep the cheaper of
+    that plan and the plan without it (docs/expert-parallel.md).
     """
     check_model(model, example_inputs)
     check_regime(compile)

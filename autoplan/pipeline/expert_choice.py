@@ -1,10 +1,26 @@
-"""Expert parallel or not: the solved plan against its experts split over each mesh axis.
+"""Expert parallel or not: which planning of the experts ``suggest --expert-parallel`` keeps.
 
-``suggest --expert-parallel`` (``suggest(..., expert_parallel=True)``) solves the model as
-always, then prices, for each mesh axis whose size divides every experts module's
-expert count, the same plan with its experts split over that axis
-(``plan/expert_parallel.with_expert_parallel``), and keeps the cheapest step that fits the
-memory budget. Each candidate is priced as a plan's step always is (``repricing.py``):
+``suggest(..., expert_parallel=True)`` on a model with routed experts modules
+(``trace/experts.py``; HuggingFace's) plans it twice and keeps the cheaper step that fits
+the memory budget (``keep_expert_choice``):
+
+- as always, the experts traced as their own ops (their weights laid out as DTensor's
+  strategies for those ops allow: whole, or split by rows or columns of each matrix);
+- with each experts module traced as one region whose layout is a decision of the ILP
+  (``choices/expert_layouts.py``): split over a mesh axis whose size divides ``E`` (expert
+  parallel, the token exchange priced as ``all_to_all``s, the router's load even), the
+  rows split or whole on the other axes and the weights' storage free (split further, as
+  FSDP, where that fits better), or whole on every rank. Every other layout of the model
+  is solved with it, and its plan is priced by a dry run of its step, as any plan.
+
+Either may find no plan within the budget; the other is kept then. The plan kept says
+what the other costs in a warning line that ``show`` and ``explain`` print (``EXPERT_NOTE``).
+
+A model whose experts are only **grouped** (torchtitan's ``GroupedExperts``, called with
+rows sorted by expert by a parent that sorts and weights) is priced the older way
+(``choose_expert_layout``): the solved plan against the same plan with its experts split
+over each mesh axis that divides them (``plan/expert_parallel.with_expert_parallel``), the
+cheaper kept. Each candidate is priced as a plan's step always is (``repricing.py``):
 
 - **communication**: its step itself, run on fake tensors on a fake process group
   (``verify/dry_run.py``), every collective counted (the count exchange, dispatch and
@@ -18,13 +34,11 @@ memory budget. Each candidate is priced as a plan's step always is (``repricing.
   region), this over-counts the candidate's compute;
 - **memory**: the solved plan's peak, with the expert weights, their gradients and AdamW
   moments at their expert-parallel size (the exchanged rows are not added).
-
-The plan kept says what the other choice costs in a warning line that ``show`` and
-``explain`` print (``EXPERT_NOTE``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -32,8 +46,9 @@ import torch
 from torch import nn
 
 from autoplan.cost.comm import table_seconds
+from autoplan.errors import InfeasibleError
 from autoplan.placements import local_shape
-from autoplan.plan.expert_parallel import EXPERT_NOTE, find_experts, with_expert_parallel
+from autoplan.plan.expert_parallel import EXPERT_NOTE, ROUTED, find_experts, with_expert_parallel
 from autoplan.plan.module_plan import Plan, rounded, total_table
 from autoplan.units import ms
 from autoplan.verify.dry_run import dry_run_collectives
@@ -43,6 +58,50 @@ Problem = Any
 
 _STATE_COPIES = {"parameters": 1, "gradients": 1, "optimizer": 2}
 """Model state per parameter: itself, its gradient and AdamW's two moments."""
+
+
+def has_routed_experts(model: nn.Module) -> bool:
+    """Whether ``model`` has an experts module called routed (``trace/experts.py``): one the
+    solver can lay out itself (``choices/expert_layouts.py``)."""
+    return any(found.call == ROUTED for found in find_experts(model))
+
+
+def keep_expert_choice(plain: Problem, regions: Problem, solved: Callable) -> tuple[Problem, tuple]:
+    """``(problem, solved(problem))`` of the cheaper of two plannings that fits the budget:
+    ``plain``, the experts traced as their ops (their weights laid out as DTensor's
+    strategies for those ops allow), and ``regions``, each routed experts module one region
+    the solver splits over a mesh axis or keeps whole (``choices/expert_layouts.py``).
+    The plan kept says what the other costs in a warning line (``EXPERT_NOTE``). Raises the
+    InfeasibleError of ``regions`` where neither fits."""
+    try:
+        theirs = solved(plain)
+    except InfeasibleError:
+        theirs = None  # no layout without expert parallel fits
+    try:
+        mine = solved(regions)
+    except InfeasibleError:
+        if theirs is None:
+            raise
+        mine = None
+    if mine is None:
+        assert theirs is not None
+        return plain, (_noted(theirs[0], f"{EXPERT_NOTE} the experts keep the solved layout, step "
+                                         f"{ms(theirs[0].predicted.step_time_s)} ms; split over an axis or whole, "
+                                         "no plan fits the budget"), *theirs[1:])
+    plan = mine[0]
+    split = sorted({layout["axis"] for layout in plan.expert_parallel.values()})
+    laid = (f"{len(plan.expert_parallel)} experts module(s) split over {', '.join(split)}" if split
+            else "the experts whole on every rank")
+    other = (f"their solved layout: {ms(theirs[0].predicted.step_time_s)} ms" if theirs is not None
+             else "no layout of them as their own ops fits the budget")
+    if theirs is not None and theirs[0].predicted.step_time_s <= plan.predicted.step_time_s:
+        return plain, (_noted(theirs[0], f"{EXPERT_NOTE} the experts keep the solved layout, step "
+                                         f"{ms(theirs[0].predicted.step_time_s)} ms; {laid}: "
+                                         f"{ms(plan.predicted.step_time_s)} ms (slower)"), *theirs[1:])
+    # The model's fingerprint is its trace's as planned without regions: what ``verify``, ``score`` and the
+    # plan cache trace the model to check that a plan was made for it.
+    plan = replace(plan, fingerprint=plain.trace.fingerprint)
+    return regions, (_noted(plan, f"{EXPERT_NOTE} {laid}, step {ms(plan.predicted.step_time_s)} ms; {other}"), *mine[1:])
 
 
 def choose_expert_layout(problem: Problem, plan: Plan, progress=None) -> Plan:

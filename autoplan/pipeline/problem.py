@@ -68,17 +68,19 @@ class ModelTrace:
         return self.blocks.widen(table) if self.blocks else table
 
 
-def trace_for_planning(model: nn.Module, example_inputs, tie: bool = True, loss_fn=None) -> ModelTrace:
-    """The model's training step (with ``loss_fn``'s loss when given), cut to two layers where ``tie`` can."""
+def trace_for_planning(model: nn.Module, example_inputs, tie: bool = True, loss_fn=None,
+                       expert_regions: bool = False) -> ModelTrace:
+    """The model's training step (with ``loss_fn``'s loss when given), cut to two layers where ``tie`` can.
+    ``expert_regions``: routed experts modules traced as regions the solver lays out (``trace_model``)."""
     blocks = find_repeated_blocks(model) if tie else None
     if blocks is None:
-        return ModelTrace(trace_model(model, example_inputs, loss_fn), None)
+        return ModelTrace(trace_model(model, example_inputs, loss_fn, expert_regions), None)
     with truncated(model, blocks):
         try:
-            return ModelTrace(trace_model(model, example_inputs, loss_fn), blocks)
+            return ModelTrace(trace_model(model, example_inputs, loss_fn, expert_regions), blocks)
         except TraceError:
             pass  # the forward reads entries the cut removed (experts indexed by number)
-    return ModelTrace(trace_model(model, example_inputs, loss_fn), None)
+    return ModelTrace(trace_model(model, example_inputs, loss_fn, expert_regions), None)
 
 
 def resolve_options(mesh, axis_names, profile, memory_gb, memory_gib=None, budget: MemoryBudget | None = None):
@@ -198,6 +200,7 @@ def prepare_problem(
     loss_fn=None,
     progress=None,
     regime: str = DEFAULT_REGIME,
+    expert_regions: bool = False,
 ) -> Problem:
     """Trace, build choices, cost and simplify once; any number of pinned solves can follow.
 
@@ -208,13 +211,14 @@ def prepare_problem(
     hears each stage as it starts (the command line's live status line). The budget:
     ``memory_gb`` (10**9 bytes) or ``memory_gib`` (2**30 bytes), else ``budget``, else the
     profile's device memory. ``regime``: how the step runs, eagerly ("none") or under
-    ``torch.compile`` per "block" or "whole" (``cost/regime.py``).
+    ``torch.compile`` per "block" or "whole" (``cost/regime.py``). ``expert_regions``: the
+    experts' layout is a decision of the solver, expert parallel included (``trace_model``).
     """
     mesh, axis_names, cluster, budget = resolve_options(mesh, axis_names, profile, memory_gb, memory_gib, budget)
     seconds: dict[str, float] = {}
     if trace is None:
         with timed(seconds, "trace", progress):
-            trace = trace_for_planning(model, example_inputs, tie, loss_fn)
+            trace = trace_for_planning(model, example_inputs, tie, loss_fn, expert_regions)
     with timed(seconds, "choices", progress):
         choices = build_choices(trace.traced, mesh, axis_names)
     blocks = trace.blocks
@@ -223,7 +227,7 @@ def prepare_problem(
     if blocks and twins is None:  # the two traced layers differ: plan the whole model untied
         blocks, regions = None, None
         with timed(seconds, "trace", progress):
-            trace = ModelTrace(trace_model(model, example_inputs, loss_fn), None)
+            trace = ModelTrace(trace_model(model, example_inputs, loss_fn, expert_regions), None)
         with timed(seconds, "choices", progress):
             choices = build_choices(trace.traced, mesh, axis_names)
     node_weight, reads = weights(regions, blocks.count) if blocks and regions is not None else (None, None)

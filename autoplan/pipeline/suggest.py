@@ -13,7 +13,7 @@ from torch import nn
 from autoplan.cost.regime import DEFAULT_REGIME, check_regime
 from autoplan.explain.mesh_gain import one_device_seconds
 from autoplan.explain.show import peak_memory_lines
-from autoplan.pipeline.expert_choice import choose_expert_layout
+from autoplan.pipeline.expert_choice import choose_expert_layout, has_routed_experts, keep_expert_choice
 from autoplan.pipeline.pinning import Pins
 from autoplan.pipeline.problem import ModelTrace, Problem, prepare_problem, solve_problem
 from autoplan.placements import Spec, format_spec
@@ -153,14 +153,27 @@ def suggest_with_report(
             model, example_inputs, mesh, axis_names, profile, memory_gb, memory_gib=memory_gib, budget=budget, tie=tie,
             trace=trace, loss_fn=loss_fn, progress=progress, regime=compile,
         )
-    pins = Pins(problem)
-    for name, spec in pinned.items():
-        pins.place(name, spec)
-    stage_seconds = dict(problem.stage_seconds)
-    plan, solution, _ = solve_problem(problem, pins, time_limit_s, seconds=stage_seconds, progress=progress, recompute=recompute,
-                                      reprice=True)
-    if expert_parallel:
-        plan = choose_expert_layout(problem, plan, progress)
+
+    def solved(problem: Problem):
+        pins = Pins(problem)
+        for name, spec in pinned.items():
+            pins.place(name, spec)
+        seconds = dict(problem.stage_seconds)
+        plan, solution, _ = solve_problem(problem, pins, time_limit_s, seconds=seconds, progress=progress,
+                                          recompute=recompute, reprice=True)
+        return plan, solution, seconds
+
+    if expert_parallel and has_routed_experts(model):
+        # The experts' layout a decision of the solver, expert parallel included, against the plan without it.
+        regions = prepare_problem(
+            model, example_inputs, mesh, axis_names, profile, memory_gb, memory_gib=memory_gib, budget=budget,
+            tie=tie, loss_fn=loss_fn, progress=progress, regime=compile, expert_regions=True,
+        )
+        problem, (plan, solution, stage_seconds) = keep_expert_choice(problem, regions, solved)
+    else:
+        plan, solution, stage_seconds = solved(problem)
+        if expert_parallel:  # grouped experts (torchtitan's): priced against the solved plan
+            plan = choose_expert_layout(problem, plan, progress)
     blocks = problem.blocks
     report = SuggestReport(
         plan=plan,

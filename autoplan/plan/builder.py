@@ -12,6 +12,7 @@ from autoplan.cost.memory import STATE_COPIES_END, transient_node
 from autoplan.dtensor.strategies import is_inplace
 from autoplan.placements import format_spec
 from autoplan.plan.collectives import module_table, step_collectives
+from autoplan.plan.expert_parallel import solved_expert_layouts
 from autoplan.plan.module_plan import (
     COMPUTE_SPLIT,
     MEMORY_CATEGORIES,
@@ -103,6 +104,9 @@ def build_plan(
         del modules[fqn]
         warnings.append(f"module {fqn} is called more than once with different layouts: its boundaries are left to DTensor")
     modules = {fqn: layout for fqn, layout in modules.items() if layout.inputs or layout.outputs}
+    # Experts split over an axis: the engine lays their tokens out itself (``apply/expert_parallel.py``).
+    experts = solved_expert_layouts(choices, choice)
+    modules = {fqn: layout for fqn, layout in modules.items() if fqn not in experts}
 
     return Plan(
         mesh_shape=choices.mesh_shape,
@@ -117,7 +121,7 @@ def build_plan(
         solver=SolverReport(solution.status, rounded(solution.objective_s), rounded(solution.bound_s), rounded(solution.gap)),
         warnings=tuple(warnings),
         fallback_ops=choices.fallback_ops,
-        opaque_modules=tuple(sorted(traced.opaque_modules)),
+        opaque_modules=tuple(sorted(m for m in traced.opaque_modules if m not in experts)),
         parameter_uses=uses,
         parameter_readers=readers,
         module_types={
@@ -129,6 +133,7 @@ def build_plan(
         parameter_dtypes=dtypes,
         tied_parameters=tied,
         recompute=checkpointed.recompute if checkpointed is not None else {},
+        expert_parallel=experts,
     )
 
 

@@ -42,5 +42,6 @@ def expand_plan(plan: Plan, blocks: RepeatedBlocks, checkpointed: int | None = N
         parameter_dtypes=blocks.widen(plan.parameter_dtypes),
         module_types=blocks.widen(plan.module_types),
         recompute=recompute,
+        expert_parallel=blocks.widen(plan.expert_parallel),
         fingerprint=tied_fingerprint(plan.fingerprint, blocks),
     )

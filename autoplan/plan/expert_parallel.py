@@ -1,17 +1,6 @@
 """Expert parallel in a plan: which modules are experts, and their layout split over one axis.
 
-An *experts module* is recognised by a general rule, not by its class name: every
-parameter it holds directly has the same leading size ``E >= 2`` and at least one is 3-D
-(a matrix per expert; the others a bias per expert, as gpt-oss's), it has no child module
-with parameters, and its ``forward`` takes the tokens in one of the two forms
-mixture-of-experts code calls its experts with (its positional parameters, defaults or not):
-
-- **routed** (three tensors: tokens ``(T, H)``, top-k expert index ``(T, k)``, top-k
-  weights ``(T, k)``), as HuggingFace transformers' experts modules take them
-  (``@use_experts_implementation``); their output is ``sum_k w_k * expert_k(token)``;
-- **grouped** (two tensors: tokens already sorted by expert ``(N, H)``, tokens per expert
-  ``(E,)``), as torchtitan's grouped experts take them; the module that calls them (their
-  parent) sorts, weights and sums, and holds no parameters of its own.
+Which modules are experts is a general rule (``trace/experts.py``, re-exported here).
 
 ``with_expert_parallel`` lays such a plan out expert parallel over one mesh axis: each
 expert weight is stored ``Shard(0)`` on that axis (each rank holds ``E/n`` experts) and
@@ -23,56 +12,17 @@ back with ``all_to_all`` (variable splits, the counts the router decides at run 
 
 from __future__ import annotations
 
-import inspect
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from torch import nn
 
+from autoplan.choices.expert_layouts import TOKEN_INPUTS, expert_axis, is_expert_region, region_tensors
 from autoplan.errors import PlanError
 from autoplan.plan.module_plan import Plan
+from autoplan.trace.experts import GROUPED, ROUTED, ExpertsModule, experts_call, find_experts  # noqa: F401 (re-exported)
 
 EXPERT_NOTE = "expert parallel:"
 """How the warning line begins that compares the experts' layouts (``pipeline/expert_choice.py``)."""
-ROUTED, GROUPED = "routed", "grouped"
-"""How an experts module takes its tokens (see the module docstring)."""
-
-
-@dataclass(frozen=True)
-class ExpertsModule:
-    fqn: str
-    experts: int
-    """E: the leading size of every parameter."""
-    call: str
-    """ROUTED or GROUPED."""
-
-
-def experts_call(module: nn.Module) -> str | None:
-    """ROUTED, GROUPED, or None: how ``module``'s forward takes tokens, by its signature."""
-    try:
-        signature = inspect.signature(module.forward)  # follows functools.wraps (transformers' decorator)
-    except (TypeError, ValueError):
-        return None
-    positional = [p for p in signature.parameters.values() if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-    has_rest = any(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in signature.parameters.values())
-    if has_rest:
-        return None
-    return {3: ROUTED, 2: GROUPED}.get(len(positional))
-
-
-def find_experts(model: nn.Module) -> list[ExpertsModule]:
-    """Every experts module of ``model`` (see the module docstring), in module order."""
-    found = []
-    for fqn, module in model.named_modules():
-        params = list(module.parameters(recurse=False))
-        if not params or any(True for child in module.children() for _ in child.parameters()):
-            continue
-        leading = {p.shape[0] if p.dim() else 0 for p in params}
-        if len(leading) != 1 or not any(p.dim() == 3 for p in params) or next(iter(leading)) < 2:
-            continue
-        call = experts_call(module)
-        if call is not None:
-            found.append(ExpertsModule(fqn, int(next(iter(leading))), call))
-    return found
 
 
 def with_expert_parallel(plan: Plan, model: nn.Module, axis: str) -> Plan:
@@ -114,6 +64,21 @@ def with_expert_parallel(plan: Plan, model: nn.Module, axis: str) -> Plan:
     opaque = tuple(m for m in plan.opaque_modules if m not in layouts)
     return replace(plan, parameters=parameters, parameter_uses=uses, modules=modules,
                    opaque_modules=opaque, expert_parallel=layouts)
+
+
+def solved_expert_layouts(choices, choice: dict[str, int]) -> dict[str, dict]:
+    """FQN -> ``Plan.expert_parallel`` entry of each experts region (``choices/expert_layouts.py``)
+    whose chosen strategy splits its experts over an axis; regions laid out whole are absent."""
+    layouts = {}
+    for decision in choices.graph.decisions():
+        node = decision.fx_node
+        if not is_expert_region(node, choices.traced.opaque_reasons):
+            continue
+        axis = expert_axis(decision.strategies[choice[decision.name]])
+        if axis is not None:
+            experts = int(region_tensors(node)[TOKEN_INPUTS].shape[0])
+            layouts[str(node.args[0])] = {"axis": choices.axis_names[axis], "experts": experts, "call": ROUTED}
+    return layouts
 
 
 def expert_rows(plan: Plan) -> tuple[tuple[str, str, str, str], ...]:

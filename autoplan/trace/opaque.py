@@ -82,6 +82,9 @@ _REGIONS: dict[str, Region] = {}
 
 _OWN_LOCAL_SHARD = re.compile(r"self\.\w+\.to_local\(")
 DATA_DEPENDENT, LOCAL_SHARDS = "has data-dependent shapes", "takes local shards of its own DTensor parameters"
+EXPERTS = "is an experts module, planned as one region: its experts split over a mesh axis (expert parallel) or whole"
+"""An experts module traced as one region on purpose (``trace/experts.py``; ``suggest --expert-parallel``):
+not opaque to the planner, which lays it out as ``choices/expert_layouts.py`` offers."""
 RESTRIDES = "restrides a tensor (as_strided), which DTensor runs in no layout"
 """Why a module is an opaque region, as the plan's warning says it."""
 RESTRIDING_OPS = frozenset({aten.as_strided.default, aten.as_strided_.default})

@@ -32,6 +32,7 @@ from autoplan.dtensor.overrides import installed as dtensor_overrides
 from autoplan.errors import AutoplanError, LossError, TraceError
 from autoplan.model_file import check_loss_inputs, model_call_kwargs
 from autoplan.trace import opaque
+from autoplan.trace.experts import ROUTED, find_experts
 from autoplan.trace.grad_leaves import record_grad_leaves
 from autoplan.trace.known_values import known_values
 from autoplan.trace.loss import batch_of, check_loss_fn, computed_loss, find_loss, summed_warning
@@ -130,9 +131,12 @@ def split_batch(batch) -> tuple[tuple, dict]:
     return (batch,), {}
 
 
-def trace_model(model: nn.Module, example_inputs, loss_fn=None) -> TracedGraph:
+def trace_model(model: nn.Module, example_inputs, loss_fn=None, expert_regions: bool = False) -> TracedGraph:
     """Trace one training step of ``model`` on ``example_inputs`` (meta or real tensors);
-    its loss is ``loss_fn(output, batch)``, or the model's own (``trace/loss.py``)."""
+    its loss is ``loss_fn(output, batch)``, or the model's own (``trace/loss.py``).
+    ``expert_regions``: each routed experts module (``trace/experts.py``) is traced as one
+    region (``opaque.EXPERTS``) whose layout the solver chooses: split over a mesh axis
+    (expert parallel) or whole (``choices/expert_layouts.py``)."""
     check_loss_fn(loss_fn)
     check_loss_inputs(loss_fn, example_inputs)
     args, kwargs = split_batch(example_inputs)
@@ -162,6 +166,10 @@ def trace_model(model: nn.Module, example_inputs, loss_fn=None) -> TracedGraph:
     opaque_classes = {
         type(m): opaque.LOCAL_SHARDS for m in model.modules() if m is not model and opaque.takes_local_shards(type(m))
     }
+    if expert_regions:
+        for found in find_experts(model):
+            if found.call == ROUTED:
+                opaque_classes.setdefault(type(model.get_submodule(found.fqn)), opaque.EXPERTS)
     while True:
         model.train()
         regions = opaque.install(model, opaque_classes)

@@ -12,8 +12,9 @@ tensor values runs on real tensors instead.
 
 Bytes are rank 0's. autoplan never shards a dimension unevenly, so every rank sends the
 same sizes. On a CPU mesh DTensor replaces all_to_all by an all_gather (gloo has none);
-the prediction is translated likewise before comparing, unless the step runs in a fake
-world that moves as the devices do (``verify/fake_world.py``).
+the prediction is translated likewise before comparing (not an expert-parallel module's
+token exchange, which calls all_to_all itself), unless the step runs in a fake world that
+moves as the devices do (``verify/fake_world.py``).
 """
 
 from __future__ import annotations
@@ -220,7 +221,8 @@ def _counted_step(model, batch, plan: Plan, device_mesh: DeviceMesh, loss_fn, co
 def _verdict(plan: Plan, device_mesh: DeviceMesh, observed: dict, loss: float, tensors: str) -> Verification:
     predicted = plan.predicted.module_collectives
     if moves_gathered(device_mesh):
-        predicted = as_on_cpu(predicted, dict(zip(plan.axis_names, plan.mesh_shape)))
+        exchanges = {fqn: layout["axis"] for fqn, layout in plan.expert_parallel.items()}
+        predicted = as_on_cpu(predicted, dict(zip(plan.axis_names, plan.mesh_shape)), exchanges)
     return dataclasses.replace(compare(predicted, observed), loss=loss, tensors=tensors)
 
 
@@ -297,15 +299,18 @@ def _raised_in_model_code(err: BaseException) -> bool:
     return False
 
 
-def as_on_cpu(table: dict, axis_sizes: dict[str, int]) -> dict:
+def as_on_cpu(table: dict, axis_sizes: dict[str, int], exchanges: dict[str, str] | None = None) -> dict:
     """A prediction as DTensor runs it on a CPU mesh, where gloo has no all_to_all and
-    DTensor all-gathers instead (then keeps its chunk): same count, n times the bytes."""
+    DTensor all-gathers instead (then keeps its chunk): same count, n times the bytes.
+    ``exchanges``: module -> mesh axis whose all_to_alls the module runs itself, not
+    DTensor (an expert-parallel module's token exchange, ``Plan.expert_parallel``): kept."""
+    exchanges = exchanges or {}
     out: dict = {}
     for module, per_axis in table.items():
         for axis, per_kind in per_axis.items():
             for kind, entry in per_kind.items():
                 scale = 1
-                if kind == "all_to_all":
+                if kind == "all_to_all" and exchanges.get(module) != axis:
                     kind, scale = "all_gather", axis_sizes[axis]
                 into = out.setdefault(module, {}).setdefault(axis, {}).setdefault(kind, {"count": 0, "bytes": 0})
                 into["count"] += entry["count"]

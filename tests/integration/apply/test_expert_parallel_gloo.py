@@ -112,3 +112,30 @@ def test_each_hf_moe_family_matches_one_device_with_its_experts_split():
     results = check_numerics(jobs, world=8)
     for builder, result in zip(FAMILY_BUILDERS, results, strict=True):
         assert result.worst <= TOLERANCE, (builder, result.worst_name, result.worst)
+
+
+SOLVED_BUDGET_BYTES = 1_500_000
+"""Tiny Mixtral on a 2x4 cpu-gloo mesh: its experts whole on every rank need 1.8 MB per
+device at least; split over an axis (and stored split on the other) they fit 1.5 MB."""
+
+
+@pytest.mark.slow
+@pytest.mark.gloo
+def test_experts_split_by_the_solver_with_their_storage_split_beside_match_one_device():
+    # the solver's own plan (the experts' layout a decision, ``choices/expert_layouts.py``), not one made by hand:
+    # under this budget it splits the experts over an axis and stores each rank's share split on the other (FSDP)
+    from autoplan.pipeline.pinning import Pins
+    from autoplan.pipeline.problem import prepare_problem, solve_problem
+
+    module = import_model_file(MIXTRAL)
+    problem = prepare_problem(module.build_model(), module.example_inputs(), (2, 4), ("dp", "ep"), "cpu-gloo",
+                              memory_gib=SOLVED_BUDGET_BYTES / 2**30, expert_regions=True)
+    plan, _, fits = solve_problem(problem, Pins(problem), reprice=True)
+    assert fits and plan.expert_parallel and plan.predicted.peak_memory_bytes <= SOLVED_BUDGET_BYTES
+    beside = [fqn for fqn, spec in plan.parameters.items()
+              if any(fqn.startswith(m + ".") for m in plan.expert_parallel) and sum(p != "R" for p in spec) == 2]
+    assert beside, plan.parameters  # stored split on both axes, gathered on the other for use
+    plan = autoplan.Plan.from_dict(json.loads(plan.to_json()))
+    result, = check_numerics([NumericsJob(str(MIXTRAL), "build_model", plan.to_json())], world=8)
+    assert result.worst <= TOLERANCE, (result.worst_name, result.worst)
+    print(f"solved expert parallel {plan.expert_parallel}: worst {result.worst:.2g}", file=sys.stderr)
