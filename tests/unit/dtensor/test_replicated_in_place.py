@@ -7,11 +7,8 @@ import warnings
 
 import pytest
 import torch
-import torch.distributed as dist
 import torch.nn.functional as F
-from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import Replicate, Shard, distribute_tensor
-from torch.testing._internal.distributed.fake_pg import FakeStore
 
 from autoplan.dtensor import overrides, replicated_in_place
 
@@ -20,12 +17,8 @@ IN_PLACE_NO_RULE = aten.hardswish_.default  # no DTensor rule on torch 2.13 nor 
 
 
 @pytest.fixture
-def mesh():
-    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=8)
-    try:
-        yield init_device_mesh("cpu", (2, 4), mesh_dim_names=("dp", "tp"))
-    finally:
-        dist.destroy_process_group()
+def mesh(fake_mesh_2x4):
+    return fake_mesh_2x4
 
 
 def _consistent(value) -> bool:

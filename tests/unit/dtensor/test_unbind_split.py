@@ -4,21 +4,14 @@ kv.unbind(0)`` on a key-value projection whose split landed on the k/v dim)."""
 
 import pytest
 import torch
-import torch.distributed as dist
-from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import Replicate, Shard, distribute_tensor
-from torch.testing._internal.distributed.fake_pg import FakeStore
 
 from autoplan.dtensor import overrides
 
 
 @pytest.fixture
-def mesh():
-    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=8)
-    try:
-        yield init_device_mesh("cpu", (2, 4), mesh_dim_names=("dp", "tp"))
-    finally:
-        dist.destroy_process_group()
+def mesh(fake_mesh_2x4):
+    return fake_mesh_2x4
 
 
 def test_a_split_of_the_unbound_dim_is_gathered_and_other_splits_kept(mesh):

@@ -5,12 +5,9 @@ upsampling compiled whole failed: "Sharding propagation failed for aten._unsafe_
 
 import pytest
 import torch
-import torch.distributed as dist
 import torch.nn.functional as F
-from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import Shard, distribute_tensor
 from torch.distributed.tensor.experimental import implicit_replication
-from torch.testing._internal.distributed.fake_pg import FakeStore
 
 from autoplan.dtensor import overrides
 
@@ -18,12 +15,8 @@ aten = torch.ops.aten
 
 
 @pytest.fixture
-def mesh():
-    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=8)
-    try:
-        yield init_device_mesh("cpu", (2, 4), mesh_dim_names=("dp", "tp"))
-    finally:
-        dist.destroy_process_group()
+def mesh(fake_mesh_2x4):
+    return fake_mesh_2x4
 
 
 def _upsampled_sum(images):

@@ -5,10 +5,7 @@ import warnings
 
 import pytest
 import torch
-import torch.distributed as dist
-from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import Replicate, Shard, distribute_tensor
-from torch.testing._internal.distributed.fake_pg import FakeStore
 
 from autoplan.dtensor import overrides
 from autoplan.dtensor.rules import replicate_everything
@@ -17,12 +14,8 @@ NO_RULE = torch.ops.aten.renorm.default  # DTensor has no sharding rule for it, 
 
 
 @pytest.fixture
-def mesh():
-    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=8)
-    try:
-        yield init_device_mesh("cpu", (2, 4), mesh_dim_names=("dp", "tp"))
-    finally:
-        dist.destroy_process_group()
+def mesh(fake_mesh_2x4):
+    return fake_mesh_2x4
 
 
 def test_an_op_without_a_rule_runs_replicated_with_a_warning(mesh):
