@@ -1,6 +1,6 @@
 """Experts split over a mesh axis, run as the plan says (``Plan.expert_parallel``).
 
-Each experts module (``plan/expert_parallel.py`` says how they are recognised) holds its
+Each experts module (``trace/experts.py`` says how they are recognised) holds its
 ``E/n`` experts as the local shard of its weights (``Shard(0)`` on the axis). At run time
 its tokens are laid out split by row over the expert axis (and kept split wherever the
 plan already splits them), taken as this rank's local rows, sorted by expert, sent to
@@ -36,8 +36,9 @@ from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from autoplan.apply.token_exchange import combine, dispatch
 from autoplan.errors import PlanError
-from autoplan.plan.expert_parallel import GROUPED, parent_of
+from autoplan.plan.expert_parallel import parent_of
 from autoplan.plan.module_plan import Plan
+from autoplan.trace.experts import GROUPED
 
 
 def install_expert_parallel(modules: dict[str, nn.Module], plan: Plan, mesh: DeviceMesh, outside_plan) -> None:

@@ -56,12 +56,17 @@ def region_tensors(node: fx.Node) -> list[torch.Tensor]:
     return [a.meta["val"] for a in tensors if isinstance(a, fx.Node)]
 
 
+def expert_count(node: fx.Node) -> int:
+    """E: the leading size of the region's parameters."""
+    return int(region_tensors(node)[TOKEN_INPUTS].shape[0])
+
+
 def expert_strategies(node: fx.Node, mesh_shape: tuple[int, ...]) -> tuple[Strategy, ...]:
     """The region's layouts (see the module docstring): whole first, then expert parallel
     over each axis whose size divides ``E``, the rows split or whole on each other axis."""
     tensors = region_tensors(node)
     tokens, state = tensors[0], tensors[TOKEN_INPUTS:]
-    experts = int(state[0].shape[0])
+    experts = expert_count(node)
     rows = int(tokens.shape[0])
     ndim = len(mesh_shape)
     whole = Strategy((replicated(ndim),), tuple(replicated(ndim) for _ in tensors))
@@ -111,8 +116,7 @@ def region_costs(node: fx.Node, strategy: Strategy, mesh_shape: tuple[int, ...],
     collectives: list[tuple[str, int, float, bool]] = []
     if axis is not None:
         buffer = rows * top_k * int(tokens.shape[-1]) * size
-        experts = int(state[0].shape[0])
-        collectives.append(("all_to_all", axis, float(experts * COUNT_BYTES), False))
+        collectives.append(("all_to_all", axis, float(expert_count(node) * COUNT_BYTES), False))
         collectives += [("all_to_all", axis, buffer, False)] * 2
         if requires_grad:
             collectives += [("all_to_all", axis, buffer, True)] * 2

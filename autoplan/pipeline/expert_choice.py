@@ -48,8 +48,9 @@ from torch import nn
 from autoplan.cost.comm import table_seconds
 from autoplan.errors import InfeasibleError
 from autoplan.placements import local_shape
-from autoplan.plan.expert_parallel import EXPERT_NOTE, ROUTED, find_experts, with_expert_parallel
+from autoplan.plan.expert_parallel import EXPERT_NOTE, with_expert_parallel
 from autoplan.plan.module_plan import Plan, rounded, total_table
+from autoplan.trace.experts import ROUTED, find_experts
 from autoplan.units import ms
 from autoplan.verify.dry_run import dry_run_collectives
 
@@ -83,25 +84,27 @@ def keep_expert_choice(plain: Problem, regions: Problem, solved: Callable) -> tu
         if theirs is None:
             raise
         mine = None
-    if mine is None:
+    if mine is None or (theirs is not None and theirs[0].predicted.step_time_s <= mine[0].predicted.step_time_s):
         assert theirs is not None
+        other = ("split over an axis or whole, no plan fits the budget" if mine is None
+                 else f"{_laid_out(mine[0])}: {ms(mine[0].predicted.step_time_s)} ms (slower)")
         return plain, (_noted(theirs[0], f"{EXPERT_NOTE} the experts keep the solved layout, step "
-                                         f"{ms(theirs[0].predicted.step_time_s)} ms; split over an axis or whole, "
-                                         "no plan fits the budget"), *theirs[1:])
+                                         f"{ms(theirs[0].predicted.step_time_s)} ms; {other}"), *theirs[1:])
     plan = mine[0]
-    split = sorted({layout["axis"] for layout in plan.expert_parallel.values()})
-    laid = (f"{len(plan.expert_parallel)} experts module(s) split over {', '.join(split)}" if split
-            else "the experts whole on every rank")
     other = (f"their solved layout: {ms(theirs[0].predicted.step_time_s)} ms" if theirs is not None
              else "no layout of them as their own ops fits the budget")
-    if theirs is not None and theirs[0].predicted.step_time_s <= plan.predicted.step_time_s:
-        return plain, (_noted(theirs[0], f"{EXPERT_NOTE} the experts keep the solved layout, step "
-                                         f"{ms(theirs[0].predicted.step_time_s)} ms; {laid}: "
-                                         f"{ms(plan.predicted.step_time_s)} ms (slower)"), *theirs[1:])
     # The model's fingerprint is its trace's as planned without regions: what ``verify``, ``score`` and the
     # plan cache trace the model to check that a plan was made for it.
     plan = replace(plan, fingerprint=plain.trace.fingerprint)
-    return regions, (_noted(plan, f"{EXPERT_NOTE} {laid}, step {ms(plan.predicted.step_time_s)} ms; {other}"), *mine[1:])
+    return regions, (_noted(plan, f"{EXPERT_NOTE} {_laid_out(plan)}, step {ms(plan.predicted.step_time_s)} ms; {other}"),
+                     *mine[1:])
+
+
+def _laid_out(plan: Plan) -> str:
+    """How the regions' plan lays out the experts, in words."""
+    split = sorted({layout["axis"] for layout in plan.expert_parallel.values()})
+    return (f"{len(plan.expert_parallel)} experts module(s) split over {', '.join(split)}" if split
+            else "the experts whole on every rank")
 
 
 def choose_expert_layout(problem: Problem, plan: Plan, progress=None) -> Plan:

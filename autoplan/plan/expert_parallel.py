@@ -1,6 +1,6 @@
 """Expert parallel in a plan: which modules are experts, and their layout split over one axis.
 
-Which modules are experts is a general rule (``trace/experts.py``, re-exported here).
+Which modules are experts is a general rule (``trace/experts.py``).
 
 ``with_expert_parallel`` lays such a plan out expert parallel over one mesh axis: each
 expert weight is stored ``Shard(0)`` on that axis (each rank holds ``E/n`` experts) and
@@ -16,10 +16,10 @@ from dataclasses import replace
 
 from torch import nn
 
-from autoplan.choices.expert_layouts import TOKEN_INPUTS, expert_axis, is_expert_region, region_tensors
+from autoplan.choices.expert_layouts import expert_axis, expert_count, is_expert_region
 from autoplan.errors import PlanError
 from autoplan.plan.module_plan import Plan
-from autoplan.trace.experts import GROUPED, ROUTED, ExpertsModule, experts_call, find_experts  # noqa: F401 (re-exported)
+from autoplan.trace.experts import GROUPED, ROUTED, find_experts
 
 EXPERT_NOTE = "expert parallel:"
 """How the warning line begins that compares the experts' layouts (``pipeline/expert_choice.py``)."""
@@ -76,8 +76,7 @@ def solved_expert_layouts(choices, choice: dict[str, int]) -> dict[str, dict]:
             continue
         axis = expert_axis(decision.strategies[choice[decision.name]])
         if axis is not None:
-            experts = int(region_tensors(node)[TOKEN_INPUTS].shape[0])
-            layouts[str(node.args[0])] = {"axis": choices.axis_names[axis], "experts": experts, "call": ROUTED}
+            layouts[str(node.args[0])] = {"axis": choices.axis_names[axis], "experts": expert_count(node), "call": ROUTED}
     return layouts
 
 

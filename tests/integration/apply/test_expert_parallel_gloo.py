@@ -18,7 +18,8 @@ from autoplan._process_group import free_port, process_group
 from autoplan._processes import model_file_modules, start_ranks
 from autoplan.model_file import import_model_file
 from autoplan.pipeline.suggest import suggest_with_report
-from autoplan.plan.expert_parallel import GROUPED, ROUTED, with_expert_parallel
+from autoplan.plan.expert_parallel import with_expert_parallel
+from autoplan.trace.experts import GROUPED, ROUTED
 from autoplan.verify.numerics import NumericsJob, call_model, check_numerics
 
 ROOT = Path(__file__).resolve().parents[3]
