@@ -22,7 +22,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import NamedTuple
 
-from autoplan.cost.estimate import CostedGraph, EdgeCost, compute_part_rows
+from autoplan.cost.edges import EdgeCost
+from autoplan.cost.estimate import CostedGraph, compute_part_rows
 from autoplan.errors import OptionError
 from autoplan.pipeline.pinning import Pins
 from autoplan.pipeline.problem import ModelTrace, Problem, prepare_problem, solve_problem

@@ -26,7 +26,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from autoplan.cost.estimate import RECOMPUTE_ROWS, CostedGraph, EdgeCost, NodeCost, forward_row, recompute_rows
+from autoplan.cost.edges import EdgeCost
+from autoplan.cost.estimate import RECOMPUTE_ROWS, CostedGraph, NodeCost, forward_row, recompute_rows
 from autoplan.recompute_policy import selective_keeps
 
 

@@ -30,7 +30,8 @@ from dataclasses import dataclass
 
 from autoplan.choices.decision import Decision
 from autoplan.choices.graph import BUFFER, PARAMETER, ChoiceGraph
-from autoplan.cost.estimate import RECOMPUTE_ROWS, CostedGraph, EdgeCost, NodeCost, forward_row, recompute_rows
+from autoplan.cost.edges import EdgeCost
+from autoplan.cost.estimate import RECOMPUTE_ROWS, CostedGraph, NodeCost, forward_row, recompute_rows
 from autoplan.recompute_policy import selective_keeps
 from autoplan.solve.simplify import Simplified, merge_followers
 from autoplan.trace.repeats import RepeatedBlocks

@@ -15,7 +15,8 @@ from test_mlp_optimum import exact_profile
 from torch import nn
 
 from autoplan.choices.graph import build_choices
-from autoplan.cost.estimate import NOT_RUN_S, estimate_costs
+from autoplan.cost.edges import NOT_RUN_S
+from autoplan.cost.estimate import estimate_costs
 from autoplan.trace.tracer import trace_model
 
 
